@@ -1,0 +1,96 @@
+// moeserve generate: batched generation from token ids on the embedded or a given model.
+#include <cstdio>
+#include <cstring>
+
+#include "apps/cli_util.h"
+#include "apps/commands.h"
+#include "core/error.h"
+#include "model/model_source.h"
+#include "parallel/plan_parse.h"
+#include "runtime/engine.h"
+
+namespace moeserve::apps {
+
+namespace {
+
+struct GenerateArgs {
+  std::string model = "synthetic:tiny";
+  std::vector<std::string> prompt_ids;
+  int64_t max_new_tokens = 16;
+  float temperature = 0.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  uint64_t seed = 0;
+  std::string plan = "single";
+  std::string dump_logits;
+  int64_t page_size = 64;
+  int64_t kv_pages = 0;
+  bool ignore_eos = false;
+};
+
+void run_generate(const GenerateArgs& args) {
+  const ModelSource model = open_model(args.model);
+  runtime::EngineOptions options;
+  options.plan = parallel::parse_plan(args.plan);
+  options.page_size = args.page_size;
+  std::vector<runtime::GenerateRequest> requests;
+  int64_t pages_needed = 0;
+  for (const auto& text : args.prompt_ids) {
+    runtime::GenerateRequest r;
+    r.prompt = parse_id_list(text, "--prompt-ids");
+    r.max_new_tokens = args.max_new_tokens;
+    r.sampling.temperature = args.temperature;
+    r.sampling.top_k = args.top_k;
+    r.sampling.top_p = args.top_p;
+    r.sampling.min_p = args.min_p;
+    r.sampling.seed = args.seed;
+    if (!args.ignore_eos && model.config.eos_token_id >= 0)
+      r.stop_ids.push_back(static_cast<int32_t>(model.config.eos_token_id));
+    pages_needed += (static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens + args.page_size - 1) / args.page_size;
+    requests.push_back(std::move(r));
+  }
+  MS_CHECK(!requests.empty(), "generate: give at least one --prompt-ids");
+  options.num_pages = args.kv_pages > 0 ? args.kv_pages : pages_needed;
+  runtime::Engine engine(model, options);
+  const bool want_logits = !args.dump_logits.empty();
+  const auto results = engine.generate(requests, want_logits);
+  for (const auto& result : results) std::printf("%s\n", join_ids(result.tokens).c_str());
+  if (want_logits) {
+    int64_t rows = 0;
+    for (const auto& result : results) rows += result.prompt_logits.dim(0);
+    Tensor all(DType::F32, {rows, model.config.vocab_size});
+    int64_t offset = 0;
+    for (const auto& result : results) {
+      std::memcpy(all.f32() + offset, result.prompt_logits.f32(), result.prompt_logits.nbytes());
+      offset += result.prompt_logits.numel();
+    }
+    write_npy(args.dump_logits, all);
+  }
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app) {
+  auto args = std::make_shared<GenerateArgs>();
+  CLI::App* cmd = app.add_subcommand("generate", "Generate tokens for one or more prompts (one line of ids each)");
+  cmd->add_option("--model,-m", args->model, "synthetic:NAME[:layers=N][:seed=S], a model directory")
+      ->capture_default_str();
+  cmd->add_option("--prompt-ids", args->prompt_ids, "Prompt token ids, comma-separated; repeat for a batch")
+      ->required();
+  cmd->add_option("-n,--max-new-tokens", args->max_new_tokens, "Tokens to generate per prompt")->capture_default_str();
+  cmd->add_option("--temperature", args->temperature, "Sampling temperature (0: greedy)")->capture_default_str();
+  cmd->add_option("--top-k", args->top_k, "Keep the k most likely tokens (0: off)")->capture_default_str();
+  cmd->add_option("--top-p", args->top_p, "Nucleus sampling mass (1: off)")->capture_default_str();
+  cmd->add_option("--min-p", args->min_p, "Drop tokens below min_p x the top probability")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Sampling seed")->capture_default_str();
+  cmd->add_option("--plan", args->plan, "Parallel plan (single, tp2, ep4, ep4-dp, pp2, ep4tp2, tp2pp4, ...)")
+      ->capture_default_str();
+  cmd->add_option("--page-size", args->page_size, "KV cache page size in tokens")->capture_default_str();
+  cmd->add_option("--kv-pages", args->kv_pages, "KV cache pages per layer (0: just enough)");
+  cmd->add_flag("--ignore-eos", args->ignore_eos, "Do not stop at the model's EOS token");
+  cmd->add_option("--dump-logits", args->dump_logits, "Write the prompts' logits [sum(len), vocab] to a .npy file");
+  cmd->callback([args] { run_generate(*args); });
+}
+
+}  // namespace moeserve::apps

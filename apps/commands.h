@@ -1,0 +1,15 @@
+// Each subcommand of the moeserve executable lives in its own cmd_*.cc file and is
+// registered here in one place.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace moeserve::apps {
+
+void add_generate_command(CLI::App& app);
+void add_inspect_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
+// tokenize, detokenize, chat-template, bench-tokenizer
+void add_tokenizer_commands(CLI::App& app);
+
+}  // namespace moeserve::apps

@@ -1,0 +1,29 @@
+// moeserve: inference server for DeepSeek-V3-family Mixture-of-Experts models.
+#include <cstdio>
+#include <exception>
+
+#include "apps/commands.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"moeserve: serve DeepSeek-V3 / Kimi K2 family MoE models under any parallel plan"};
+  app.require_subcommand(1);
+  moeserve::apps::add_generate_command(app);
+  moeserve::apps::add_inspect_command(app);
+  moeserve::apps::add_plan_command(app);
+#ifdef MOESERVE_HAS_TOKENIZER
+  moeserve::apps::add_tokenizer_commands(app);
+#endif
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const moeserve::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,366 @@
+#include "backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "core/error.h"
+#include "core/random.h"
+#include "core/thread_pool.h"
+
+namespace moeserve::cpu {
+
+namespace {
+
+using namespace moeserve::ops;
+
+class HostBuffer final : public Buffer {
+ public:
+  explicit HostBuffer(size_t nbytes) : storage_(DType::U8, {static_cast<int64_t>(nbytes)}), nbytes_(nbytes) {}
+  void* data() override { return storage_.raw(); }
+  size_t nbytes() const override { return nbytes_; }
+
+ private:
+  Tensor storage_;
+  size_t nbytes_;
+};
+
+inline const float* F(const void* p) { return static_cast<const float*>(p); }
+inline float* F(void* p) { return static_cast<float*>(p); }
+
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+ThreadPool& pool() { return ThreadPool::global(); }
+
+// y[r] = dot(w[r, :], x) for r in [0, rows)
+void matvec(const float* w, const float* x, float* y, int64_t rows, int64_t cols, bool accumulate) {
+  pool().parallel_for(static_cast<size_t>(rows), 16, [&](size_t begin, size_t end) {
+    for (size_t r = begin; r < end; ++r) {
+      const float v = dot(w + r * cols, x, cols);
+      y[r] = accumulate ? y[r] + v : v;
+    }
+  });
+}
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  DType activation_dtype() const override { return DType::F32; }
+
+  BufferPtr alloc(size_t nbytes) override { return std::make_unique<HostBuffer>(nbytes); }
+  void upload(Buffer& dst, size_t offset, const void* src, size_t nbytes) override {
+    MS_CHECK(offset + nbytes <= dst.nbytes(), "upload of {} bytes at {} overruns a {}-byte buffer", nbytes, offset,
+             dst.nbytes());
+    std::memcpy(static_cast<std::byte*>(dst.data()) + offset, src, nbytes);
+  }
+  void download(void* dst, const Buffer& src, size_t offset, size_t nbytes) override {
+    MS_CHECK(offset + nbytes <= src.nbytes(), "download of {} bytes at {} overruns a {}-byte buffer", nbytes,
+             offset, src.nbytes());
+    std::memcpy(dst, static_cast<const std::byte*>(const_cast<Buffer&>(src).data()) + offset, nbytes);
+  }
+  BufferPtr upload_weight(const Tensor& host_f32, bool /*keep_f32*/) override {
+    auto buffer = alloc(host_f32.nbytes());
+    upload(*buffer, 0, host_f32.raw(), host_f32.nbytes());
+    return buffer;
+  }
+  void synchronize() override {}
+
+  void embedding(const EmbeddingParams& p) override {
+    for (int64_t t = 0; t < p.tokens; ++t) {
+      float* out = F(p.out) + t * p.hidden;
+      const int64_t id = p.ids[t];
+      if (id >= p.vocab_begin && id < p.vocab_end) {
+        std::memcpy(out, F(p.table) + (id - p.vocab_begin) * p.hidden, p.hidden * sizeof(float));
+      } else {
+        std::fill(out, out + p.hidden, 0.0f);
+      }
+    }
+  }
+
+  void rms_norm(const RmsNormParams& p) override {
+    pool().parallel_for(p.rows, 4, [&](size_t begin, size_t end) {
+      for (size_t r = begin; r < end; ++r) {
+        const float* x = F(p.x) + r * p.x_stride;
+        float* y = F(p.y) + r * p.y_stride;
+        const float mean_square = dot(x, x, p.dim) / static_cast<float>(p.dim);
+        const float inv = 1.0f / std::sqrt(mean_square + p.eps);
+        for (int64_t i = 0; i < p.dim; ++i) y[i] = F(p.weight)[i] * (x[i] * inv);
+      }
+    });
+  }
+
+  void add(const AddParams& p) override {
+    float* acc = F(p.acc);
+    const float* x = F(p.x);
+    for (int64_t i = 0; i < p.count; ++i) acc[i] += x[i];
+  }
+
+  void linear(const LinearParams& p) override {
+    // Parallel over (row, output block) so that both decode (1 row) and prefill use all cores.
+    constexpr int64_t kBlock = 64;
+    const int64_t blocks = (p.out_features + kBlock - 1) / kBlock;
+    pool().parallel_for(static_cast<size_t>(p.rows * blocks), 1, [&](size_t begin, size_t end) {
+      for (size_t task = begin; task < end; ++task) {
+        const int64_t r = static_cast<int64_t>(task) / blocks;
+        const int64_t n0 = (static_cast<int64_t>(task) % blocks) * kBlock;
+        const int64_t n1 = std::min(p.out_features, n0 + kBlock);
+        const float* x = F(p.x) + r * p.x_stride;
+        float* y = F(p.y) + r * p.y_stride;
+        for (int64_t n = n0; n < n1; ++n) {
+          const float v = dot(F(p.weight) + n * p.in_features, x, p.in_features);
+          y[n] = p.accumulate ? y[n] + v : v;
+        }
+      }
+    });
+  }
+
+  void rope(const RopeParams& p) override {
+    const int64_t half = p.rope_dim / 2;
+    for (int64_t t = 0; t < p.tokens; ++t) {
+      const float pos = static_cast<float>(p.positions[t]);
+      for (int64_t i = 0; i < half; ++i) {
+        // torch: freqs = pos.float() * inv_freq (fp32), then cos/sin, then * attention_factor.
+        const float angle = pos * p.inv_freq[i];
+        const float c = std::cos(angle) * p.attention_factor;
+        const float s = std::sin(angle) * p.attention_factor;
+        for (int64_t h = 0; h < p.heads; ++h) {
+          float* v = F(p.x) + t * p.token_stride + h * p.head_stride;
+          const int64_t a = p.interleaved ? 2 * i : i;
+          const int64_t b = p.interleaved ? 2 * i + 1 : i + half;
+          const float x1 = v[a], x2 = v[b];
+          v[a] = x1 * c - x2 * s;
+          v[b] = x2 * c + x1 * s;
+        }
+      }
+    }
+  }
+
+  void silu_mul(const SiluMulParams& p) override {
+    for (int64_t t = 0; t < p.tokens; ++t) {
+      const float* gu = F(p.gate_up) + t * 2 * p.inter;
+      float* out = F(p.out) + t * p.inter;
+      for (int64_t n = 0; n < p.inter; ++n) out[n] = silu(gu[n]) * gu[p.inter + n];
+    }
+  }
+
+  void mla_q_absorb(const MlaQAbsorbParams& p) override {
+    pool().parallel_for(static_cast<size_t>(p.tokens * p.heads), 1, [&](size_t begin, size_t end) {
+      for (size_t task = begin; task < end; ++task) {
+        const int64_t t = static_cast<int64_t>(task) / p.heads, h = static_cast<int64_t>(task) % p.heads;
+        const float* q_nope = F(p.q) + (t * p.heads + h) * p.q_head_stride;
+        const float* w_uk = F(p.kv_b) + h * (p.nope + p.v) * p.latent;  // [nope, latent]
+        float* out = F(p.q_latent) + (t * p.heads + h) * p.latent;
+        std::fill(out, out + p.latent, 0.0f);
+        for (int64_t d = 0; d < p.nope; ++d) {
+          const float q = q_nope[d];
+          const float* row = w_uk + d * p.latent;
+          for (int64_t l = 0; l < p.latent; ++l) out[l] += q * row[l];
+        }
+      }
+    });
+  }
+
+  void mla_v_up(const MlaVUpParams& p) override {
+    pool().parallel_for(static_cast<size_t>(p.tokens * p.heads), 1, [&](size_t begin, size_t end) {
+      for (size_t task = begin; task < end; ++task) {
+        const int64_t t = static_cast<int64_t>(task) / p.heads, h = static_cast<int64_t>(task) % p.heads;
+        const float* lat = F(p.attn_latent) + (t * p.heads + h) * p.latent;
+        const float* w_uv = F(p.kv_b) + (h * (p.nope + p.v) + p.nope) * p.latent;  // [v, latent]
+        float* out = F(p.out) + (t * p.heads + h) * p.v;
+        for (int64_t j = 0; j < p.v; ++j) out[j] = dot(w_uv + j * p.latent, lat, p.latent);
+      }
+    });
+  }
+
+  void kv_write(const KvWriteParams& p) override {
+    for (int64_t t = 0; t < p.tokens; ++t)
+      std::memcpy(F(p.cache) + static_cast<int64_t>(p.slots[t]) * p.width, F(p.entries) + t * p.width,
+                  p.width * sizeof(float));
+  }
+
+  void mla_attention(const MlaAttentionParams& p) override {
+    const int64_t width = p.latent + p.rope;
+    pool().parallel_for(static_cast<size_t>(p.tokens * p.heads), 1, [&](size_t begin, size_t end) {
+      std::vector<float> scores;
+      for (size_t task = begin; task < end; ++task) {
+        const int64_t t = static_cast<int64_t>(task) / p.heads, h = static_cast<int64_t>(task) % p.heads;
+        const float* q_lat = F(p.q_latent) + (t * p.heads + h) * p.latent;
+        const float* q_rope = F(p.q_rope) + (t * p.heads + h) * p.q_head_stride + p.rope_offset;
+        const int32_t* table = p.block_tables + static_cast<int64_t>(p.seq_of_token[t]) * p.max_pages_per_seq;
+        const int64_t length = static_cast<int64_t>(p.positions[t]) + 1;
+        scores.resize(length);
+        float max_score = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < length; ++j) {
+          const float* entry = F(p.cache) + (static_cast<int64_t>(table[j / p.page_size]) * p.page_size +
+                                             j % p.page_size) * width;
+          const float s = (dot(q_lat, entry, p.latent) + dot(q_rope, entry + p.latent, p.rope)) * p.scale;
+          scores[j] = s;
+          max_score = std::max(max_score, s);
+        }
+        float denom = 0.0f;
+        for (int64_t j = 0; j < length; ++j) denom += (scores[j] = std::exp(scores[j] - max_score));
+        float* out = F(p.out) + (t * p.heads + h) * p.latent;
+        std::fill(out, out + p.latent, 0.0f);
+        for (int64_t j = 0; j < length; ++j) {
+          const float* entry = F(p.cache) + (static_cast<int64_t>(table[j / p.page_size]) * p.page_size +
+                                             j % p.page_size) * width;
+          const float w = scores[j] / denom;
+          for (int64_t l = 0; l < p.latent; ++l) out[l] += w * entry[l];
+        }
+      }
+    });
+  }
+
+  void moe_route(const MoeRouteParams& p) override {
+    const int64_t group_size = p.experts / p.n_group;
+    pool().parallel_for(p.tokens, 1, [&](size_t begin, size_t end) {
+      std::vector<float> scores(p.experts), choice(p.experts), group_scores(p.n_group);
+      std::vector<int64_t> order(std::max(p.experts, p.n_group));
+      for (size_t t = begin; t < end; ++t) {
+        const float* x = F(p.x) + t * p.hidden;
+        for (int64_t e = 0; e < p.experts; ++e) {
+          const float logit = dot(p.weight + e * p.hidden, x, p.hidden);
+          scores[e] = 1.0f / (1.0f + std::exp(-logit));
+          choice[e] = scores[e] + p.bias[e];
+        }
+        // Group score = sum of the group's two best biased scores.
+        for (int64_t g = 0; g < p.n_group; ++g) {
+          float best = -std::numeric_limits<float>::infinity(), second = best;
+          for (int64_t e = g * group_size; e < (g + 1) * group_size; ++e) {
+            if (choice[e] > best) {
+              second = best;
+              best = choice[e];
+            } else if (choice[e] > second) {
+              second = choice[e];
+            }
+          }
+          group_scores[g] = best + second;
+        }
+        auto by_score_desc = [](const std::vector<float>& s) {
+          return [&s](int64_t a, int64_t b) { return s[a] > s[b] || (s[a] == s[b] && a < b); };
+        };
+        std::iota(order.begin(), order.begin() + p.n_group, 0);
+        std::partial_sort(order.begin(), order.begin() + p.topk_group, order.begin() + p.n_group,
+                          by_score_desc(group_scores));
+        std::vector<bool> group_kept(p.n_group, false);
+        for (int64_t i = 0; i < p.topk_group; ++i) group_kept[order[i]] = true;
+        for (int64_t e = 0; e < p.experts; ++e)
+          if (!group_kept[e / group_size]) choice[e] = -std::numeric_limits<float>::infinity();
+        std::iota(order.begin(), order.begin() + p.experts, 0);
+        std::partial_sort(order.begin(), order.begin() + p.top_k, order.begin() + p.experts, by_score_desc(choice));
+        float sum = 0.0f;
+        for (int64_t k = 0; k < p.top_k; ++k) sum += scores[order[k]];
+        const float denom = sum + 1e-20f;
+        for (int64_t k = 0; k < p.top_k; ++k) {
+          float w = scores[order[k]];
+          if (p.norm_topk_prob) w /= denom;
+          p.topk_ids[t * p.top_k + k] = static_cast<int32_t>(order[k]);
+          p.topk_weights[t * p.top_k + k] = w * p.routed_scaling_factor;
+        }
+      }
+    });
+  }
+
+  void moe_experts(const MoeExpertsParams& p) override {
+    // One token's routed experts are evaluated in k order; tokens are independent, so the
+    // result is the same whatever the partition. Few tokens: parallelise inside each matvec.
+    const bool parallel_tokens = static_cast<size_t>(p.tokens) >= pool().size();
+    auto run_token = [&](int64_t t, std::vector<float>& gate_up, std::vector<float>& act,
+                         std::vector<float>& down) {
+      float* out = F(p.out) + t * p.hidden;
+      if (!p.accumulate) std::fill(out, out + p.hidden, 0.0f);
+      const float* x = F(p.x) + t * p.hidden;
+      for (int64_t k = 0; k < p.top_k; ++k) {
+        const int64_t e = p.topk_ids[t * p.top_k + k];
+        if (e < p.expert_begin || e >= p.expert_end) continue;
+        const float* w13 = F(p.w13[e - p.expert_begin]);
+        const float* w2 = F(p.w2[e - p.expert_begin]);
+        if (parallel_tokens) {
+          for (int64_t n = 0; n < 2 * p.inter; ++n) gate_up[n] = dot(w13 + n * p.hidden, x, p.hidden);
+          for (int64_t n = 0; n < p.inter; ++n) act[n] = silu(gate_up[n]) * gate_up[p.inter + n];
+          for (int64_t n = 0; n < p.hidden; ++n) down[n] = dot(w2 + n * p.inter, act.data(), p.inter);
+        } else {
+          matvec(w13, x, gate_up.data(), 2 * p.inter, p.hidden, false);
+          for (int64_t n = 0; n < p.inter; ++n) act[n] = silu(gate_up[n]) * gate_up[p.inter + n];
+          matvec(w2, act.data(), down.data(), p.hidden, p.inter, false);
+        }
+        const float w = p.topk_weights[t * p.top_k + k];
+        for (int64_t n = 0; n < p.hidden; ++n) out[n] += w * down[n];
+      }
+    };
+    if (parallel_tokens) {
+      pool().parallel_for(p.tokens, 1, [&](size_t begin, size_t end) {
+        std::vector<float> gate_up(2 * p.inter), act(p.inter), down(p.hidden);
+        for (size_t t = begin; t < end; ++t) run_token(static_cast<int64_t>(t), gate_up, act, down);
+      });
+    } else {
+      std::vector<float> gate_up(2 * p.inter), act(p.inter), down(p.hidden);
+      for (int64_t t = 0; t < p.tokens; ++t) run_token(t, gate_up, act, down);
+    }
+  }
+
+  void sample(const SampleParams& p) override {
+    for (int64_t r = 0; r < p.rows; ++r) p.tokens[r] = sample_row(p.logits + r * p.vocab, p.vocab, p.options[r]);
+  }
+};
+
+}  // namespace
+
+float dot(const float* a, const float* b, int64_t n) {
+  // Eight independent partial sums: vectorisable and in a fixed order.
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  float tail = 0.0f;
+  for (; i < n; ++i) tail += a[i] * b[i];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
+}
+
+int32_t sample_row(const float* logits, int64_t vocab, const ops::SamplingOptions& o) {
+  if (o.temperature <= 0.0f || o.top_k == 1) {
+    return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
+  }
+  // Candidates sorted by logit (descending, ties by id) so that every filter below is a prefix.
+  std::vector<int32_t> ids(vocab);
+  std::iota(ids.begin(), ids.end(), 0);
+  int64_t keep = vocab;
+  if (o.top_k > 0 && o.top_k < vocab) keep = o.top_k;
+  auto desc = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(), desc);
+  ids.resize(keep);
+  std::vector<double> probs(keep);
+  const double max_logit = logits[ids[0]];
+  double total = 0.0;
+  for (int64_t i = 0; i < keep; ++i) total += (probs[i] = std::exp((logits[ids[i]] - max_logit) / o.temperature));
+  for (auto& q : probs) q /= total;
+  if (o.min_p > 0.0f) {
+    const double threshold = o.min_p * probs[0];
+    while (keep > 1 && probs[keep - 1] < threshold) --keep;
+  }
+  if (o.top_p < 1.0f) {
+    double cumulative = 0.0;
+    int64_t needed = 0;
+    while (needed < keep) {
+      cumulative += probs[needed++];
+      if (cumulative >= o.top_p) break;
+    }
+    keep = std::max<int64_t>(needed, 1);
+  }
+  double kept_mass = 0.0;
+  for (int64_t i = 0; i < keep; ++i) kept_mass += probs[i];
+  const double u = uniform01(o.seed, o.step) * kept_mass;
+  double cumulative = 0.0;
+  for (int64_t i = 0; i < keep; ++i) {
+    cumulative += probs[i];
+    if (u < cumulative) return ids[i];
+  }
+  return ids[keep - 1];
+}
+
+std::unique_ptr<ops::Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace moeserve::cpu

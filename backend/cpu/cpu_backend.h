@@ -1,0 +1,18 @@
+// The fp32 CPU reference backend: every op of ops/ops.h, multi-threaded over the global
+// ThreadPool, with a fixed summation order so results do not depend on the thread count.
+#pragma once
+
+#include <memory>
+
+#include "ops/ops.h"
+
+namespace moeserve::cpu {
+
+std::unique_ptr<ops::Backend> make_cpu_backend();
+
+// Shared helpers, also used by tests.
+float dot(const float* a, const float* b, int64_t n);
+// Draws one token from fp32 logits under `options` (greedy when temperature == 0).
+int32_t sample_row(const float* logits, int64_t vocab, const ops::SamplingOptions& options);
+
+}  // namespace moeserve::cpu

@@ -1,0 +1,36 @@
+// Opening a model by its spec:
+//   synthetic:NAME[:layers=N][:seed=S]  built-in synthetic model (tiny, small, kimi-k2.6,
+//                                       kimi-k2, deepseek-v3, moonlight)
+//   DIR                                 Hugging Face directory (config.json + safetensors)
+//   FILE.json                           a bare config.json (shapes only: inspect, plan show)
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/weight_source.h"
+
+namespace moeserve {
+
+struct ModelSource {
+  std::string spec;
+  ModelConfig config;
+  bool synthetic = false;
+  std::shared_ptr<const Checkpoint> checkpoint;  // null for synthetic and bare configs
+  uint64_t seed = 0;                             // synthetic only
+  std::string directory;                         // model directory ("" for synthetic)
+
+  // A fresh weight source (each rank gets its own so `touched()` is per rank). Throws for a
+  // bare config, which has no weights.
+  std::unique_ptr<WeightSource> weights() const;
+};
+
+ModelSource open_model(const std::string& spec);
+
+// The config of a synthetic preset, with its layer count overridden when layers > 0.
+ModelConfig synthetic_config(const std::string& name, int64_t layers = 0);
+std::vector<std::string> synthetic_preset_names();
+
+}  // namespace moeserve

@@ -1,0 +1,66 @@
+// Where weights come from: a safetensors checkpoint, or a seeded synthetic generator. Both
+// hand out fp32 slices of named tensors, so a rank reads only the rows/columns it owns.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "core/tensor.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+
+namespace moeserve {
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  // Reads rows x cols of `name` whose full shape must be `full_shape` (1-D: rows only).
+  virtual Tensor read(const std::string& name, const Shape& full_shape, Slice rows = Slice::all(),
+                      Slice cols = Slice::all()) = 0;
+  virtual std::string describe() const = 0;
+
+  // Every tensor name read so far (tests prove a rank touched only what it owns).
+  std::set<std::string> touched() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return touched_;
+  }
+
+ protected:
+  void record(const std::string& name) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    touched_.insert(name);
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::set<std::string> touched_;
+};
+
+// Weights from a checkpoint directory (shared by several ranks: reads are thread-safe).
+class CheckpointWeightSource final : public WeightSource {
+ public:
+  explicit CheckpointWeightSource(std::shared_ptr<const Checkpoint> checkpoint)
+      : checkpoint_(std::move(checkpoint)) {}
+  Tensor read(const std::string& name, const Shape& full_shape, Slice rows, Slice cols) override;
+  std::string describe() const override { return checkpoint_->directory(); }
+
+ private:
+  std::shared_ptr<const Checkpoint> checkpoint_;
+};
+
+// Deterministic synthetic weights: element i of tensor `name` is a pure function of
+// (seed, name, i), scaled so that activations stay O(1) through many layers.
+class SyntheticWeightSource final : public WeightSource {
+ public:
+  SyntheticWeightSource(ModelConfig config, uint64_t seed) : config_(std::move(config)), seed_(seed) {}
+  Tensor read(const std::string& name, const Shape& full_shape, Slice rows, Slice cols) override;
+  std::string describe() const override;
+
+ private:
+  ModelConfig config_;
+  uint64_t seed_;
+};
+
+}  // namespace moeserve

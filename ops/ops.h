@@ -1,0 +1,206 @@
+// The backend-neutral op interface. The model forward (model/deepseek_v3.cc) is written once
+// against this interface; backend/cpu is the fp32 reference and the oracle for every other
+// backend. Ops take raw pointers and sizes in one Params struct each: no framework types, no
+// hidden allocation. Activations and weights are in the backend's `activation_dtype()`
+// (fp32 on CPU, bf16 on CUDA); pointers typed `float*` / `int32_t*` are always that type.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/tensor.h"
+
+namespace moeserve::ops {
+
+// Work an op does, for roofline accounting.
+struct OpCost {
+  double flops = 0;
+  double bytes = 0;
+};
+
+// Memory owned by a backend (host memory for CPU, device memory for CUDA).
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual void* data() = 0;
+  virtual size_t nbytes() const = 0;
+};
+using BufferPtr = std::unique_ptr<Buffer>;
+
+// out[t, :] = table[ids[t] - vocab_begin, :] when ids[t] is in [vocab_begin, vocab_end),
+// else zeros (vocab-parallel embedding: the partial rows are summed across ranks).
+struct EmbeddingParams {
+  const int32_t* ids;  // [tokens]
+  const void* table;   // [vocab_end - vocab_begin, hidden]
+  void* out;           // [tokens, hidden]
+  int64_t tokens, hidden, vocab_begin, vocab_end;
+};
+
+// y[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * weight. Rows may be strided.
+struct RmsNormParams {
+  const void* x;       // [rows, x_stride] (first `dim` used)
+  const void* weight;  // [dim]
+  void* y;             // [rows, y_stride]
+  int64_t rows, dim, x_stride, y_stride;
+  float eps;
+};
+
+// acc[i] += x[i]
+struct AddParams {
+  void* acc;
+  const void* x;
+  int64_t count;
+};
+
+// y[t, n] (+)= sum_k x[t, k] * weight[n, k]   (x @ weight^T, torch's F.linear)
+struct LinearParams {
+  const void* x;       // [rows, x_stride]
+  const void* weight;  // [out_features, in_features]
+  void* y;             // [rows, y_stride]; fp32 when y_f32
+  int64_t rows, in_features, out_features, x_stride, y_stride;
+  bool accumulate = false;
+  bool y_f32 = false;  // logits are produced in fp32 on every backend
+};
+
+// In-place rotary embedding of the first `rope_dim` values of each (token, head) vector.
+// interleaved: pairs (2i, 2i+1) rotate by angle pos * inv_freq[i] (DeepSeek's layout);
+// otherwise pairs (i, i + rope_dim/2). cos/sin are multiplied by `attention_factor` (YaRN).
+struct RopeParams {
+  void* x;                   // [tokens, heads, head_stride] at token_stride
+  const int32_t* positions;  // [tokens]
+  const float* inv_freq;     // [rope_dim / 2]
+  int64_t tokens, heads, token_stride, head_stride, rope_dim;
+  float attention_factor;
+  bool interleaved;
+};
+
+// out[t, n] = silu(gate_up[t, n]) * gate_up[t, inter + n]
+struct SiluMulParams {
+  const void* gate_up;  // [tokens, 2 * inter]
+  void* out;            // [tokens, inter]
+  int64_t tokens, inter;
+};
+
+// MLA, absorbed form. kv_b_proj's weight [heads * (nope + v), latent] holds, per head, the
+// key up-projection W_uk [nope, latent] then the value up-projection W_uv [v, latent].
+// q_latent[t, h, :] = q_nope[t, h, :] @ W_uk[h]
+struct MlaQAbsorbParams {
+  const void* q;        // [tokens, heads, q_head_stride]; q_nope is the first `nope` values
+  const void* kv_b;     // [heads * (nope + v), latent]
+  void* q_latent;       // [tokens, heads, latent]
+  int64_t tokens, heads, q_head_stride, nope, v, latent;
+};
+// out[t, h, :] = attn_latent[t, h, :] @ W_uv[h]^T
+struct MlaVUpParams {
+  const void* attn_latent;  // [tokens, heads, latent]
+  const void* kv_b;         // [heads * (nope + v), latent]
+  void* out;                // [tokens, heads * v]
+  int64_t tokens, heads, nope, v, latent;
+};
+
+// Paged MLA latent cache: per layer [num_pages, page_size, latent + rope] where each row is
+// the normalised compressed KV followed by the roped shared key.
+struct KvWriteParams {
+  const void* entries;   // [tokens, latent + rope]
+  const int32_t* slots;  // [tokens]: page * page_size + offset
+  void* cache;           // [num_pages * page_size, latent + rope]
+  int64_t tokens, width;
+};
+
+// Causal attention of each query token over its sequence's cached latents [0, position].
+// score = scale * (q_latent . c + q_rope . k_rope); out = softmax(score) @ c.
+struct MlaAttentionParams {
+  const void* q_latent;          // [tokens, heads, latent]
+  const void* q_rope;            // [tokens, heads, q_head_stride] at rope_offset
+  const void* cache;             // [num_pages * page_size, latent + rope]
+  const int32_t* block_tables;   // [num_seqs, max_pages_per_seq]
+  const int32_t* seq_of_token;   // [tokens]
+  const int32_t* positions;      // [tokens]: the token attends to cache positions 0..pos
+  void* out;                     // [tokens, heads, latent]
+  int64_t tokens, heads, latent, rope, q_head_stride, rope_offset, page_size, max_pages_per_seq;
+  float scale;
+};
+
+// DeepSeek-V3 router: logits = x @ weight^T in fp32, sigmoid scores, bias for selection only,
+// group-limited top-k, optional normalisation, scaling.
+struct MoeRouteParams {
+  const void* x;            // [tokens, hidden]
+  const float* weight;      // [experts, hidden], fp32 on every backend
+  const float* bias;        // [experts] e_score_correction_bias
+  int32_t* topk_ids;        // [tokens, top_k]
+  float* topk_weights;      // [tokens, top_k]
+  int64_t tokens, hidden, experts, n_group, topk_group, top_k;
+  bool norm_topk_prob;
+  float routed_scaling_factor;
+};
+
+// out[t, :] (+)= sum over k with expert_begin <= ids[t, k] < expert_end of
+//   weights[t, k] * down_e(silu(gate_e(x_t)) * up_e(x_t)), e = ids[t, k].
+// w13[e - expert_begin] is [2 * inter, hidden] (gate rows then up rows), w2[...] [hidden, inter].
+struct MoeExpertsParams {
+  const void* x;               // [tokens, hidden]
+  const int32_t* topk_ids;     // [tokens, top_k]
+  const float* topk_weights;   // [tokens, top_k]
+  const void* const* w13;      // [expert_end - expert_begin]
+  const void* const* w2;       // [expert_end - expert_begin]
+  void* out;                   // [tokens, hidden]
+  int64_t tokens, top_k, hidden, inter, expert_begin, expert_end;
+  bool accumulate = false;
+};
+
+// Per-row sampling options. temperature 0 = greedy.
+struct SamplingOptions {
+  float temperature = 0.0f;
+  int32_t top_k = 0;     // 0: off
+  float top_p = 1.0f;    // 1: off
+  float min_p = 0.0f;    // 0: off
+  uint64_t seed = 0;
+  uint64_t step = 0;     // draws are a pure function of (seed, step)
+};
+struct SampleParams {
+  const float* logits;               // [rows, vocab]
+  const SamplingOptions* options;    // [rows] (host memory)
+  int32_t* tokens;                   // [rows]
+  int64_t rows, vocab;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual DType activation_dtype() const = 0;
+
+  virtual BufferPtr alloc(size_t nbytes) = 0;
+  // Copies between host memory and a buffer (offsets in bytes).
+  virtual void upload(Buffer& dst, size_t offset, const void* src, size_t nbytes) = 0;
+  virtual void download(void* dst, const Buffer& src, size_t offset, size_t nbytes) = 0;
+  // Uploads an fp32 host tensor converted to the activation dtype (or kept fp32).
+  virtual BufferPtr upload_weight(const Tensor& host_f32, bool keep_f32 = false) = 0;
+  virtual void synchronize() = 0;
+
+  virtual void embedding(const EmbeddingParams& p) = 0;
+  virtual void rms_norm(const RmsNormParams& p) = 0;
+  virtual void add(const AddParams& p) = 0;
+  virtual void linear(const LinearParams& p) = 0;
+  virtual void rope(const RopeParams& p) = 0;
+  virtual void silu_mul(const SiluMulParams& p) = 0;
+  virtual void mla_q_absorb(const MlaQAbsorbParams& p) = 0;
+  virtual void mla_v_up(const MlaVUpParams& p) = 0;
+  virtual void kv_write(const KvWriteParams& p) = 0;
+  virtual void mla_attention(const MlaAttentionParams& p) = 0;
+  virtual void moe_route(const MoeRouteParams& p) = 0;
+  virtual void moe_experts(const MoeExpertsParams& p) = 0;
+  virtual void sample(const SampleParams& p) = 0;
+};
+
+// FLOPs and bytes of each op (fp32 element size `elem`); shared by every backend and the
+// performance model.
+OpCost cost_of(const LinearParams& p, size_t elem);
+OpCost cost_of(const MlaAttentionParams& p, size_t elem);
+OpCost cost_of(const MoeExpertsParams& p, size_t elem, int64_t experts_hit);
+
+}  // namespace moeserve::ops

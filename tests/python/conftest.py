@@ -1,0 +1,27 @@
+"""Shared fixtures: where the moeserve binary is, and a runner for it."""
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def moeserve_bin() -> str:
+    return os.environ.get("MOESERVE_BIN", str(REPO / "build" / "bin" / "moeserve"))
+
+
+def run_moeserve(*args, check=True, input=None, timeout=600):
+    """Runs `moeserve ARGS...`, returns the CompletedProcess (text mode)."""
+    proc = subprocess.run([moeserve_bin(), *map(str, args)], capture_output=True, text=True,
+                          input=input, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"moeserve {' '.join(map(str, args))} failed ({proc.returncode}):\n"
+                             f"{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def moeserve():
+    return run_moeserve
