@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what the build (and, with --test, the test suite) needs: Debian packages and
+# PyPI packages. Only what is missing is installed; a second run is a quick no-op.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+with_tests=0
+[[ "${1:-}" == "--test" ]] && with_tests=1
+
+packages=(cmake g++ make pkg-config libcli11-dev nlohmann-json3-dev libpcre2-dev libfmt-dev)
+(( with_tests )) && packages+=(libgtest-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if (( ${#missing[@]} )); then
+  echo "[install-deps] apt-get install ${missing[*]}"
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if (( with_tests )); then
+  if ! python3 -m pip install -q --disable-pip-version-check -r requirements-test.txt; then
+    echo "[install-deps] pip install of requirements-test.txt failed" >&2
+    exit 1
+  fi
+fi

@@ -1,0 +1,103 @@
+// Properties of the CPU reference ops that the transformers parity suite does not isolate:
+// group-limited routing against brute force, and the sampler's filters and seeding.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <set>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/random.h"
+
+namespace moeserve {
+
+TEST(MoeRoute, GroupLimitedTopKMatchesBruteForce) {
+  auto backend = cpu::make_cpu_backend();
+  const int64_t tokens = 64, hidden = 16, experts = 32, n_group = 8, topk_group = 3, top_k = 6;
+  std::vector<float> x(tokens * hidden), w(experts * hidden), bias(experts);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = uniform_pm1(1, i);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = uniform_pm1(2, i);
+  for (size_t i = 0; i < bias.size(); ++i) bias[i] = 0.3f * uniform_pm1(3, i);
+  std::vector<int32_t> ids(tokens * top_k);
+  std::vector<float> weights(tokens * top_k);
+  backend->moe_route({x.data(), w.data(), bias.data(), ids.data(), weights.data(), tokens, hidden, experts, n_group,
+                      topk_group, top_k, true, 2.5f});
+  const int64_t gsize = experts / n_group;
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::vector<float> score(experts), choice(experts);
+    for (int64_t e = 0; e < experts; ++e) {
+      const float logit = cpu::dot(w.data() + e * hidden, x.data() + t * hidden, hidden);
+      score[e] = 1.0f / (1.0f + std::exp(-logit));
+      choice[e] = score[e] + bias[e];
+    }
+    // Brute force: best top_k over every allowed combination of topk_group groups.
+    std::vector<std::pair<float, int>> groups;
+    for (int g = 0; g < n_group; ++g) {
+      std::vector<float> s(choice.begin() + g * gsize, choice.begin() + (g + 1) * gsize);
+      std::sort(s.rbegin(), s.rend());
+      groups.push_back({s[0] + s[1], g});
+    }
+    std::sort(groups.rbegin(), groups.rend());
+    std::vector<std::pair<float, int>> allowed;
+    for (int i = 0; i < topk_group; ++i)
+      for (int e = groups[i].second * gsize; e < (groups[i].second + 1) * gsize; ++e) allowed.push_back({choice[e], e});
+    std::sort(allowed.rbegin(), allowed.rend());
+    std::set<int> expected, got;
+    float denom = 0;
+    for (int k = 0; k < top_k; ++k) {
+      expected.insert(allowed[k].second);
+      denom += score[allowed[k].second];
+    }
+    for (int k = 0; k < top_k; ++k) {
+      const int e = ids[t * top_k + k];
+      got.insert(e);
+      // Weights use the unbiased score, normalised over the selection, then scaled.
+      EXPECT_NEAR(weights[t * top_k + k], score[e] / denom * 2.5f, 1e-5f);
+    }
+    EXPECT_EQ(got, expected) << "token " << t;
+  }
+}
+
+TEST(Sampler, GreedyAndFilters) {
+  std::vector<float> logits = {0.1f, 3.0f, 2.9f, -1.0f, 2.0f};
+  ops::SamplingOptions greedy;
+  EXPECT_EQ(cpu::sample_row(logits.data(), 5, greedy), 1);
+  ops::SamplingOptions top1{1.0f, 1};
+  EXPECT_EQ(cpu::sample_row(logits.data(), 5, top1), 1);
+  // top_k = 2 only ever draws ids 1 and 2; min_p = 0.5 drops ids whose probability is
+  // below half the top one (ids 0, 3; id 4 has e^-1 ~ 0.37 < 0.5).
+  std::set<int> seen_topk, seen_minp;
+  for (uint64_t seed = 0; seed < 300; ++seed) {
+    ops::SamplingOptions k2{1.0f, 2, 1.0f, 0.0f, seed, 0};
+    seen_topk.insert(cpu::sample_row(logits.data(), 5, k2));
+    ops::SamplingOptions minp{1.0f, 0, 1.0f, 0.5f, seed, 0};
+    seen_minp.insert(cpu::sample_row(logits.data(), 5, minp));
+  }
+  EXPECT_EQ(seen_topk, (std::set<int>{1, 2}));
+  EXPECT_EQ(seen_minp, (std::set<int>{1, 2}));
+  // top_p: probabilities ~ [0.03, 0.45, 0.41, 0.01, 0.10]; 0.5 of the mass needs ids 1 and 2.
+  std::set<int> seen_topp;
+  for (uint64_t seed = 0; seed < 300; ++seed) {
+    ops::SamplingOptions p{1.0f, 0, 0.5f, 0.0f, seed, 0};
+    seen_topp.insert(cpu::sample_row(logits.data(), 5, p));
+  }
+  EXPECT_EQ(seen_topp, (std::set<int>{1, 2}));
+}
+
+TEST(Sampler, SeededDrawsAreReproducibleAndFollowTheDistribution) {
+  std::vector<float> logits = {0.0f, std::log(3.0f)};  // p = [0.25, 0.75]
+  int ones = 0;
+  const int draws = 4000;
+  for (int step = 0; step < draws; ++step) {
+    ops::SamplingOptions o{1.0f, 0, 1.0f, 0.0f, 42, static_cast<uint64_t>(step)};
+    const int a = cpu::sample_row(logits.data(), 2, o);
+    EXPECT_EQ(a, cpu::sample_row(logits.data(), 2, o));
+    ones += a;
+  }
+  // Binomial(4000, 0.75): sd ~ 27; 5 sd.
+  EXPECT_NEAR(ones, 3000, 140);
+}
+
+}  // namespace moeserve

@@ -1,0 +1,49 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+namespace moeserve {
+
+TEST(DType, ParsesSafetensorsNames) {
+  DType d;
+  ASSERT_TRUE(parse_dtype("BF16", &d));
+  EXPECT_EQ(d, DType::BF16);
+  ASSERT_TRUE(parse_dtype("F8_E4M3", &d));
+  EXPECT_EQ(dtype_size(d), 1u);
+  EXPECT_FALSE(parse_dtype("bfloat16", &d));
+  EXPECT_EQ(dtype_name(DType::I32), "I32");
+}
+
+TEST(DType, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(bf16_to_f32(0x3f80), 1.0f);
+  // 1 + 2^-8 is exactly halfway between 1 and 1 + 2^-7: ties to even (1.0).
+  EXPECT_EQ(f32_to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);
+  // 1 + 3 * 2^-8 is halfway between 1 + 2^-7 (odd) and 1 + 2^-6: rounds up to even.
+  EXPECT_EQ(f32_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+}
+
+TEST(DType, Fp16RoundTripsIncludingSubnormals) {
+  for (float v : {0.0f, 1.0f, -2.5f, 65504.0f, 6.103515625e-05f /*min normal*/, 5.960464477539063e-08f /*min subnormal*/,
+                  -3.0517578125e-05f /*subnormal*/}) {
+    EXPECT_EQ(f16_to_f32(f32_to_f16(v)), v) << v;
+  }
+  EXPECT_EQ(f32_to_f16(1e6f), 0x7c00);  // overflow to +inf
+  EXPECT_EQ(f32_to_f16(1e-9f), 0x0000);  // underflow to +0
+  // Halfway between the two smallest subnormals rounds to even (the smaller).
+  EXPECT_EQ(f32_to_f16(1.5f * 5.960464477539063e-08f), 0x0002);
+  EXPECT_EQ(f32_to_f16(0.5f * 5.960464477539063e-08f), 0x0000);
+}
+
+TEST(DType, ConvertRejectsNonFloatTypes) {
+  int32_t x = 1;
+  float y;
+  EXPECT_THROW(convert_to_f32(DType::I32, &x, &y, 1), Error);
+}
+
+}  // namespace moeserve
