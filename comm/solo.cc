@@ -11,7 +11,8 @@ const char* collective_name(Collective c) {
     case Collective::AllGather: return "all_gather";
     case Collective::ReduceScatter: return "reduce_scatter";
     case Collective::AllToAllV: return "all_to_all_v";
-    case Collective::SendRecv: return "send_recv";
+    case Collective::Send: return "send";
+    case Collective::Recv: return "recv";
     case Collective::Broadcast: return "broadcast";
     case Collective::Barrier: return "barrier";
   }

@@ -1,0 +1,361 @@
+#include "comm/in_process.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace moeserve::comm {
+
+namespace {
+
+// What one rank publishes for the current call.
+struct Slot {
+  Collective op = Collective::Barrier;
+  DType dtype = DType::F32;
+  size_t count = 0;
+  int root = 0;
+  const void* send = nullptr;
+  const std::vector<size_t>* send_counts = nullptr;
+  const std::vector<size_t>* recv_counts = nullptr;
+};
+
+struct Message {
+  DType dtype;
+  size_t count;
+  std::vector<std::byte> bytes;
+};
+
+// out[i] = (((in[0][i] + in[1][i]) + in[2][i]) + ...) for i in [0, count): every rank runs
+// the same loop on the same inputs, so every rank gets the same bits.
+template <typename T>
+void sum_rank_order(const std::vector<const void*>& inputs, size_t offset, size_t count, void* out) {
+  T* dst = static_cast<T*>(out);
+  const T* first = static_cast<const T*>(inputs[0]) + offset;
+  std::copy(first, first + count, dst);
+  for (size_t r = 1; r < inputs.size(); ++r) {
+    const T* src = static_cast<const T*>(inputs[r]) + offset;
+    for (size_t i = 0; i < count; ++i) dst[i] += src[i];
+  }
+}
+
+void sum_rank_order_bf16(const std::vector<const void*>& inputs, size_t offset, size_t count, void* out) {
+  // Accumulate in fp32 in rank order, round once (what NCCL's bf16 ring does per hop differs;
+  // this is the reference).
+  std::vector<float> acc(count, 0.0f);
+  for (const void* input : inputs) {
+    const uint16_t* src = static_cast<const uint16_t*>(input) + offset;
+    for (size_t i = 0; i < count; ++i) acc[i] += bf16_to_f32(src[i]);
+  }
+  uint16_t* dst = static_cast<uint16_t*>(out);
+  for (size_t i = 0; i < count; ++i) dst[i] = f32_to_bf16(acc[i]);
+}
+
+void sum_inputs(DType dtype, const std::vector<const void*>& inputs, size_t offset, size_t count, void* out,
+                const std::string& group) {
+  switch (dtype) {
+    case DType::F32: return sum_rank_order<float>(inputs, offset, count, out);
+    case DType::F64: return sum_rank_order<double>(inputs, offset, count, out);
+    case DType::I32: return sum_rank_order<int32_t>(inputs, offset, count, out);
+    case DType::I64: return sum_rank_order<int64_t>(inputs, offset, count, out);
+    case DType::BF16: return sum_rank_order_bf16(inputs, offset, count, out);
+    default: fail("group '{}': cannot sum {} values", group, dtype_name(dtype));
+  }
+}
+
+}  // namespace
+
+struct Group;
+
+struct InProcessState {
+  int size = 0;
+  InProcessOptions options;
+  std::atomic<bool> aborted{false};
+  std::mutex mutex;  // guards groups and abort_reason
+  std::string abort_reason;
+  std::map<std::string, std::shared_ptr<Group>> groups;
+
+  [[noreturn]] void throw_aborted() {
+    std::lock_guard<std::mutex> lock(mutex);
+    fail("communication aborted: {}", abort_reason);
+  }
+};
+
+// The state the ranks of one group share.
+struct Group {
+  std::string name;
+  std::vector<int> members;  // world ranks in group-rank order
+  InProcessState* world = nullptr;
+  std::mutex mutex;
+  std::condition_variable changed;
+  int arrived = 0;
+  uint64_t generation = 0;
+  std::vector<Slot> slots;                   // [size]
+  std::vector<std::deque<Message>> mailbox;  // [sender * size + receiver]
+
+  int size() const { return static_cast<int>(members.size()); }
+
+  // Blocks until every member has arrived; throws if the world is aborted meanwhile.
+  void barrier_wait() {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (world->aborted) {
+      lock.unlock();
+      world->throw_aborted();
+    }
+    const uint64_t my_generation = generation;
+    if (++arrived == size()) {
+      arrived = 0;
+      ++generation;
+      changed.notify_all();
+      return;
+    }
+    changed.wait(lock, [&] { return generation != my_generation || world->aborted; });
+    if (generation == my_generation) {
+      lock.unlock();
+      world->throw_aborted();
+    }
+  }
+};
+
+namespace {
+
+class InProcessCommunicator final : public Communicator {
+ public:
+  InProcessCommunicator(std::shared_ptr<InProcessState> world, std::shared_ptr<Group> group, int rank)
+      : world_(std::move(world)), group_(std::move(group)), rank_(rank) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return group_->size(); }
+  std::string name() const override { return group_->name; }
+
+  void all_reduce_sum(void* data, size_t count, DType dtype) override {
+    const size_t bytes = count * dtype_size(dtype);
+    std::vector<std::byte> result(bytes);
+    collective({Collective::AllReduce, dtype, count, 0, data}, [&] {
+      sum_inputs(dtype, sends(), 0, count, result.data(), group_->name);
+    });
+    if (bytes) std::memcpy(data, result.data(), bytes);
+    stats_.record(Collective::AllReduce, static_cast<int64_t>(bytes));
+  }
+
+  void all_gather(const void* send, void* recv, size_t count, DType dtype) override {
+    const size_t block = count * dtype_size(dtype);
+    std::vector<std::byte> result(block * size());
+    collective({Collective::AllGather, dtype, count, 0, send}, [&] {
+      for (int r = 0; r < size(); ++r)
+        if (block) std::memcpy(result.data() + r * block, group_->slots[r].send, block);
+    });
+    if (!result.empty()) std::memcpy(recv, result.data(), result.size());
+    stats_.record(Collective::AllGather, static_cast<int64_t>(block));
+  }
+
+  void reduce_scatter_sum(const void* send, void* recv, size_t count, DType dtype) override {
+    const size_t block = count * dtype_size(dtype);
+    std::vector<std::byte> result(block);
+    collective({Collective::ReduceScatter, dtype, count, 0, send}, [&] {
+      sum_inputs(dtype, sends(), static_cast<size_t>(rank_) * count, count, result.data(), group_->name);
+    });
+    if (block) std::memcpy(recv, result.data(), block);
+    stats_.record(Collective::ReduceScatter, static_cast<int64_t>(block * size()));
+  }
+
+  void all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                    const std::vector<size_t>& recv_counts, DType dtype) override {
+    const size_t elem = dtype_size(dtype);
+    MS_CHECK(send_counts.size() == static_cast<size_t>(size()) && recv_counts.size() == static_cast<size_t>(size()),
+             "group '{}' all_to_all_v: rank {} gave {} send and {} recv counts for a group of {}", group_->name, rank_,
+             send_counts.size(), recv_counts.size(), size());
+    const size_t total_recv = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
+    std::vector<std::byte> result(total_recv * elem);
+    Slot mine{Collective::AllToAllV, dtype, 0, 0, send};
+    mine.send_counts = &send_counts;
+    mine.recv_counts = &recv_counts;
+    collective(mine, [&] {
+      size_t out = 0;
+      for (int src = 0; src < size(); ++src) {
+        const std::vector<size_t>& counts = *group_->slots[src].send_counts;
+        const size_t offset = std::accumulate(counts.begin(), counts.begin() + rank_, size_t{0});
+        const size_t n = counts[rank_];
+        if (n) std::memcpy(result.data() + out * elem, static_cast<const std::byte*>(group_->slots[src].send) + offset * elem, n * elem);
+        out += n;
+      }
+    });
+    if (!result.empty()) std::memcpy(recv, result.data(), result.size());
+    const size_t total_send = std::accumulate(send_counts.begin(), send_counts.end(), size_t{0});
+    stats_.record(Collective::AllToAllV, static_cast<int64_t>(total_send * elem));
+  }
+
+  void send(const void* data, size_t count, DType dtype, int peer) override {
+    check_peer(peer, "send to");
+    Message message{dtype, count, std::vector<std::byte>(count * dtype_size(dtype))};
+    if (!message.bytes.empty()) std::memcpy(message.bytes.data(), data, message.bytes.size());
+    {
+      std::unique_lock<std::mutex> lock(group_->mutex);
+      auto& box = group_->mailbox[rank_ * size() + peer];
+      const size_t capacity = world_->options.send_capacity;
+      group_->changed.wait(lock, [&] { return world_->aborted || capacity == 0 || box.size() < capacity; });
+      if (world_->aborted) {
+        lock.unlock();
+        world_->throw_aborted();
+      }
+      box.push_back(std::move(message));
+    }
+    group_->changed.notify_all();
+    stats_.record(Collective::Send, static_cast<int64_t>(count * dtype_size(dtype)));
+  }
+
+  void recv(void* data, size_t count, DType dtype, int peer) override {
+    check_peer(peer, "recv from");
+    Message message;
+    {
+      std::unique_lock<std::mutex> lock(group_->mutex);
+      auto& box = group_->mailbox[peer * size() + rank_];
+      group_->changed.wait(lock, [&] { return world_->aborted || !box.empty(); });
+      if (box.empty()) {
+        lock.unlock();
+        world_->throw_aborted();
+      }
+      message = std::move(box.front());
+      box.pop_front();
+    }
+    group_->changed.notify_all();  // a bounded sender may be waiting for room
+    MS_CHECK(message.dtype == dtype && message.count == count,
+             "group '{}': rank {} expected {} {} elements from rank {}, got {} {} elements", group_->name, rank_, count,
+             dtype_name(dtype), peer, message.count, dtype_name(message.dtype));
+    if (!message.bytes.empty()) std::memcpy(data, message.bytes.data(), message.bytes.size());
+    stats_.record(Collective::Recv, static_cast<int64_t>(count * dtype_size(dtype)));
+  }
+
+  void broadcast(void* data, size_t count, DType dtype, int root) override {
+    MS_CHECK(root >= 0 && root < size(), "group '{}' broadcast: root {} outside a group of {}", group_->name, root,
+             size());
+    const size_t bytes = count * dtype_size(dtype);
+    std::vector<std::byte> result(bytes);
+    collective({Collective::Broadcast, dtype, count, root, data}, [&] {
+      if (bytes) std::memcpy(result.data(), group_->slots[root].send, bytes);
+    });
+    if (rank_ != root && bytes) std::memcpy(data, result.data(), bytes);
+    stats_.record(Collective::Broadcast, static_cast<int64_t>(bytes));
+  }
+
+  void barrier() override {
+    collective({Collective::Barrier, DType::U8, 0, 0, nullptr}, [] {});
+    stats_.record(Collective::Barrier, 0);
+  }
+
+ private:
+  std::vector<const void*> sends() const {
+    std::vector<const void*> out(size());
+    for (int r = 0; r < size(); ++r) out[r] = group_->slots[r].send;
+    return out;
+  }
+
+  void check_peer(int peer, const char* what) const {
+    MS_CHECK(peer >= 0 && peer < size() && peer != rank_, "group '{}': rank {} cannot {} rank {} (group of {})",
+             group_->name, rank_, what, peer, size());
+  }
+
+  // Every rank checks the whole slot table, so a mismatch makes all ranks throw together.
+  void check_agreement() const {
+    const Slot& first = group_->slots[0];
+    for (int r = 1; r < size(); ++r) {
+      const Slot& s = group_->slots[r];
+      MS_CHECK(s.op == first.op, "group '{}': rank 0 called {} while rank {} called {}", group_->name,
+               collective_name(first.op), r, collective_name(s.op));
+      MS_CHECK(s.dtype == first.dtype, "group '{}' {}: rank 0 uses {} while rank {} uses {}", group_->name,
+               collective_name(first.op), dtype_name(first.dtype), r, dtype_name(s.dtype));
+      MS_CHECK(s.count == first.count && s.root == first.root,
+               "group '{}' {}: rank 0 has count {} root {} while rank {} has count {} root {}", group_->name,
+               collective_name(first.op), first.count, first.root, r, s.count, s.root);
+    }
+    if (first.op != Collective::AllToAllV) return;
+    for (int src = 0; src < size(); ++src)
+      for (int dst = 0; dst < size(); ++dst) {
+        const size_t sent = (*group_->slots[src].send_counts)[dst];
+        const size_t expected = (*group_->slots[dst].recv_counts)[src];
+        MS_CHECK(sent == expected, "group '{}' all_to_all_v: rank {} sends {} elements to rank {}, which expects {}",
+                 group_->name, src, sent, dst, expected);
+      }
+  }
+
+  template <typename Read>
+  void collective(const Slot& mine, Read&& read) {
+    group_->slots[rank_] = mine;
+    group_->barrier_wait();  // phase 1: every rank has published
+    check_agreement();
+    read();
+    group_->barrier_wait();  // phase 2: every rank has read; buffers may change again
+  }
+
+  std::shared_ptr<InProcessState> world_;
+  std::shared_ptr<Group> group_;
+  int rank_;
+};
+
+}  // namespace
+
+InProcessWorld::InProcessWorld(int size, InProcessOptions options) : state_(std::make_shared<InProcessState>()) {
+  MS_CHECK(size >= 1, "an in-process world needs at least one rank, got {}", size);
+  state_->size = size;
+  state_->options = options;
+}
+
+InProcessWorld::~InProcessWorld() = default;
+
+int InProcessWorld::size() const { return state_->size; }
+
+std::unique_ptr<Communicator> InProcessWorld::communicator(int rank, const std::string& name,
+                                                           const std::vector<int>& members) {
+  MS_CHECK(!members.empty(), "group '{}': no members", name);
+  std::vector<int> sorted = members;
+  std::sort(sorted.begin(), sorted.end());
+  MS_CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(), "group '{}': a rank is listed twice",
+           name);
+  MS_CHECK(sorted.front() >= 0 && sorted.back() < state_->size, "group '{}': members outside the world of {} ranks",
+           name, state_->size);
+  const auto position = std::find(members.begin(), members.end(), rank);
+  MS_CHECK(position != members.end(), "group '{}': rank {} is not a member", name, rank);
+
+  std::string key = name + ":";
+  for (int m : members) key += std::to_string(m) + ",";
+  std::shared_ptr<Group> group;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    auto& slot = state_->groups[key];
+    if (!slot) {
+      slot = std::make_shared<Group>();
+      slot->name = name;
+      slot->members = members;
+      slot->world = state_.get();
+      slot->slots.resize(members.size());
+      slot->mailbox.resize(members.size() * members.size());
+    }
+    group = slot;
+  }
+  return std::make_unique<InProcessCommunicator>(state_, std::move(group), static_cast<int>(position - members.begin()));
+}
+
+void InProcessWorld::abort(const std::string& reason) {
+  std::vector<std::shared_ptr<Group>> groups;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    if (state_->aborted) return;
+    state_->abort_reason = reason;
+    state_->aborted = true;
+    for (auto& [key, group] : state_->groups) groups.push_back(group);
+  }
+  for (auto& group : groups) {
+    std::lock_guard<std::mutex> lock(group->mutex);  // no waiter can miss the flag
+    group->changed.notify_all();
+  }
+}
+
+bool InProcessWorld::aborted() const { return state_->aborted; }
+
+}  // namespace moeserve::comm
