@@ -6,9 +6,15 @@
 #include <cstdint>
 #include <string_view>
 
+#ifdef __CUDACC__
+#define MS_HOST_DEVICE __host__ __device__
+#else
+#define MS_HOST_DEVICE
+#endif
+
 namespace moeserve {
 
-inline uint64_t splitmix64(uint64_t x) {
+MS_HOST_DEVICE inline uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
@@ -23,11 +29,11 @@ inline uint64_t hash_string(std::string_view text) {
 }
 
 // Uniform in [0, 1) with 24 bits of resolution.
-inline float uniform01(uint64_t seed, uint64_t index) {
+MS_HOST_DEVICE inline float uniform01(uint64_t seed, uint64_t index) {
   return static_cast<float>(splitmix64(seed ^ splitmix64(index)) >> 40) * (1.0f / 16777216.0f);
 }
 
 // Uniform in [-1, 1).
-inline float uniform_pm1(uint64_t seed, uint64_t index) { return 2.0f * uniform01(seed, index) - 1.0f; }
+MS_HOST_DEVICE inline float uniform_pm1(uint64_t seed, uint64_t index) { return 2.0f * uniform01(seed, index) - 1.0f; }
 
 }  // namespace moeserve

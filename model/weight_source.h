@@ -13,6 +13,14 @@
 
 namespace moeserve {
 
+// How a synthetic tensor is generated: element (r, c) of the full tensor is
+// offset + amplitude * uniform_pm1(seed, r * cols + c).
+struct SyntheticRecipe {
+  uint64_t seed = 0;
+  float offset = 0.0f;
+  float amplitude = 0.0f;
+};
+
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
@@ -20,6 +28,12 @@ class WeightSource {
   virtual Tensor read(const std::string& name, const Shape& full_shape, Slice rows = Slice::all(),
                       Slice cols = Slice::all()) = 0;
   virtual std::string describe() const = 0;
+  // Synthetic sources describe their tensors instead of materialising them, so that a
+  // backend can generate the weights where they live (ops::FillUniformParams). Records
+  // the tensor as touched, like read().
+  virtual bool synthetic_recipe(const std::string& name, const Shape& full_shape, SyntheticRecipe* recipe) {
+    return false;
+  }
 
   // Every tensor name read so far (tests prove a rank touched only what it owns).
   std::set<std::string> touched() const {
@@ -57,8 +71,10 @@ class SyntheticWeightSource final : public WeightSource {
   SyntheticWeightSource(ModelConfig config, uint64_t seed) : config_(std::move(config)), seed_(seed) {}
   Tensor read(const std::string& name, const Shape& full_shape, Slice rows, Slice cols) override;
   std::string describe() const override;
+  bool synthetic_recipe(const std::string& name, const Shape& full_shape, SyntheticRecipe* recipe) override;
 
  private:
+  SyntheticRecipe recipe_of(const std::string& name, const Shape& full_shape) const;
   ModelConfig config_;
   uint64_t seed_;
 };

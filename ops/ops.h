@@ -140,7 +140,8 @@ struct MoeRouteParams {
 
 // out[t, :] (+)= sum over k with expert_begin <= ids[t, k] < expert_end of
 //   weights[t, k] * down_e(silu(gate_e(x_t)) * up_e(x_t)), e = ids[t, k].
-// w13[e - expert_begin] is [2 * inter, hidden] (gate rows then up rows), w2[...] [hidden, inter].
+// w13[e - expert_begin] is [2 * inter, hidden] (gate rows then up rows), w2[...] [hidden, inter];
+// the pointer tables themselves live in backend memory (uploaded once at load).
 struct MoeExpertsParams {
   const void* x;               // [tokens, hidden]
   const int32_t* topk_ids;     // [tokens, top_k]
@@ -150,6 +151,17 @@ struct MoeExpertsParams {
   void* out;                   // [tokens, hidden]
   int64_t tokens, top_k, hidden, inter, expert_begin, expert_end;
   bool accumulate = false;
+};
+
+// out[r, c] = offset + amplitude * uniform_pm1(seed, (row0 + r) * full_cols + col0 + c), in
+// the backend's weight dtype (fp32 when out_f32): synthetic weights generated where they
+// live, bit-identical to SyntheticWeightSource::read on the host.
+struct FillUniformParams {
+  void* out;  // [rows, cols]
+  int64_t rows, cols, full_cols, row0, col0;
+  uint64_t seed;
+  float offset, amplitude;
+  bool out_f32 = false;
 };
 
 // Per-row sampling options. temperature 0 = greedy.
@@ -195,6 +207,7 @@ class Backend {
   virtual void moe_route(const MoeRouteParams& p) = 0;
   virtual void moe_experts(const MoeExpertsParams& p) = 0;
   virtual void sample(const SampleParams& p) = 0;
+  virtual void fill_uniform(const FillUniformParams& p) = 0;
 };
 
 // FLOPs and bytes of each op (fp32 element size `elem`); shared by every backend and the

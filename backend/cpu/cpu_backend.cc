@@ -302,6 +302,15 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void fill_uniform(const FillUniformParams& p) override {
+    pool().parallel_for(static_cast<size_t>(p.rows), 64, [&](size_t begin, size_t end) {
+      for (size_t r = begin; r < end; ++r)
+        for (int64_t c = 0; c < p.cols; ++c)
+          F(p.out)[r * p.cols + c] =
+              p.offset + p.amplitude * uniform_pm1(p.seed, static_cast<uint64_t>((p.row0 + r) * p.full_cols + p.col0 + c));
+    });
+  }
+
   void sample(const SampleParams& p) override {
     for (int64_t r = 0; r < p.rows; ++r) p.tokens[r] = sample_row(p.logits + r * p.vocab, p.vocab, p.options[r]);
   }

@@ -1,0 +1,262 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "backend/cuda/kernels.h"
+#include "core/error.h"
+
+namespace moeserve::cuda {
+
+#define MS_CUDA(call)                                                                           \
+  do {                                                                                          \
+    const cudaError_t status_ = (call);                                                         \
+    MS_CHECK(status_ == cudaSuccess, "CUDA error {} at {}:{}: {}", static_cast<int>(status_), __FILE__, \
+             __LINE__, cudaGetErrorString(status_));                                            \
+  } while (0)
+#define MS_CUBLAS(call)                                                                                       \
+  do {                                                                                                        \
+    const cublasStatus_t status_ = (call);                                                                    \
+    MS_CHECK(status_ == CUBLAS_STATUS_SUCCESS, "cuBLAS error {} at {}:{}", static_cast<int>(status_), __FILE__, \
+             __LINE__);                                                                                       \
+  } while (0)
+
+int device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return count;
+}
+
+namespace {
+
+using namespace moeserve::ops;
+
+// Caching allocator: freed blocks are kept by exact size and handed out again, so the
+// per-step activation buffers cost no cudaMalloc after the first step of each shape.
+class BlockCache {
+ public:
+  explicit BlockCache(int device) : device_(device) {}
+  ~BlockCache() {
+    for (auto& [bytes, ptr] : free_) cudaFree(ptr);
+  }
+  void* take(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = free_.find(bytes);
+    if (it != free_.end()) {
+      void* p = it->second;
+      free_.erase(it);
+      return p;
+    }
+    void* p = nullptr;
+    cudaSetDevice(device_);
+    const cudaError_t status = cudaMalloc(&p, bytes);
+    if (status != cudaSuccess) {
+      // Give cached blocks back to the driver and retry once.
+      for (auto& [b, q] : free_) cudaFree(q);
+      free_.clear();
+      cudaGetLastError();
+      MS_CUDA(cudaMalloc(&p, bytes));
+    }
+    return p;
+  }
+  void give_back(void* p, size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.emplace(bytes, p);
+  }
+
+ private:
+  int device_;
+  std::mutex mutex_;
+  std::multimap<size_t, void*> free_;
+};
+
+class DeviceBuffer final : public Buffer {
+ public:
+  DeviceBuffer(std::shared_ptr<BlockCache> cache, size_t nbytes)
+      : cache_(std::move(cache)), nbytes_(nbytes), ptr_(cache_->take(std::max<size_t>(nbytes, 256))) {}
+  ~DeviceBuffer() override { cache_->give_back(ptr_, std::max<size_t>(nbytes_, 256)); }
+  void* data() override { return ptr_; }
+  size_t nbytes() const override { return nbytes_; }
+
+ private:
+  std::shared_ptr<BlockCache> cache_;
+  size_t nbytes_;
+  void* ptr_;
+};
+
+}  // namespace
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device), cache_(std::make_shared<BlockCache>(device)) {
+    const int count = device_count();
+    MS_CHECK(device >= 0 && device < count, "CUDA device {} requested, {} visible", device, count);
+    MS_CUDA(cudaSetDevice(device));
+    MS_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    MS_CUBLAS(cublasCreate(&cublas_));
+    MS_CUBLAS(cublasSetStream(cublas_, stream_));
+    // A fixed cuBLAS workspace: no allocation inside CUDA-graph capture.
+    MS_CUDA(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
+    MS_CUBLAS(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
+    MS_CUBLAS(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+  }
+  ~CudaBackend() override {
+    cudaSetDevice(device_);
+    cudaStreamSynchronize(stream_);
+    moe_workspace_.reset();
+    cublasDestroy(cublas_);
+    cudaFree(cublas_workspace_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return "cuda:" + std::to_string(device_); }
+  DType activation_dtype() const override { return DType::BF16; }
+  cudaStream_t stream() const { return stream_; }
+
+  BufferPtr alloc(size_t nbytes) override {
+    cudaSetDevice(device_);
+    return std::make_unique<DeviceBuffer>(cache_, nbytes);
+  }
+  void upload(Buffer& dst, size_t offset, const void* src, size_t nbytes) override {
+    MS_CHECK(offset + nbytes <= dst.nbytes(), "upload of {} bytes at {} overruns a {}-byte buffer", nbytes, offset,
+             dst.nbytes());
+    MS_CUDA(cudaMemcpyAsync(static_cast<char*>(dst.data()) + offset, src, nbytes, cudaMemcpyHostToDevice, stream_));
+    // Pageable source memory may be reused by the caller as soon as we return.
+    MS_CUDA(cudaStreamSynchronize(stream_));
+  }
+  void download(void* dst, const Buffer& src, size_t offset, size_t nbytes) override {
+    MS_CHECK(offset + nbytes <= src.nbytes(), "download of {} bytes at {} overruns a {}-byte buffer", nbytes,
+             offset, src.nbytes());
+    MS_CUDA(cudaMemcpyAsync(dst, static_cast<const char*>(const_cast<Buffer&>(src).data()) + offset, nbytes,
+                            cudaMemcpyDeviceToHost, stream_));
+    MS_CUDA(cudaStreamSynchronize(stream_));
+  }
+  BufferPtr upload_weight(const Tensor& host_f32, bool keep_f32) override {
+    const int64_t n = host_f32.numel();
+    if (keep_f32) {
+      auto buffer = alloc(n * 4);
+      upload(*buffer, 0, host_f32.raw(), n * 4);
+      return buffer;
+    }
+    std::vector<uint16_t> bf(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) bf[i] = f32_to_bf16(host_f32.f32()[i]);
+    auto buffer = alloc(n * 2);
+    upload(*buffer, 0, bf.data(), n * 2);
+    return buffer;
+  }
+  void synchronize() override { MS_CUDA(cudaStreamSynchronize(stream_)); }
+
+  void embedding(const EmbeddingParams& p) override {
+    launch_embedding(p.ids, p.table, p.out, p.tokens, p.hidden, p.vocab_begin, p.vocab_end, stream_);
+  }
+  void rms_norm(const RmsNormParams& p) override {
+    launch_rms_norm(p.x, p.weight, p.y, p.rows, p.dim, p.x_stride, p.y_stride, p.eps, stream_);
+  }
+  void add(const AddParams& p) override { launch_add(p.acc, p.x, p.count, stream_); }
+
+  void linear(const LinearParams& p) override {
+    if (p.rows == 0) return;
+    // Row-major y[T, N] = x[T, K] W[N, K]^T is column-major y^T = W^T^T x^T: A = W (K x N,
+    // transposed), B = x (K x T), C = y (N x T).
+    const float alpha = 1.0f, beta = p.accumulate ? 1.0f : 0.0f;
+    MS_CUBLAS(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(p.out_features),
+                           static_cast<int>(p.rows), static_cast<int>(p.in_features), &alpha, p.weight, CUDA_R_16BF,
+                           static_cast<int>(p.in_features), p.x, CUDA_R_16BF, static_cast<int>(p.x_stride), &beta,
+                           p.y, p.y_f32 ? CUDA_R_32F : CUDA_R_16BF, static_cast<int>(p.y_stride), CUBLAS_COMPUTE_32F,
+                           CUBLAS_GEMM_DEFAULT));
+  }
+
+  void rope(const RopeParams& p) override {
+    launch_rope(p.x, p.positions, p.inv_freq, p.tokens, p.heads, p.token_stride, p.head_stride, p.rope_dim,
+                p.attention_factor, p.interleaved, stream_);
+  }
+  void silu_mul(const SiluMulParams& p) override { launch_silu_mul(p.gate_up, p.out, p.tokens, p.inter, stream_); }
+
+  void mla_q_absorb(const MlaQAbsorbParams& p) override {
+    if (p.tokens == 0) return;
+    // Per head h: q_latent_h [T, L] = q_nope_h [T, nope] @ W_uk_h [nope, L]; column-major
+    // q_latent_h^T [L, T] = W_uk_h^T [L, nope] (W_uk_h row-major is col-major L x nope) x q_nope_h^T.
+    const float alpha = 1.0f, beta = 0.0f;
+    MS_CUBLAS(cublasGemmStridedBatchedEx(
+        cublas_, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(p.latent), static_cast<int>(p.tokens),
+        static_cast<int>(p.nope), &alpha, p.kv_b, CUDA_R_16BF, static_cast<int>(p.latent),
+        (p.nope + p.v) * p.latent, p.q, CUDA_R_16BF, static_cast<int>(p.heads * p.q_head_stride), p.q_head_stride,
+        &beta, p.q_latent, CUDA_R_16BF, static_cast<int>(p.heads * p.latent), p.latent, static_cast<int>(p.heads),
+        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+
+  void mla_v_up(const MlaVUpParams& p) override {
+    if (p.tokens == 0) return;
+    // Per head h: out_h [T, v] = latent_h [T, L] @ W_uv_h^T; column-major out_h^T [v, T] =
+    // W_uv_h [v, L] (col-major L x v, transposed) x latent_h^T [L, T].
+    const float alpha = 1.0f, beta = 0.0f;
+    MS_CUBLAS(cublasGemmStridedBatchedEx(
+        cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(p.v), static_cast<int>(p.tokens),
+        static_cast<int>(p.latent), &alpha, static_cast<const char*>(p.kv_b) + p.nope * p.latent * 2, CUDA_R_16BF,
+        static_cast<int>(p.latent), (p.nope + p.v) * p.latent, p.attn_latent, CUDA_R_16BF,
+        static_cast<int>(p.heads * p.latent), p.latent, &beta, p.out, CUDA_R_16BF, static_cast<int>(p.heads * p.v),
+        p.v, static_cast<int>(p.heads), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+
+  void kv_write(const KvWriteParams& p) override { launch_kv_write(p.entries, p.slots, p.cache, p.tokens, p.width, stream_); }
+
+  void mla_attention(const MlaAttentionParams& p) override {
+    launch_mla_attention(p.q_latent, p.q_rope, p.cache, p.block_tables, p.seq_of_token, p.positions, p.out, p.tokens,
+                         p.heads, p.latent, p.rope, p.q_head_stride, p.rope_offset, p.page_size, p.max_pages_per_seq,
+                         p.scale, stream_);
+  }
+
+  void moe_route(const MoeRouteParams& p) override {
+    launch_moe_route(p.x, p.weight, p.bias, p.topk_ids, p.topk_weights, p.tokens, p.hidden, p.experts, p.n_group,
+                     p.topk_group, p.top_k, p.norm_topk_prob, p.routed_scaling_factor, stream_);
+  }
+
+  void moe_experts(const MoeExpertsParams& p) override {
+    const int64_t bytes =
+        moe_workspace_bytes(p.tokens, p.top_k, p.expert_end - p.expert_begin, p.hidden, p.inter);
+    if (!moe_workspace_ || static_cast<int64_t>(moe_workspace_->nbytes()) < bytes) {
+      MS_CUDA(cudaStreamSynchronize(stream_));  // the old workspace may still be in use
+      moe_workspace_ = alloc(static_cast<size_t>(bytes));
+    }
+    launch_moe_experts(p.x, p.topk_ids, p.topk_weights, p.w13, p.w2, p.out, p.tokens, p.top_k, p.hidden, p.inter,
+                       p.expert_begin, p.expert_end, p.accumulate, moe_workspace_->data(), stream_);
+  }
+
+  void sample(const SampleParams& p) override {
+    for (int64_t r = 0; r < p.rows; ++r)
+      MS_CHECK(p.options[r].temperature <= 0.0f || p.options[r].top_k == 1,
+               "CUDA sampling supports greedy rows only; row {} has temperature {}", r, p.options[r].temperature);
+    launch_argmax_rows(p.logits, p.tokens, p.rows, p.vocab, stream_);
+  }
+
+  void fill_uniform(const FillUniformParams& p) override {
+    launch_fill_uniform(p.out, p.out_f32, p.rows, p.cols, p.full_cols, p.row0, p.col0, p.seed, p.offset, p.amplitude,
+                        stream_);
+  }
+
+ private:
+  static constexpr size_t kCublasWorkspaceBytes = 32u << 20;
+  int device_;
+  std::shared_ptr<BlockCache> cache_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  void* cublas_workspace_ = nullptr;
+  BufferPtr moe_workspace_;
+};
+
+std::unique_ptr<ops::Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+
+cudaStream_t stream_of(ops::Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  MS_CHECK(cuda != nullptr, "backend '{}' is not a CUDA backend", backend.name());
+  return cuda->stream();
+}
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,173 @@
+// Row-wise and elementwise kernels. bf16 storage, fp32 arithmetic.
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/kernels.h"
+#include "core/random.h"
+
+namespace moeserve::cuda {
+
+namespace {
+
+__global__ void embedding_kernel(const int32_t* ids, const bf16* table, bf16* out, int64_t hidden,
+                                 int64_t vocab_begin, int64_t vocab_end) {
+  const int64_t t = blockIdx.x;
+  const int64_t id = ids[t];
+  bf16* row = out + t * hidden;
+  const bool owned = id >= vocab_begin && id < vocab_end;
+  const bf16* src = table + (id - vocab_begin) * hidden;
+  for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) row[i] = owned ? src[i] : to_bf(0.0f);
+}
+
+// One block per row. In place (x == y) is safe: the row is reduced before any write.
+__global__ void rms_norm_kernel(const bf16* x, const bf16* weight, bf16* y, int64_t dim, int64_t x_stride,
+                                int64_t y_stride, float eps) {
+  __shared__ float scratch[32];
+  const bf16* xr = x + blockIdx.x * x_stride;
+  bf16* yr = y + blockIdx.x * y_stride;
+  float sum_sq = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    const float v = to_f(xr[i]);
+    sum_sq += v * v;
+  }
+  const float inv = rsqrtf(block_sum(sum_sq, scratch) / static_cast<float>(dim) + eps);
+  // transformers: weight * (x * rsqrt(...)).to(bf16)
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x)
+    yr[i] = to_bf(to_f(weight[i]) * to_f(to_bf(to_f(xr[i]) * inv)));
+}
+
+__global__ void add_kernel(bf16* acc, const bf16* x, int64_t count) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < count) acc[i] = to_bf(to_f(acc[i]) + to_f(x[i]));
+}
+
+__global__ void rope_kernel(bf16* x, const int32_t* positions, const float* inv_freq, int64_t heads,
+                            int64_t token_stride, int64_t head_stride, int64_t rope_dim, float attention_factor,
+                            bool interleaved) {
+  const int64_t t = blockIdx.x;
+  const int64_t half = rope_dim / 2;
+  const float pos = static_cast<float>(positions[t]);
+  for (int64_t idx = threadIdx.x; idx < heads * half; idx += blockDim.x) {
+    const int64_t h = idx / half, i = idx % half;
+    float s, c;
+    sincosf(pos * inv_freq[i], &s, &c);
+    c *= attention_factor;
+    s *= attention_factor;
+    bf16* v = x + t * token_stride + h * head_stride;
+    const int64_t a = interleaved ? 2 * i : i;
+    const int64_t b = interleaved ? 2 * i + 1 : i + half;
+    const float x1 = to_f(v[a]), x2 = to_f(v[b]);
+    v[a] = to_bf(x1 * c - x2 * s);
+    v[b] = to_bf(x2 * c + x1 * s);
+  }
+}
+
+__global__ void silu_mul_kernel(const bf16* gate_up, bf16* out, int64_t tokens, int64_t inter) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= tokens * inter) return;
+  const int64_t t = i / inter, n = i % inter;
+  const float g = to_f(gate_up[t * 2 * inter + n]);
+  const float u = to_f(gate_up[t * 2 * inter + inter + n]);
+  // transformers (bf16): act_fn(gate) rounds to bf16 before the product.
+  out[i] = to_bf(to_f(to_bf(g / (1.0f + __expf(-g)))) * u);
+}
+
+__global__ void copy_rows_kernel(const bf16* src, const int32_t* src_rows, const int32_t* dst_rows, bf16* dst,
+                                 int64_t width) {
+  const int64_t r = blockIdx.x;
+  const int64_t s = src_rows ? src_rows[r] : r;
+  const int64_t d = dst_rows ? dst_rows[r] : r;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) dst[d * width + i] = src[s * width + i];
+}
+
+__global__ void fill_uniform_kernel(void* out, bool out_f32, int64_t rows, int64_t cols, int64_t full_cols,
+                                    int64_t row0, int64_t col0, uint64_t seed, float offset, float amplitude) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= rows * cols) return;
+  const int64_t r = i / cols, c = i % cols;
+  // Explicit rounding (no FMA contraction) so that values equal the host generator bit for bit.
+  const float v =
+      __fadd_rn(offset, __fmul_rn(amplitude, uniform_pm1(seed, static_cast<uint64_t>((row0 + r) * full_cols + col0 + c))));
+  if (out_f32) {
+    static_cast<float*>(out)[i] = v;
+  } else {
+    static_cast<bf16*>(out)[i] = to_bf(v);
+  }
+}
+
+__global__ void f32_to_bf16_kernel(const float* src, bf16* dst, int64_t count) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < count) dst[i] = to_bf(src[i]);
+}
+
+__global__ void bf16_to_f32_kernel(const bf16* src, float* dst, int64_t count) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < count) dst[i] = to_f(src[i]);
+}
+
+}  // namespace
+
+void launch_embedding(const int32_t* ids, const void* table, void* out, int64_t tokens, int64_t hidden,
+                      int64_t vocab_begin, int64_t vocab_end, cudaStream_t stream) {
+  if (tokens == 0) return;
+  embedding_kernel<<<tokens, 256, 0, stream>>>(ids, static_cast<const bf16*>(table), static_cast<bf16*>(out), hidden,
+                                               vocab_begin, vocab_end);
+}
+
+void launch_rms_norm(const void* x, const void* weight, void* y, int64_t rows, int64_t dim, int64_t x_stride,
+                     int64_t y_stride, float eps, cudaStream_t stream) {
+  if (rows == 0) return;
+  const int threads = dim >= 1024 ? 512 : (dim >= 256 ? 256 : 64);
+  rms_norm_kernel<<<rows, threads, 0, stream>>>(static_cast<const bf16*>(x), static_cast<const bf16*>(weight),
+                                                static_cast<bf16*>(y), dim, x_stride, y_stride, eps);
+}
+
+void launch_add(void* acc, const void* x, int64_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  add_kernel<<<blocks_for(count, 256), 256, 0, stream>>>(static_cast<bf16*>(acc), static_cast<const bf16*>(x), count);
+}
+
+void launch_rope(void* x, const int32_t* positions, const float* inv_freq, int64_t tokens, int64_t heads,
+                 int64_t token_stride, int64_t head_stride, int64_t rope_dim, float attention_factor,
+                 bool interleaved, cudaStream_t stream) {
+  if (tokens == 0) return;
+  rope_kernel<<<tokens, 256, 0, stream>>>(static_cast<bf16*>(x), positions, inv_freq, heads, token_stride,
+                                          head_stride, rope_dim, attention_factor, interleaved);
+}
+
+void launch_silu_mul(const void* gate_up, void* out, int64_t tokens, int64_t inter, cudaStream_t stream) {
+  if (tokens * inter == 0) return;
+  silu_mul_kernel<<<blocks_for(tokens * inter, 256), 256, 0, stream>>>(static_cast<const bf16*>(gate_up),
+                                                                       static_cast<bf16*>(out), tokens, inter);
+}
+
+void launch_kv_write(const void* entries, const int32_t* slots, void* cache, int64_t tokens, int64_t width,
+                     cudaStream_t stream) {
+  if (tokens == 0) return;
+  copy_rows_kernel<<<tokens, 128, 0, stream>>>(static_cast<const bf16*>(entries), nullptr, slots,
+                                               static_cast<bf16*>(cache), width);
+}
+
+void launch_gather_rows(const void* src, const int32_t* rows, void* dst, int64_t num_rows, int64_t width,
+                        cudaStream_t stream) {
+  if (num_rows == 0) return;
+  copy_rows_kernel<<<num_rows, 128, 0, stream>>>(static_cast<const bf16*>(src), rows, nullptr,
+                                                 static_cast<bf16*>(dst), width);
+}
+
+void launch_fill_uniform(void* out, bool out_f32, int64_t rows, int64_t cols, int64_t full_cols, int64_t row0,
+                         int64_t col0, uint64_t stream_seed, float offset, float amplitude, cudaStream_t stream) {
+  if (rows * cols == 0) return;
+  fill_uniform_kernel<<<blocks_for(rows * cols, 256), 256, 0, stream>>>(out, out_f32, rows, cols, full_cols, row0,
+                                                                        col0, stream_seed, offset, amplitude);
+}
+
+void launch_f32_to_bf16(const float* src, void* dst, int64_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  f32_to_bf16_kernel<<<blocks_for(count, 256), 256, 0, stream>>>(src, static_cast<bf16*>(dst), count);
+}
+
+void launch_bf16_to_f32(const void* src, float* dst, int64_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  bf16_to_f32_kernel<<<blocks_for(count, 256), 256, 0, stream>>>(static_cast<const bf16*>(src), dst, count);
+}
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,345 @@
+// MoE on the device: the DeepSeek-V3 router and the grouped expert computation.
+//
+// Grouped experts, all device-side (no host synchronisation, CUDA-graph capturable):
+//   1. count the (token, k) pairs routed to each local expert, scan to offsets,
+//   2. scatter pair ids into expert order (slot_of[t * top_k + k] = position or -1),
+//   3. gate/up: one warp per weight row pair streams the row once and multiplies it with
+//      every token routed to that expert; writes act = silu(gate) * up,
+//   4. down: the same over w2 rows; fp32 partial rows per pair,
+//   5. combine: out[t] = sum over k (in k order) of weight[t, k] * partial[slot], so the
+//      result does not depend on the order pairs were scattered in.
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/kernels.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace moeserve::cuda {
+
+namespace {
+
+constexpr int kRouteThreads = 256;
+constexpr int kWarpsPerBlock = 4;
+constexpr int kRowsPerWarp = 4;
+constexpr int kTokensPerPass = 4;
+
+// Lexicographic "better": larger score, then smaller index (the CPU reference's order).
+__device__ __forceinline__ bool better(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
+
+// Warp-wide argmax over values[0..n) skipping taken[]; returns the index (or -1).
+__device__ int warp_argmax(const float* values, const bool* taken, int n) {
+  const int lane = threadIdx.x & 31;
+  float best = -INFINITY;
+  int best_i = -1;
+  for (int i = lane; i < n; i += 32)
+    if (!taken[i] && (best_i < 0 || better(values[i], i, best, best_i))) {
+      best = values[i];
+      best_i = i;
+    }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float other = __shfl_xor_sync(0xffffffffu, best, offset);
+    const int other_i = __shfl_xor_sync(0xffffffffu, best_i, offset);
+    if (other_i >= 0 && (best_i < 0 || better(other, other_i, best, best_i))) {
+      best = other;
+      best_i = other_i;
+    }
+  }
+  return best_i;
+}
+
+__global__ void route_kernel(const bf16* x, const float* weight, const float* bias, int32_t* topk_ids,
+                             float* topk_weights, int hidden, int experts, int n_group, int topk_group, int top_k,
+                             bool norm_topk_prob, float scaling) {
+  extern __shared__ float shared[];
+  float* xs = shared;                     // [hidden]
+  float* scores = xs + hidden;            // [experts]
+  float* choice = scores + experts;       // [experts]
+  float* group_scores = choice + experts; // [n_group]
+  bool* taken = reinterpret_cast<bool*>(group_scores + n_group);  // [max(experts, n_group)]
+  const int t = blockIdx.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) xs[i] = to_f(x[static_cast<int64_t>(t) * hidden + i]);
+  __syncthreads();
+  for (int e = warp; e < experts; e += warps) {
+    const float* w = weight + static_cast<int64_t>(e) * hidden;
+    float partial = 0.0f;
+    for (int i = lane; i < hidden; i += 32) partial += w[i] * xs[i];
+    const float logit = warp_sum(partial);
+    if (lane == 0) {
+      scores[e] = 1.0f / (1.0f + expf(-logit));
+      choice[e] = scores[e] + bias[e];
+    }
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  const int group_size = experts / n_group;
+  // Group score: the sum of the group's two best biased scores.
+  for (int g = lane; g < n_group; g += 32) {
+    float best = -INFINITY, second = -INFINITY;
+    for (int e = g * group_size; e < (g + 1) * group_size; ++e) {
+      if (choice[e] > best) {
+        second = best;
+        best = choice[e];
+      } else if (choice[e] > second) {
+        second = choice[e];
+      }
+    }
+    group_scores[g] = best + second;
+  }
+  for (int g = lane; g < n_group; g += 32) taken[g] = false;
+  __syncwarp();
+  // Keep topk_group groups: mark the kept ones in `keep` bits (n_group <= 64).
+  unsigned long long keep = 0;
+  for (int i = 0; i < topk_group; ++i) {
+    const int g = warp_argmax(group_scores, taken, n_group);
+    __syncwarp();
+    if (lane == 0) taken[g] = true;
+    keep |= 1ull << g;
+    __syncwarp();
+  }
+  for (int e = lane; e < experts; e += 32) {
+    if (!((keep >> (e / group_size)) & 1ull)) choice[e] = -INFINITY;
+    taken[e] = false;
+  }
+  __syncwarp();
+  float sum = 0.0f;
+  for (int k = 0; k < top_k; ++k) {
+    const int e = warp_argmax(choice, taken, experts);
+    __syncwarp();
+    if (lane == 0) {
+      taken[e] = true;
+      topk_ids[static_cast<int64_t>(t) * top_k + k] = e;
+      topk_weights[static_cast<int64_t>(t) * top_k + k] = scores[e];
+    }
+    sum += scores[e];
+    __syncwarp();
+  }
+  if (lane == 0) {
+    const float denom = sum + 1e-20f;
+    for (int k = 0; k < top_k; ++k) {
+      float w = topk_weights[static_cast<int64_t>(t) * top_k + k];
+      if (norm_topk_prob) w /= denom;
+      topk_weights[static_cast<int64_t>(t) * top_k + k] = w * scaling;
+    }
+  }
+}
+
+struct MoeWorkspace {
+  int32_t* counts;   // [local_experts]
+  int32_t* offsets;  // [local_experts + 1]
+  int32_t* cursor;   // [local_experts]
+  int32_t* pair_of_slot;  // [pairs]: t * top_k + k of the pair at each sorted position
+  int32_t* slot_of_pair;  // [pairs]: sorted position of pair (t, k), or -1 when not local
+  bf16* act;         // [pairs, inter]
+  float* partial;    // [pairs, hidden]
+};
+
+int64_t align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+MoeWorkspace carve(void* base, int64_t pairs, int64_t local_experts, int64_t hidden, int64_t inter) {
+  auto* p = static_cast<char*>(base);
+  MoeWorkspace w;
+  w.counts = reinterpret_cast<int32_t*>(p);
+  p += align256(4 * local_experts);
+  w.offsets = reinterpret_cast<int32_t*>(p);
+  p += align256(4 * (local_experts + 1));
+  w.cursor = reinterpret_cast<int32_t*>(p);
+  p += align256(4 * local_experts);
+  w.pair_of_slot = reinterpret_cast<int32_t*>(p);
+  p += align256(4 * pairs);
+  w.slot_of_pair = reinterpret_cast<int32_t*>(p);
+  p += align256(4 * pairs);
+  w.act = reinterpret_cast<bf16*>(p);
+  p += align256(2 * pairs * inter);
+  w.partial = reinterpret_cast<float*>(p);
+  return w;
+}
+
+__global__ void count_kernel(const int32_t* ids, int64_t pairs, int expert_begin, int expert_end, int32_t* counts) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= pairs) return;
+  const int e = ids[i];
+  if (e >= expert_begin && e < expert_end) atomicAdd(&counts[e - expert_begin], 1);
+}
+
+__global__ void scan_kernel(const int32_t* counts, int32_t* offsets, int32_t* cursor, int local_experts) {
+  if (threadIdx.x != 0) return;
+  int32_t running = 0;
+  for (int e = 0; e < local_experts; ++e) {
+    offsets[e] = running;
+    cursor[e] = running;
+    running += counts[e];
+  }
+  offsets[local_experts] = running;
+}
+
+__global__ void scatter_kernel(const int32_t* ids, int64_t pairs, int expert_begin, int expert_end, int32_t* cursor,
+                               int32_t* pair_of_slot, int32_t* slot_of_pair) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= pairs) return;
+  const int e = ids[i];
+  if (e >= expert_begin && e < expert_end) {
+    const int32_t slot = atomicAdd(&cursor[e - expert_begin], 1);
+    pair_of_slot[slot] = static_cast<int32_t>(i);
+    slot_of_pair[i] = slot;
+  } else {
+    slot_of_pair[i] = -1;
+  }
+}
+
+// Dot products of one weight row (16-byte loads) with up to kTokensPerPass input rows.
+// inner % 8 == 0; rows 16-byte aligned.
+template <int kRows>
+__device__ __forceinline__ void rows_dot_tokens(const bf16* const (&w)[kRows], const bf16* const* x_rows,
+                                                int num_tokens, int inner, float (&acc)[kRows][kTokensPerPass]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int j = 0; j < kTokensPerPass; ++j) acc[r][j] = 0.0f;
+  for (int base = lane * 8; base < inner; base += 32 * 8) {
+    float wv[kRows][8];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const uint4 packed = *reinterpret_cast<const uint4*>(w[r] + base);
+      const bf16* v = reinterpret_cast<const bf16*>(&packed);
+#pragma unroll
+      for (int q = 0; q < 8; ++q) wv[r][q] = to_f(v[q]);
+    }
+#pragma unroll
+    for (int j = 0; j < kTokensPerPass; ++j) {
+      if (j >= num_tokens) break;
+      const uint4 packed = *reinterpret_cast<const uint4*>(x_rows[j] + base);
+      const bf16* v = reinterpret_cast<const bf16*>(&packed);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+#pragma unroll
+        for (int q = 0; q < 8; ++q) acc[r][j] += wv[r][q] * to_f(v[q]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int j = 0; j < kTokensPerPass; ++j) acc[r][j] = warp_sum(acc[r][j]);
+}
+
+// grid (local_experts, ceil(inter / (kWarpsPerBlock * kRowsPerWarp)))
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+gate_up_kernel(const bf16* x, const void* const* w13, MoeWorkspace ws, int top_k, int hidden, int inter) {
+  const int e = blockIdx.x;
+  const int begin = ws.offsets[e], end = ws.offsets[e + 1];
+  if (begin == end) return;
+  const bf16* weights = static_cast<const bf16*>(w13[e]);  // [2 * inter, hidden]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    const int n = (blockIdx.y * kWarpsPerBlock + warp) * kRowsPerWarp + rr;
+    if (n >= inter) return;
+    const bf16* const rows[2] = {weights + static_cast<int64_t>(n) * hidden,
+                                 weights + static_cast<int64_t>(inter + n) * hidden};
+    for (int first = begin; first < end; first += kTokensPerPass) {
+      const int count = min(kTokensPerPass, end - first);
+      const bf16* x_rows[kTokensPerPass];
+#pragma unroll
+      for (int j = 0; j < kTokensPerPass; ++j)
+        x_rows[j] = x + static_cast<int64_t>(ws.pair_of_slot[first + min(j, count - 1)] / top_k) * hidden;
+      float acc[2][kTokensPerPass];
+      rows_dot_tokens<2>(rows, x_rows, count, hidden, acc);
+      if (lane == 0)
+        for (int j = 0; j < count; ++j) {
+          // transformers (bf16): gate and up are bf16 linear outputs; silu(gate) is rounded too.
+          const float g = to_f(to_bf(acc[0][j])), u = to_f(to_bf(acc[1][j]));
+          ws.act[static_cast<int64_t>(first + j) * inter + n] = to_bf(to_f(to_bf(g / (1.0f + __expf(-g)))) * u);
+        }
+    }
+  }
+}
+
+// grid (local_experts, ceil(hidden / (kWarpsPerBlock * kRowsPerWarp)))
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+down_kernel(const void* const* w2, MoeWorkspace ws, int hidden, int inter) {
+  const int e = blockIdx.x;
+  const int begin = ws.offsets[e], end = ws.offsets[e + 1];
+  if (begin == end) return;
+  const bf16* weights = static_cast<const bf16*>(w2[e]);  // [hidden, inter]
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+    const int n = (blockIdx.y * kWarpsPerBlock + warp) * kRowsPerWarp + rr;
+    if (n >= hidden) return;
+    const bf16* const rows[1] = {weights + static_cast<int64_t>(n) * inter};
+    for (int first = begin; first < end; first += kTokensPerPass) {
+      const int count = min(kTokensPerPass, end - first);
+      const bf16* act_rows[kTokensPerPass];
+#pragma unroll
+      for (int j = 0; j < kTokensPerPass; ++j) act_rows[j] = ws.act + static_cast<int64_t>(first + min(j, count - 1)) * inter;
+      float acc[1][kTokensPerPass];
+      rows_dot_tokens<1>(rows, act_rows, count, inter, acc);
+      if (lane == 0)
+        for (int j = 0; j < count; ++j) ws.partial[static_cast<int64_t>(first + j) * hidden + n] = to_f(to_bf(acc[0][j]));
+    }
+  }
+}
+
+__global__ void combine_kernel(const float* topk_weights, MoeWorkspace ws, bf16* out, int top_k, int hidden,
+                               bool accumulate) {
+  const int64_t t = blockIdx.x;
+  for (int n = threadIdx.x; n < hidden; n += blockDim.x) {
+    float sum = accumulate ? to_f(out[t * hidden + n]) : 0.0f;
+    for (int k = 0; k < top_k; ++k) {
+      const int32_t slot = ws.slot_of_pair[t * top_k + k];
+      if (slot >= 0) sum += topk_weights[t * top_k + k] * ws.partial[static_cast<int64_t>(slot) * hidden + n];
+    }
+    out[t * hidden + n] = to_bf(sum);
+  }
+}
+
+}  // namespace
+
+void launch_moe_route(const void* x, const float* weight, const float* bias, int32_t* topk_ids, float* topk_weights,
+                      int64_t tokens, int64_t hidden, int64_t experts, int64_t n_group, int64_t topk_group,
+                      int64_t top_k, bool norm_topk_prob, float routed_scaling_factor, cudaStream_t stream) {
+  if (n_group > 64) throw std::invalid_argument("moe_route: n_group " + std::to_string(n_group) + " > 64");
+  if (tokens == 0) return;
+  const size_t shared = sizeof(float) * (hidden + 2 * experts + n_group) + (experts > n_group ? experts : n_group);
+  if (shared > 48 * 1024) cudaFuncSetAttribute(route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
+  route_kernel<<<tokens, kRouteThreads, shared, stream>>>(
+      static_cast<const bf16*>(x), weight, bias, topk_ids, topk_weights, static_cast<int>(hidden),
+      static_cast<int>(experts), static_cast<int>(n_group), static_cast<int>(topk_group), static_cast<int>(top_k),
+      norm_topk_prob, routed_scaling_factor);
+}
+
+int64_t moe_workspace_bytes(int64_t tokens, int64_t top_k, int64_t local_experts, int64_t hidden, int64_t inter) {
+  const int64_t pairs = tokens * top_k;
+  return align256(4 * local_experts) * 2 + align256(4 * (local_experts + 1)) + 2 * align256(4 * pairs) +
+         align256(2 * pairs * inter) + align256(4 * pairs * hidden);
+}
+
+void launch_moe_experts(const void* x, const int32_t* topk_ids, const float* topk_weights, const void* const* w13,
+                        const void* const* w2, void* out, int64_t tokens, int64_t top_k, int64_t hidden,
+                        int64_t inter, int64_t expert_begin, int64_t expert_end, bool accumulate, void* workspace,
+                        cudaStream_t stream) {
+  if (hidden % 8 != 0 || inter % 8 != 0)
+    throw std::invalid_argument("moe_experts: hidden (" + std::to_string(hidden) + ") and expert intermediate (" +
+                                std::to_string(inter) + ") must be multiples of 8");
+  if (tokens == 0) return;
+  const int64_t pairs = tokens * top_k;
+  const int64_t local = expert_end - expert_begin;
+  MoeWorkspace ws = carve(workspace, pairs, local, hidden, inter);
+  cudaMemsetAsync(ws.counts, 0, 4 * local, stream);
+  count_kernel<<<blocks_for(pairs, 256), 256, 0, stream>>>(topk_ids, pairs, static_cast<int>(expert_begin),
+                                                            static_cast<int>(expert_end), ws.counts);
+  scan_kernel<<<1, 32, 0, stream>>>(ws.counts, ws.offsets, ws.cursor, static_cast<int>(local));
+  scatter_kernel<<<blocks_for(pairs, 256), 256, 0, stream>>>(topk_ids, pairs, static_cast<int>(expert_begin),
+                                                              static_cast<int>(expert_end), ws.cursor,
+                                                              ws.pair_of_slot, ws.slot_of_pair);
+  const int rows_per_block = kWarpsPerBlock * kRowsPerWarp;
+  const dim3 gate_grid(static_cast<unsigned>(local), static_cast<unsigned>((inter + rows_per_block - 1) / rows_per_block));
+  gate_up_kernel<<<gate_grid, kWarpsPerBlock * 32, 0, stream>>>(static_cast<const bf16*>(x), w13, ws,
+                                                                 static_cast<int>(top_k), static_cast<int>(hidden),
+                                                                 static_cast<int>(inter));
+  const dim3 down_grid(static_cast<unsigned>(local), static_cast<unsigned>((hidden + rows_per_block - 1) / rows_per_block));
+  down_kernel<<<down_grid, kWarpsPerBlock * 32, 0, stream>>>(w2, ws, static_cast<int>(hidden), static_cast<int>(inter));
+  combine_kernel<<<tokens, 256, 0, stream>>>(topk_weights, ws, static_cast<bf16*>(out), static_cast<int>(top_k),
+                                             static_cast<int>(hidden), accumulate);
+}
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,317 @@
+// Every CUDA op against the CPU reference on fresh random inputs (label: gpu). Inputs are
+// rounded to bf16 before the CPU runs them, so the comparison isolates the kernel's own
+// error; bf16 outputs and accumulation order give a normalised error well under 1e-2
+// (max |gpu - cpu| / max |cpu|). Outputs are poisoned with NaN before each run, so an
+// element the kernel forgets to write fails the comparison.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "core/dtype.h"
+#include "core/random.h"
+
+namespace moeserve {
+namespace {
+
+constexpr double kBf16Tolerance = 1e-2;
+
+class CudaOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    gpu = cuda::make_cuda_backend(0);
+    cpu = cpu::make_cpu_backend();
+  }
+
+  // Random values in [-scale, scale), rounded to bf16 (what the GPU will see).
+  std::vector<float> random(size_t n, float scale = 1.0f) {
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = bf16_to_f32(f32_to_bf16(scale * uniform_pm1(seed_, counter_++)));
+    ++seed_;
+    return v;
+  }
+  ops::BufferPtr to_gpu_bf16(const std::vector<float>& v) {
+    std::vector<uint16_t> bits(v.size());
+    for (size_t i = 0; i < v.size(); ++i) bits[i] = f32_to_bf16(v[i]);
+    auto b = gpu->alloc(std::max<size_t>(bits.size() * 2, 2));
+    if (!bits.empty()) gpu->upload(*b, 0, bits.data(), bits.size() * 2);
+    return b;
+  }
+  template <typename T>
+  ops::BufferPtr to_gpu_raw(const std::vector<T>& v) {
+    auto b = gpu->alloc(std::max<size_t>(v.size() * sizeof(T), 4));
+    if (!v.empty()) gpu->upload(*b, 0, v.data(), v.size() * sizeof(T));
+    return b;
+  }
+  ops::BufferPtr poisoned_bf16(size_t n) {
+    std::vector<uint16_t> nan(n, 0x7fc0);
+    auto b = gpu->alloc(std::max<size_t>(n * 2, 2));
+    gpu->upload(*b, 0, nan.data(), n * 2);
+    return b;
+  }
+  ops::BufferPtr poisoned_f32(size_t n) {
+    std::vector<float> nan(n, std::numeric_limits<float>::quiet_NaN());
+    return to_gpu_raw(nan);
+  }
+  std::vector<float> from_gpu_bf16(ops::Buffer& b, size_t n) {
+    std::vector<uint16_t> bits(n);
+    gpu->download(bits.data(), b, 0, n * 2);
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = bf16_to_f32(bits[i]);
+    return v;
+  }
+  std::vector<float> from_gpu_f32(ops::Buffer& b, size_t n) {
+    std::vector<float> v(n);
+    gpu->download(v.data(), b, 0, n * 4);
+    return v;
+  }
+  static void expect_close(const std::vector<float>& gpu_out, const std::vector<float>& ref, const char* what,
+                           double tolerance = kBf16Tolerance) {
+    ASSERT_EQ(gpu_out.size(), ref.size());
+    double max_diff = 0, max_ref = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      ASSERT_FALSE(std::isnan(gpu_out[i])) << what << ": element " << i << " not written (NaN)";
+      max_diff = std::max(max_diff, static_cast<double>(std::fabs(gpu_out[i] - ref[i])));
+      max_ref = std::max(max_ref, static_cast<double>(std::fabs(ref[i])));
+    }
+    EXPECT_LE(max_diff / std::max(max_ref, 1e-30), tolerance) << what << ": max diff " << max_diff << ", max |ref| " << max_ref;
+  }
+
+  std::unique_ptr<ops::Backend> gpu, cpu;
+  uint64_t seed_ = 1234, counter_ = 0;
+};
+
+TEST_F(CudaOps, EmbeddingWithVocabSlice) {
+  const int64_t tokens = 37, hidden = 96, begin = 100, end = 228;
+  auto table = random((end - begin) * hidden);
+  std::vector<int32_t> ids(tokens);
+  for (int64_t t = 0; t < tokens; ++t) ids[t] = static_cast<int32_t>((t * 53) % 300);
+  std::vector<float> ref(tokens * hidden);
+  cpu->embedding({ids.data(), table.data(), ref.data(), tokens, hidden, begin, end});
+  auto d_ids = to_gpu_raw(ids), d_table = to_gpu_bf16(table), d_out = poisoned_bf16(ref.size());
+  gpu->embedding({static_cast<int32_t*>(d_ids->data()), d_table->data(), d_out->data(), tokens, hidden, begin, end});
+  expect_close(from_gpu_bf16(*d_out, ref.size()), ref, "embedding");
+}
+
+TEST_F(CudaOps, RmsNormStridedAndInPlace) {
+  for (int64_t dim : {64, 512, 7168}) {
+    const int64_t rows = 9, stride = dim + 64;
+    auto x = random(rows * stride, 3.0f), w = random(dim);
+    std::vector<float> ref(rows * stride, 0.0f);
+    cpu->rms_norm({x.data(), w.data(), ref.data(), rows, dim, stride, stride, 1e-6f});
+    auto d_x = to_gpu_bf16(x), d_w = to_gpu_bf16(w);
+    gpu->rms_norm({d_x->data(), d_w->data(), d_x->data(), rows, dim, stride, stride, 1e-6f});  // in place
+    auto out = from_gpu_bf16(*d_x, x.size());
+    std::vector<float> got, want;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < dim; ++i) {
+        got.push_back(out[r * stride + i]);
+        want.push_back(ref[r * stride + i]);
+      }
+    expect_close(got, want, "rms_norm");
+  }
+}
+
+TEST_F(CudaOps, AddAndSiluMul) {
+  const int64_t tokens = 5, inter = 200;
+  auto acc = random(tokens * inter), x = random(tokens * inter);
+  auto ref = acc;
+  cpu->add({ref.data(), x.data(), tokens * inter});
+  auto d_acc = to_gpu_bf16(acc), d_x = to_gpu_bf16(x);
+  gpu->add({d_acc->data(), d_x->data(), tokens * inter});
+  expect_close(from_gpu_bf16(*d_acc, ref.size()), ref, "add");
+
+  auto gate_up = random(tokens * 2 * inter, 4.0f);
+  std::vector<float> act(tokens * inter);
+  cpu->silu_mul({gate_up.data(), act.data(), tokens, inter});
+  auto d_gu = to_gpu_bf16(gate_up), d_act = poisoned_bf16(act.size());
+  gpu->silu_mul({d_gu->data(), d_act->data(), tokens, inter});
+  expect_close(from_gpu_bf16(*d_act, act.size()), act, "silu_mul");
+}
+
+TEST_F(CudaOps, LinearIncludingStridesAccumulateAndFp32Output) {
+  for (auto [rows, in, out] : std::vector<std::array<int64_t, 3>>{{1, 7168, 512}, {33, 256, 96}, {64, 512, 1000}}) {
+    const int64_t x_stride = in + 8;
+    auto x = random(rows * x_stride), w = random(out * in, 1.0f / std::sqrt(static_cast<float>(in)));
+    auto y0 = random(rows * out);
+    std::vector<float> ref = y0;
+    ops::LinearParams p{x.data(), w.data(), ref.data(), rows, in, out, x_stride, out};
+    p.accumulate = true;
+    cpu->linear(p);
+    auto d_x = to_gpu_bf16(x), d_w = to_gpu_bf16(w), d_y = to_gpu_bf16(y0);
+    ops::LinearParams g{d_x->data(), d_w->data(), d_y->data(), rows, in, out, x_stride, out};
+    g.accumulate = true;
+    gpu->linear(g);
+    expect_close(from_gpu_bf16(*d_y, ref.size()), ref, "linear (accumulate)");
+
+    std::vector<float> ref32(rows * out);
+    cpu->linear({x.data(), w.data(), ref32.data(), rows, in, out, x_stride, out});
+    auto d_y32 = poisoned_f32(ref32.size());
+    ops::LinearParams f{d_x->data(), d_w->data(), d_y32->data(), rows, in, out, x_stride, out};
+    f.y_f32 = true;
+    gpu->linear(f);
+    expect_close(from_gpu_f32(*d_y32, ref32.size()), ref32, "linear (fp32 out)");
+  }
+}
+
+TEST_F(CudaOps, RopeInterleavedAndHalves) {
+  for (bool interleaved : {true, false}) {
+    const int64_t tokens = 6, heads = 3, head_stride = 24, rope = 8, token_stride = heads * head_stride;
+    auto x = random(tokens * token_stride);
+    std::vector<int32_t> pos = {0, 1, 5, 17, 300, 4095};
+    std::vector<float> inv_freq = {1.0f, 0.3f, 0.05f, 0.001f};
+    auto ref = x;
+    cpu->rope({ref.data() + 16, pos.data(), inv_freq.data(), tokens, heads, token_stride, head_stride, rope, 1.2f, interleaved});
+    auto d_x = to_gpu_bf16(x), d_pos = to_gpu_raw(pos), d_f = to_gpu_raw(inv_freq);
+    gpu->rope({static_cast<char*>(d_x->data()) + 16 * 2, static_cast<int32_t*>(d_pos->data()),
+               static_cast<float*>(d_f->data()), tokens, heads, token_stride, head_stride, rope, 1.2f, interleaved});
+    expect_close(from_gpu_bf16(*d_x, x.size()), ref, interleaved ? "rope interleaved" : "rope halves");
+  }
+}
+
+TEST_F(CudaOps, MlaAbsorbAttentionAndValueUp) {
+  const int64_t heads = 16, nope = 128, rope = 64, v = 128, latent = 512, qk = nope + rope;
+  const int64_t page_size = 64, pages = 8, max_pages = 4;
+  // Two sequences: one decoding at position 150, one prefilling 5 tokens at 0..4.
+  std::vector<int32_t> positions = {150, 0, 1, 2, 3, 4}, seq_of = {0, 1, 1, 1, 1, 1};
+  std::vector<int32_t> tables = {3, 0, 6, 1, /*seq 1*/ 5, 2, 4, 7};
+  const int64_t tokens = static_cast<int64_t>(positions.size());
+  auto q = random(tokens * heads * qk), kv_b = random(heads * (nope + v) * latent, 0.05f);
+  auto cache = random(pages * page_size * (latent + rope));
+
+  std::vector<float> q_lat(tokens * heads * latent), att(tokens * heads * latent), out(tokens * heads * v);
+  cpu->mla_q_absorb({q.data(), kv_b.data(), q_lat.data(), tokens, heads, qk, nope, v, latent});
+  // Round the absorbed query to bf16 as the GPU stores it, so attention compares like with like.
+  for (auto& x : q_lat) x = bf16_to_f32(f32_to_bf16(x));
+  ops::MlaAttentionParams a{q_lat.data(), q.data(), cache.data(), tables.data(), seq_of.data(), positions.data(),
+                            att.data(), tokens, heads, latent, rope, qk, nope, page_size, max_pages, 0.07f};
+  cpu->mla_attention(a);
+  for (auto& x : att) x = bf16_to_f32(f32_to_bf16(x));
+  cpu->mla_v_up({att.data(), kv_b.data(), out.data(), tokens, heads, nope, v, latent});
+
+  auto d_q = to_gpu_bf16(q), d_kvb = to_gpu_bf16(kv_b), d_cache = to_gpu_bf16(cache);
+  auto d_qlat = poisoned_bf16(q_lat.size()), d_att = poisoned_bf16(att.size()), d_out = poisoned_bf16(out.size());
+  auto d_tables = to_gpu_raw(tables), d_seq = to_gpu_raw(seq_of), d_pos = to_gpu_raw(positions);
+  gpu->mla_q_absorb({d_q->data(), d_kvb->data(), d_qlat->data(), tokens, heads, qk, nope, v, latent});
+  expect_close(from_gpu_bf16(*d_qlat, q_lat.size()), q_lat, "mla_q_absorb");
+  // Feed the GPU attention the same (CPU-computed, bf16) absorbed query.
+  auto d_qlat_ref = to_gpu_bf16(q_lat);
+  ops::MlaAttentionParams g{d_qlat_ref->data(), d_q->data(), d_cache->data(), static_cast<int32_t*>(d_tables->data()),
+                            static_cast<int32_t*>(d_seq->data()), static_cast<int32_t*>(d_pos->data()), d_att->data(),
+                            tokens, heads, latent, rope, qk, nope, page_size, max_pages, 0.07f};
+  gpu->mla_attention(g);
+  expect_close(from_gpu_bf16(*d_att, att.size()), att, "mla_attention");
+  auto d_att_ref = to_gpu_bf16(att);
+  gpu->mla_v_up({d_att_ref->data(), d_kvb->data(), d_out->data(), tokens, heads, nope, v, latent});
+  expect_close(from_gpu_bf16(*d_out, out.size()), out, "mla_v_up");
+}
+
+TEST_F(CudaOps, KvWriteToPagedSlots) {
+  const int64_t width = 576, tokens = 4;
+  auto entries = random(tokens * width);
+  std::vector<int32_t> slots = {5, 130, 64, 0};
+  auto cache = random(3 * 64 * width);
+  auto ref = cache;
+  cpu->kv_write({entries.data(), slots.data(), ref.data(), tokens, width});
+  auto d_e = to_gpu_bf16(entries), d_s = to_gpu_raw(slots), d_c = to_gpu_bf16(cache);
+  gpu->kv_write({d_e->data(), static_cast<int32_t*>(d_s->data()), d_c->data(), tokens, width});
+  expect_close(from_gpu_bf16(*d_c, ref.size()), ref, "kv_write");
+}
+
+TEST_F(CudaOps, MoeRouteSelectsTheSameExperts) {
+  for (auto [experts, n_group, topk_group, top_k] : std::vector<std::array<int64_t, 4>>{{384, 1, 1, 8}, {256, 8, 4, 8}, {16, 4, 2, 4}}) {
+    const int64_t tokens = 50, hidden = 512;
+    auto x = random(tokens * hidden);
+    std::vector<float> w(experts * hidden), bias(experts);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = 0.2f * uniform_pm1(99, i);
+    for (size_t i = 0; i < bias.size(); ++i) bias[i] = 0.05f * uniform_pm1(98, i);
+    std::vector<int32_t> ids(tokens * top_k);
+    std::vector<float> weights(tokens * top_k);
+    cpu->moe_route({x.data(), w.data(), bias.data(), ids.data(), weights.data(), tokens, hidden, experts, n_group,
+                    topk_group, top_k, true, 2.5f});
+    auto d_x = to_gpu_bf16(x), d_w = to_gpu_raw(w), d_b = to_gpu_raw(bias);
+    auto d_ids = to_gpu_raw(std::vector<int32_t>(ids.size(), -1)), d_wt = poisoned_f32(weights.size());
+    gpu->moe_route({d_x->data(), static_cast<float*>(d_w->data()), static_cast<float*>(d_b->data()),
+                    static_cast<int32_t*>(d_ids->data()), static_cast<float*>(d_wt->data()), tokens, hidden, experts,
+                    n_group, topk_group, top_k, true, 2.5f});
+    std::vector<int32_t> g_ids(ids.size());
+    gpu->download(g_ids.data(), *d_ids, 0, g_ids.size() * 4);
+    auto g_w = from_gpu_f32(*d_wt, weights.size());
+    // Same fp32 inputs and fp32 math: the same experts in the same (descending) order.
+    EXPECT_EQ(g_ids, ids) << experts << " experts";
+    expect_close(g_w, weights, "moe_route weights", 1e-5);
+  }
+}
+
+TEST_F(CudaOps, MoeExpertsOwnedRangeAndAccumulate) {
+  const int64_t tokens = 19, top_k = 4, hidden = 256, inter = 64, experts = 12, begin = 4, end = 10;
+  auto x = random(tokens * hidden);
+  std::vector<int32_t> ids(tokens * top_k);
+  std::vector<float> weights(tokens * top_k);
+  for (int64_t i = 0; i < tokens * top_k; ++i) {
+    ids[i] = static_cast<int32_t>((i * 7 + i / top_k) % experts);
+    weights[i] = 0.5f + 0.25f * uniform_pm1(5, i);
+  }
+  std::vector<std::vector<float>> w13, w2;
+  std::vector<const void*> w13_ptrs, w2_ptrs;
+  std::vector<ops::BufferPtr> d_w13, d_w2;
+  std::vector<void*> d13, d2;
+  for (int64_t e = begin; e < end; ++e) {
+    w13.push_back(random(2 * inter * hidden, 1.0f / 16));
+    w2.push_back(random(hidden * inter, 1.0f / 8));
+    w13_ptrs.push_back(w13.back().data());
+    w2_ptrs.push_back(w2.back().data());
+    d_w13.push_back(to_gpu_bf16(w13.back()));
+    d_w2.push_back(to_gpu_bf16(w2.back()));
+    d13.push_back(d_w13.back()->data());
+    d2.push_back(d_w2.back()->data());
+  }
+  auto out0 = random(tokens * hidden);
+  auto ref = out0;
+  ops::MoeExpertsParams p{x.data(), ids.data(), weights.data(), w13_ptrs.data(), w2_ptrs.data(), ref.data(), tokens,
+                          top_k, hidden, inter, begin, end};
+  p.accumulate = true;
+  cpu->moe_experts(p);
+  auto d_x = to_gpu_bf16(x), d_ids = to_gpu_raw(ids), d_wt = to_gpu_raw(weights), d_out = to_gpu_bf16(out0);
+  auto d_t13 = to_gpu_raw(d13), d_t2 = to_gpu_raw(d2);
+  ops::MoeExpertsParams g{d_x->data(), static_cast<int32_t*>(d_ids->data()), static_cast<float*>(d_wt->data()),
+                          static_cast<const void* const*>(d_t13->data()), static_cast<const void* const*>(d_t2->data()),
+                          d_out->data(), tokens, top_k, hidden, inter, begin, end};
+  g.accumulate = true;
+  gpu->moe_experts(g);
+  expect_close(from_gpu_bf16(*d_out, ref.size()), ref, "moe_experts");
+}
+
+TEST_F(CudaOps, FillUniformMatchesTheHostGenerator) {
+  const int64_t rows = 7, cols = 33, full_cols = 100;
+  std::vector<float> ref(rows * cols);
+  cpu->fill_uniform({ref.data(), rows, cols, full_cols, 3, 40, 777, 1.0f, 0.1f, true});
+  auto d32 = poisoned_f32(ref.size());
+  gpu->fill_uniform({d32->data(), rows, cols, full_cols, 3, 40, 777, 1.0f, 0.1f, true});
+  EXPECT_EQ(from_gpu_f32(*d32, ref.size()), ref);  // bit-identical
+}
+
+TEST_F(CudaOps, GreedySampleIsArgmax) {
+  const int64_t rows = 3, vocab = 50000;
+  auto logits = random(rows * vocab, 5.0f);
+  logits[1 * vocab + 777] = 100.0f;
+  auto d_l = to_gpu_raw(logits);
+  auto d_t = to_gpu_raw(std::vector<int32_t>(rows, -1));
+  std::vector<ops::SamplingOptions> options(rows);
+  gpu->sample({static_cast<float*>(d_l->data()), options.data(), static_cast<int32_t*>(d_t->data()), rows, vocab});
+  std::vector<int32_t> got(rows);
+  gpu->download(got.data(), *d_t, 0, rows * 4);
+  for (int64_t r = 0; r < rows; ++r)
+    EXPECT_EQ(got[r], cpu::sample_row(logits.data() + r * vocab, vocab, options[r])) << r;
+  EXPECT_EQ(got[1], 777);
+}
+
+}  // namespace
+}  // namespace moeserve
