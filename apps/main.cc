@@ -11,9 +11,7 @@ int main(int argc, char** argv) {
   moeserve::apps::add_generate_command(app);
   moeserve::apps::add_inspect_command(app);
   moeserve::apps::add_plan_command(app);
-#ifdef MOESERVE_HAS_TOKENIZER
   moeserve::apps::add_tokenizer_commands(app);
-#endif
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

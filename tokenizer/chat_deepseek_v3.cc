@@ -1,0 +1,86 @@
+// Renderer of the DeepSeek-V3 template (tests/tokenizer/data/chat_templates/deepseek-v3.jinja).
+// It keeps the template's quirks: ns.is_first is never reset, so only the first tool call of
+// the conversation opens a <｜tool▁calls▁begin｜> section, and every later call closes one.
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "tokenizer/chat_renderers.h"
+
+namespace moeserve::tokenizer {
+namespace {
+
+using jinja::Json;
+
+// '<｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + tool['function']['name'] + '\n```json\n'
+//   + tool['function']['arguments'] + '\n```<｜tool▁call▁end｜>'
+std::string tool_call_text(const Json& tool, const std::string& where) {
+  const std::string& type = jinja::string_operand(tool, "type", where);
+  const Json& function = jinja::get(tool, "function");
+  const std::string function_where = where + ".function";
+  return "<｜tool▁call▁begin｜>" + type + "<｜tool▁sep｜>" + jinja::string_operand(function, "name", function_where) +
+         "\n```json\n" + jinja::string_operand(function, "arguments", function_where) + "\n```<｜tool▁call▁end｜>";
+}
+
+}  // namespace
+
+std::string render_deepseek_v3(const ChatRequest& request, const ChatSpecialTokens& special_tokens) {
+  const Json& messages = request.messages;
+  // System messages, wherever they are, joined by blank lines after the BOS token.
+  std::string system_prompt;
+  bool first_system = true;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (messages[i]["role"] != "system") continue;
+    if (!first_system) system_prompt += "\n\n";
+    system_prompt += jinja::string_operand(messages[i], "content", jinja::message_name(i));
+    first_system = false;
+  }
+  std::string out = special_tokens.bos_token + system_prompt;
+  bool is_first = false, is_tool = false, is_output_first = true;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const Json& message = messages[i];
+    const std::string where = jinja::message_name(i);
+    const std::string& role = message["role"].get_ref<const std::string&>();
+    auto content = [&]() -> const std::string& { return jinja::string_operand(message, "content", where); };
+    if (role == "user") {
+      is_tool = false;
+      out += "<｜User｜>" + content();
+    } else if (role == "assistant") {
+      MS_CHECK(message.contains("content"), "{}.content is missing (the template needs it, null or text)", where);
+      if (message["content"].is_null()) {
+        is_tool = false;
+        // {% for tool in message['tool_calls'] %}: absent iterates as empty.
+        if (message.contains("tool_calls")) {
+          const Json& tool_calls = message["tool_calls"];
+          MS_CHECK(tool_calls.is_array(), "{}.tool_calls must be a list", where);
+          for (size_t k = 0; k < tool_calls.size(); ++k) {
+            const std::string call = tool_call_text(tool_calls[k], fmt::format("{}.tool_calls[{}]", where, k));
+            if (!is_first) {
+              out += "<｜Assistant｜><｜tool▁calls▁begin｜>" + call;
+              is_first = true;
+            } else {
+              out += "\n" + call + "<｜tool▁calls▁end｜><｜end▁of▁sentence｜>";
+            }
+          }
+        }
+      } else if (is_tool) {
+        out += "<｜tool▁outputs▁end｜>" + content() + "<｜end▁of▁sentence｜>";
+        is_tool = false;
+      } else {
+        out += "<｜Assistant｜>" + content() + "<｜end▁of▁sentence｜>";
+      }
+    } else if (role == "tool") {
+      is_tool = true;
+      if (is_output_first) {
+        out += "<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>" + content() + "<｜tool▁output▁end｜>";
+        is_output_first = false;
+      } else {
+        out += "\n<｜tool▁output▁begin｜>" + content() + "<｜tool▁output▁end｜>";
+      }
+    }
+  }
+  if (is_tool) out += "<｜tool▁outputs▁end｜>";
+  if (request.add_generation_prompt && !is_tool) out += "<｜Assistant｜>";
+  return out;
+}
+
+}  // namespace moeserve::tokenizer
