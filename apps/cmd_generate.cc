@@ -4,9 +4,10 @@
 
 #include "apps/cli_util.h"
 #include "apps/commands.h"
+#include "apps/plan_cli.h"
 #include "core/error.h"
 #include "model/model_source.h"
-#include "parallel/plan_parse.h"
+#include "runtime/comm_report.h"
 #include "runtime/engine.h"
 
 namespace moeserve::apps {
@@ -22,7 +23,10 @@ struct GenerateArgs {
   float top_p = 1.0f;
   float min_p = 0.0f;
   uint64_t seed = 0;
-  std::string plan = "single";
+  PlanCliArgs plan;
+  int64_t pp_max_micro_batch_size = 0;
+  int64_t pp_async_batch_depth = 0;
+  bool stats = false;
   std::string dump_logits;
   int64_t page_size = 64;
   int64_t kv_pages = 0;
@@ -32,8 +36,11 @@ struct GenerateArgs {
 void run_generate(const GenerateArgs& args) {
   const ModelSource model = open_model(args.model);
   runtime::EngineOptions options;
-  options.plan = parallel::parse_plan(args.plan);
+  // The CPU backend holds weights and KV cache in fp32.
+  options.plan = plan_for_model(args.plan, model.config, /*bytes_per_element=*/4);
   options.page_size = args.page_size;
+  options.pp_max_micro_batch_size = args.pp_max_micro_batch_size;
+  options.pp_async_batch_depth = args.pp_async_batch_depth;
   std::vector<runtime::GenerateRequest> requests;
   int64_t pages_needed = 0;
   for (const auto& text : args.prompt_ids) {
@@ -56,6 +63,7 @@ void run_generate(const GenerateArgs& args) {
   const bool want_logits = !args.dump_logits.empty();
   const auto results = engine.generate(requests, want_logits);
   for (const auto& result : results) std::printf("%s\n", join_ids(result.tokens).c_str());
+  if (args.stats) std::fputs(runtime::comm_report(engine).c_str(), stderr);
   if (want_logits) {
     int64_t rows = 0;
     for (const auto& result : results) rows += result.prompt_logits.dim(0);
@@ -84,8 +92,16 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--top-p", args->top_p, "Nucleus sampling mass (1: off)")->capture_default_str();
   cmd->add_option("--min-p", args->min_p, "Drop tokens below min_p x the top probability")->capture_default_str();
   cmd->add_option("--seed", args->seed, "Sampling seed")->capture_default_str();
-  cmd->add_option("--plan", args->plan, "Parallel plan (single, tp2, ep4, ep4-dp, pp2, ep4tp2, tp2pp4, ...)")
+  cmd->add_option("--plan", args->plan.preset,
+                  "Parallel plan preset (single, tp2, ep4, ep4-dp, pp2, ep4tp2, tp2pp4, ...); default single");
+  add_plan_flags(cmd, args->plan);
+  cmd->add_option("--pp-max-micro-batch-size", args->pp_max_micro_batch_size,
+                  "Sequences per pipeline micro-batch (0: live sequences / pp)")
       ->capture_default_str();
+  cmd->add_option("--pp-async-batch-depth", args->pp_async_batch_depth,
+                  "Micro-batches a pipeline stage may run ahead of the next, beyond one")
+      ->capture_default_str();
+  cmd->add_flag("--stats", args->stats, "Print per-rank communication (calls, bytes per collective and layer) to stderr");
   cmd->add_option("--page-size", args->page_size, "KV cache page size in tokens")->capture_default_str();
   cmd->add_option("--kv-pages", args->kv_pages, "KV cache pages per layer (0: just enough)");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Do not stop at the model's EOS token");

@@ -1,42 +1,57 @@
-// moeserve plan show: what each rank of a plan owns.
+// moeserve plan show: what each rank of a plan owns and how much memory it needs.
 #include <cstdio>
+
+#include <fmt/format.h>
 
 #include "apps/cli_util.h"
 #include "apps/commands.h"
+#include "apps/plan_cli.h"
+#include "model/deepseek_v3_weights.h"
 #include "model/model_source.h"
-#include "parallel/plan_parse.h"
+#include "parallel/memory_fit.h"
 
 namespace moeserve::apps {
 
 namespace {
 
-parallel::ShardDims dims_of(const ModelConfig& c) {
-  parallel::ShardDims d;
-  d.layers = c.num_hidden_layers;
-  d.heads = c.num_attention_heads;
-  d.vocab = c.vocab_size;
-  d.dense_intermediate = c.intermediate_size;
-  d.shared_intermediate = c.shared_intermediate_size();
-  d.experts = c.n_routed_experts;
-  d.expert_intermediate = c.moe_intermediate_size;
-  return d;
-}
+// Weights as deployed: bf16, 2 bytes per parameter (the fp32 router is counted at 2 bytes
+// as well, so that the per-rank sum matches count_parameters x 2 exactly).
+constexpr int64_t kDeployedBytes = 2;
 
-void run_plan_show(const std::string& plan_name, const std::string& spec) {
+std::string range_str(const parallel::Range& r) { return fmt::format("[{},{})", r.begin, r.end); }
+
+void run_plan_show(const PlanCliArgs& args, const std::string& spec) {
   const ModelSource model = open_model(spec);
-  const parallel::ParallelPlan plan = parallel::parse_plan(plan_name);
-  const parallel::ShardDims dims = dims_of(model.config);
-  parallel::validate_plan(plan, dims);
+  const ModelConfig& c = model.config;
+  const parallel::ParallelPlan plan = plan_for_model(args, c, kDeployedBytes);
+  const parallel::ShardDims dims = shard_dims(c);
+  const ParameterCounts params = count_parameters(c);
   std::printf("plan %s: world %d = pp %d x attn_tp %d x attn_dp %d; MoE ep %d x tp %d\n", plan.name.c_str(),
               plan.world(), plan.pp, plan.attn_tp, plan.attn_dp, plan.moe_ep, plan.moe_tp);
-  std::printf("%-5s %-6s %-11s %-11s %-13s %-11s\n", "rank", "stage", "layers", "heads", "experts", "vocab");
+  std::printf("model %s: %lld layers, %lld heads, %lld routed experts, vocab %lld; %s parameters = %s in bf16\n",
+              spec.c_str(), (long long)c.num_hidden_layers, (long long)c.num_attention_heads,
+              (long long)c.n_routed_experts, (long long)c.vocab_size, human_count(static_cast<double>(params.total)).c_str(),
+              parallel::format_bytes(static_cast<double>(params.total * kDeployedBytes)).c_str());
+  std::printf("%-4s %-5s %-3s %-3s %-9s %-9s %-11s %-11s %-15s %-12s %-12s %s\n", "rank", "stage", "dp", "tp", "layers",
+              "heads", "experts", "expert-cols", "vocab", "weights", "owned", "KV/token");
+  int64_t held_total = 0, owned_total = 0;
   for (int r = 0; r < plan.world(); ++r) {
     const parallel::RankShard s = parallel::shard_of(plan, dims, r);
-    std::printf("%-5d %-6d [%lld,%lld)%*s [%lld,%lld)%*s [%lld,%lld)%*s [%lld,%lld)\n", r, s.coord.stage,
-                (long long)s.layers.begin, (long long)s.layers.end, 1, "", (long long)s.heads.begin,
-                (long long)s.heads.end, 1, "", (long long)s.experts.begin, (long long)s.experts.end, 1, "",
-                (long long)s.vocab.begin, (long long)s.vocab.end);
+    const RankWeights w = rank_weights(c, plan, r);
+    held_total += w.held_elements * kDeployedBytes;
+    owned_total += w.owned_elements * kDeployedBytes;
+    const std::string vocab = s.first_stage || s.last_stage ? range_str(s.vocab) : "-";
+    std::printf("%-4d %-5d %-3d %-3d %-9s %-9s %-11s %-11s %-15s %-12s %-12s %s\n", r, s.coord.stage,
+                s.coord.dp_index, s.coord.tp_index, range_str(s.layers).c_str(), range_str(s.heads).c_str(),
+                range_str(s.experts).c_str(), range_str(s.expert_intermediate).c_str(), vocab.c_str(),
+                parallel::format_bytes(static_cast<double>(w.held_elements * kDeployedBytes)).c_str(),
+                parallel::format_bytes(static_cast<double>(w.owned_elements * kDeployedBytes)).c_str(),
+                parallel::format_bytes(static_cast<double>(kv_bytes_per_token(c, plan, r, kDeployedBytes))).c_str());
   }
+  std::printf("weights held by all ranks: %s = model %s (owned, %lld bytes) + replicas %s\n",
+              parallel::format_bytes(static_cast<double>(held_total)).c_str(),
+              parallel::format_bytes(static_cast<double>(owned_total)).c_str(), (long long)owned_total,
+              parallel::format_bytes(static_cast<double>(held_total - owned_total)).c_str());
 }
 
 }  // namespace
@@ -44,12 +59,15 @@ void run_plan_show(const std::string& plan_name, const std::string& spec) {
 void add_plan_command(CLI::App& app) {
   CLI::App* plan = app.add_subcommand("plan", "Parallel plans: show what each rank owns");
   plan->require_subcommand(1);
-  auto name = std::make_shared<std::string>();
+  auto args = std::make_shared<PlanCliArgs>();
   auto model = std::make_shared<std::string>("synthetic:tiny");
-  CLI::App* show = plan->add_subcommand("show", "Print, per rank, the layers, heads, experts and vocab slice");
-  show->add_option("plan", *name, "Plan preset (tp8, pp8, ep8, ep8-dp, ep4tp2, tp2pp4, ...)")->required();
-  show->add_option("--model,-m", *model, "Model spec")->capture_default_str();
-  show->callback([name, model] { run_plan_show(*name, *model); });
+  CLI::App* show = plan->add_subcommand(
+      "show", "Print, per rank, the layers, heads, experts, vocab slice, weight bytes (bf16) and KV bytes per token");
+  show->add_option("plan", args->preset, "Plan preset (tp8, pp8, ep8, ep8-dp, ep4tp2, tp2pp4, ...), or use the flags");
+  show->add_option("--model,-m", *model, "Model spec (synthetic:NAME, a model directory or a config.json)")
+      ->capture_default_str();
+  add_plan_flags(show, *args);
+  show->callback([args, model] { run_plan_show(*args, *model); });
 }
 
 }  // namespace moeserve::apps

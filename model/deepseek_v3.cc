@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "model/deepseek_v3_weights.h"
 #include "model/rope.h"
 
 namespace moeserve {
@@ -69,15 +70,12 @@ std::string layer_prefix(const ModelConfig& c, int64_t layer) {
 DeepseekV3::DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& plan, int rank,
                        ops::Backend& backend, WeightSource& source, RankGroups groups, KvCacheShape cache)
     : config_(config), plan_(plan), backend_(backend), groups_(groups), cache_shape_(cache) {
-  parallel::ShardDims dims;
-  dims.layers = config.num_hidden_layers;
-  dims.heads = config.num_attention_heads;
-  dims.vocab = config.vocab_size;
-  dims.dense_intermediate = config.intermediate_size;
-  dims.shared_intermediate = config.shared_intermediate_size();
-  dims.experts = config.n_routed_experts;
-  dims.expert_intermediate = config.moe_intermediate_size;
-  shard_ = parallel::shard_of(plan, dims, rank);
+  shard_ = parallel::shard_of(plan, shard_dims(config), rank);
+  const int stage_ranks = plan.ranks_per_stage();
+  MS_CHECK(plan.attn_tp == 1 || (groups.attn_tp != nullptr && groups.attn_tp->size() == plan.attn_tp),
+           "plan '{}' rank {}: needs an attention-TP communicator of {} ranks", plan.name, rank, plan.attn_tp);
+  MS_CHECK(stage_ranks == 1 || (groups.moe != nullptr && groups.moe->size() == stage_ranks),
+           "plan '{}' rank {}: needs a MoE (stage) communicator of {} ranks", plan.name, rank, stage_ranks);
   load(source);
   const int64_t width = config.kv_lora_rank + config.qk_rope_head_dim;
   const size_t cache_bytes =
@@ -172,9 +170,10 @@ void DeepseekV3::load(WeightSource& source) {
   }
 }
 
-void DeepseekV3::all_reduce(comm::Communicator* group, ops::Buffer& buffer, int64_t count) {
-  if (group != nullptr && group->size() > 1)
-    group->all_reduce_sum(buffer.data(), static_cast<size_t>(count), backend_.activation_dtype());
+void DeepseekV3::all_reduce(comm::Communicator* group, ops::Buffer& buffer, int64_t count, const char* site) {
+  if (group == nullptr || group->size() == 1) return;
+  group->set_site(site);
+  group->all_reduce_sum(buffer.data(), static_cast<size_t>(count), backend_.activation_dtype());
 }
 
 Tensor DeepseekV3::forward(const ForwardBatch& batch, const Tensor* hidden_in) {
@@ -233,7 +232,7 @@ Tensor DeepseekV3::forward(const ForwardBatch& batch, const Tensor* hidden_in) {
     // [T, hidden]: each attention-TP rank embeds its vocab rows; the sum is the embedding.
     backend_.embedding({static_cast<const int32_t*>(ptr(a.ids)), ptr(embed_), ptr(a.hidden), T, hidden,
                         shard_.vocab.begin, shard_.vocab.end});
-    all_reduce(groups_.attn_tp, *a.hidden, T * hidden);
+    all_reduce(groups_.attn_tp, *a.hidden, T * hidden, "embedding");
   } else {
     MS_CHECK(hidden_in != nullptr && hidden_in->numel() == T * hidden,
              "pipeline stage {} needs the previous stage's hidden states [{}, {}]", shard_.coord.stage, T, hidden);
@@ -286,6 +285,7 @@ Tensor DeepseekV3::forward(const ForwardBatch& batch, const Tensor* hidden_in) {
   }
   // [tp, rows, vocab_local] -> [rows, vocab]; the plan guarantees vocab % tp == 0.
   auto gathered = alloc(tp * rows * vocab_local, 4);
+  groups_.attn_tp->set_site("lm_head");
   groups_.attn_tp->all_gather(local_logits->data(), gathered->data(), static_cast<size_t>(rows * vocab_local),
                               DType::F32);
   Tensor host(DType::F32, {tp, rows, vocab_local});
@@ -356,7 +356,7 @@ void DeepseekV3::attention(const Layer& layer, int64_t local_layer, Activations&
   // [T, hidden] partial over this rank's heads, summed over attention TP.
   backend_.linear({ptr(a.attn_v), ptr(layer.o_proj), ptr(a.branch), T, heads * c.v_head_dim, hidden,
                    heads * c.v_head_dim, hidden});
-  all_reduce(groups_.attn_tp, *a.branch, T * hidden);
+  all_reduce(groups_.attn_tp, *a.branch, T * hidden, "attention");
 }
 
 void DeepseekV3::dense_mlp(const Layer& layer, Activations& a) {
@@ -365,7 +365,18 @@ void DeepseekV3::dense_mlp(const Layer& layer, Activations& a) {
   backend_.linear({ptr(a.normed), ptr(layer.mlp_w13), ptr(a.gate_up), T, hidden, 2 * inter, hidden, 2 * inter});
   backend_.silu_mul({ptr(a.gate_up), ptr(a.act), T, inter});
   backend_.linear({ptr(a.act), ptr(layer.mlp_w2), ptr(a.branch), T, inter, hidden, inter, hidden});
-  all_reduce(groups_.attn_tp, *a.branch, T * hidden);
+  all_reduce(groups_.attn_tp, *a.branch, T * hidden, "dense_mlp");
+}
+
+void DeepseekV3::shared_experts(const Layer& layer, Activations& a) {
+  if (!layer.mlp_w13) return;
+  const int64_t T = a.tokens, hidden = config_.hidden_size, inter = layer.mlp_inter;
+  // branch [T, hidden] += down(silu(gate(x)) * up(x)) over this rank's shared-expert columns.
+  backend_.linear({ptr(a.normed), ptr(layer.mlp_w13), ptr(a.gate_up), T, hidden, 2 * inter, hidden, 2 * inter});
+  backend_.silu_mul({ptr(a.gate_up), ptr(a.act), T, inter});
+  ops::LinearParams down{ptr(a.act), ptr(layer.mlp_w2), ptr(a.branch), T, inter, hidden, inter, hidden};
+  down.accumulate = true;
+  backend_.linear(down);
 }
 
 void DeepseekV3::moe(const Layer& layer, Activations& a) {
@@ -397,19 +408,147 @@ void DeepseekV3::moe(const Layer& layer, Activations& a) {
   experts.expert_begin = shard_.experts.begin;
   experts.expert_end = shard_.experts.end;
   backend_.moe_experts(experts);
-  if (layer.mlp_w13) {
-    const int64_t inter = layer.mlp_inter;
-    backend_.linear({ptr(a.normed), ptr(layer.mlp_w13), ptr(a.gate_up), T, hidden, 2 * inter, hidden, 2 * inter});
-    backend_.silu_mul({ptr(a.gate_up), ptr(a.act), T, inter});
-    ops::LinearParams down{ptr(a.act), ptr(layer.mlp_w2), ptr(a.branch), T, inter, hidden, inter, hidden};
-    down.accumulate = true;
-    backend_.linear(down);
-  }
-  all_reduce(groups_.moe, *a.branch, T * hidden);
+  shared_experts(layer, a);
+  all_reduce(groups_.moe, *a.branch, T * hidden, "moe");
 }
 
+// Attention DP: each replica holds its own tokens, so routed tokens travel to the ranks that
+// own their experts and back (DeepEP-style dispatch / combine over the stage's MoE group):
+//   1. the replica's tokens are split over its attention-TP ranks; each rank routes its share;
+//   2. all_to_all_v "moe_counts": [ranks, experts_per_group] int32 row counts per (rank, expert);
+//   3. all_to_all_v "moe_dispatch": the rows, ordered by (destination, expert, token, k); a row
+//      goes to every MoE-TP rank of its expert's EP group;
+//   4. each rank runs its experts (top_k = 1, weight 1) on what it received: [N, hidden];
+//   5. all_to_all_v "moe_combine": the outputs return in the order they were sent;
+//   6. the sender sums them in a fixed order (k, then MoE-TP index) with the routing weights,
+//      adds the shared experts, and (attention TP > 1) re-assembles the replica's tokens with
+//      an all-reduce "moe" over its TP group (rows of other ranks are zero).
 void DeepseekV3::moe_dispatch_combine(const Layer& layer, Activations& a) {
-  fail("attention data parallelism (plan '{}') is not implemented yet", plan_.name);
+  const ModelConfig& c = config_;
+  const int64_t T = a.tokens, hidden = c.hidden_size, top_k = c.num_experts_per_tok;
+  const int ranks = plan_.ranks_per_stage();
+  const int moe_tp = plan_.moe_tp;
+  const int64_t experts_per_group = c.n_routed_experts / plan_.moe_ep;
+  const DType act_dtype = backend_.activation_dtype();
+  const size_t act = dtype_size(act_dtype);
+  comm::Communicator& moe = *groups_.moe;
+  MS_CHECK(act_dtype == DType::F32, "plan '{}': dispatch/combine on backend '{}' combines on the host and needs fp32 "
+           "activations", plan_.name, backend_.name());
+
+  // 1. This rank's share of the replica's tokens: rows [mine.begin, mine.end) of normed.
+  const Range mine = parallel::split_range(T, plan_.attn_tp, shard_.coord.tp_index);
+  const int64_t n_mine = mine.size();
+  std::byte* normed = static_cast<std::byte*>(ptr(a.normed));
+  ops::MoeRouteParams route{normed + mine.begin * hidden * act, static_cast<const float*>(ptr(layer.router)),
+                            static_cast<const float*>(ptr(layer.router_bias)), static_cast<int32_t*>(ptr(a.topk_ids)),
+                            static_cast<float*>(ptr(a.topk_weights)), n_mine, hidden, c.n_routed_experts, c.n_group,
+                            c.topk_group, top_k, c.norm_topk_prob, static_cast<float>(c.routed_scaling_factor)};
+  backend_.moe_route(route);
+  std::vector<int32_t> topk_ids(n_mine * top_k);        // [n_mine, top_k]
+  std::vector<float> topk_weights(n_mine * top_k);      // [n_mine, top_k]
+  if (n_mine) {
+    backend_.download(topk_ids.data(), *a.topk_ids, 0, topk_ids.size() * 4);
+    backend_.download(topk_weights.data(), *a.topk_weights, 0, topk_weights.size() * 4);
+  }
+
+  // (token, k) pairs per expert, in token then k order.
+  std::vector<std::vector<int64_t>> by_expert(c.n_routed_experts);  // entries: i * top_k + k
+  for (int64_t i = 0; i < n_mine; ++i)
+    for (int64_t k = 0; k < top_k; ++k) by_expert[topk_ids[i * top_k + k]].push_back(i * top_k + k);
+
+  // 2. Row counts per (destination rank, expert of its group); where each (i, k, j) row sits.
+  std::vector<int32_t> send_expert_counts(ranks * experts_per_group);   // [ranks, experts_per_group]
+  std::vector<size_t> send_rows(ranks, 0);
+  std::vector<int64_t> row_order;                                       // sent row -> i * top_k + k
+  std::vector<int64_t> position(n_mine * top_k * moe_tp);               // (i * top_k + k) * moe_tp + j -> sent row
+  for (int dest = 0; dest < ranks; ++dest) {
+    const int64_t group = dest / moe_tp, j = dest % moe_tp;
+    for (int64_t le = 0; le < experts_per_group; ++le) {
+      const auto& rows = by_expert[group * experts_per_group + le];
+      send_expert_counts[dest * experts_per_group + le] = static_cast<int32_t>(rows.size());
+      send_rows[dest] += rows.size();
+      for (int64_t ik : rows) {
+        position[ik * moe_tp + j] = static_cast<int64_t>(row_order.size());
+        row_order.push_back(ik);
+      }
+    }
+  }
+  std::vector<int32_t> recv_expert_counts(ranks * experts_per_group);  // [ranks (source), experts_per_group]
+  const std::vector<size_t> count_blocks(ranks, static_cast<size_t>(experts_per_group));
+  moe.set_site("moe_counts");
+  moe.all_to_all_v(send_expert_counts.data(), count_blocks, recv_expert_counts.data(), count_blocks, DType::I32);
+  std::vector<size_t> recv_rows(ranks, 0);
+  for (int src = 0; src < ranks; ++src)
+    for (int64_t le = 0; le < experts_per_group; ++le) recv_rows[src] += recv_expert_counts[src * experts_per_group + le];
+
+  // 3. Dispatch the rows: send [sent, hidden] gathered from normed.
+  const int64_t sent = static_cast<int64_t>(row_order.size());
+  int64_t received = 0;
+  for (size_t n : recv_rows) received += static_cast<int64_t>(n);
+  auto alloc = [&](int64_t elements, size_t elem) { return backend_.alloc(std::max<int64_t>(elements, 1) * elem); };
+  BufferPtr send_x = alloc(sent * hidden, act);      // [sent, hidden]
+  BufferPtr recv_x = alloc(received * hidden, act);  // [received, hidden]
+  for (int64_t r = 0; r < sent; ++r)
+    std::memcpy(static_cast<std::byte*>(send_x->data()) + r * hidden * act,
+                normed + (mine.begin + row_order[r] / top_k) * hidden * act, hidden * act);
+  auto scaled = [&](const std::vector<size_t>& rows) {
+    std::vector<size_t> out(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) out[i] = rows[i] * static_cast<size_t>(hidden);
+    return out;
+  };
+  moe.set_site("moe_dispatch");
+  moe.all_to_all_v(send_x->data(), scaled(send_rows), recv_x->data(), scaled(recv_rows), act_dtype);
+
+  // 4. Run the owned experts on the received rows, one expert per row, weight 1.
+  std::vector<int32_t> recv_ids;  // [received]
+  for (int src = 0; src < ranks; ++src)
+    for (int64_t le = 0; le < experts_per_group; ++le)
+      recv_ids.insert(recv_ids.end(), recv_expert_counts[src * experts_per_group + le],
+                      static_cast<int32_t>(shard_.experts.begin + le));
+  const std::vector<float> ones(received, 1.0f);
+  BufferPtr ids_buffer = alloc(received, 4), ones_buffer = alloc(received, 4);
+  if (received) {
+    backend_.upload(*ids_buffer, 0, recv_ids.data(), recv_ids.size() * 4);
+    backend_.upload(*ones_buffer, 0, ones.data(), ones.size() * 4);
+  }
+  BufferPtr expert_out = alloc(received * hidden, act);  // [received, hidden]
+  ops::MoeExpertsParams experts{};
+  experts.x = recv_x->data();
+  experts.topk_ids = static_cast<const int32_t*>(ids_buffer->data());
+  experts.topk_weights = static_cast<const float*>(ones_buffer->data());
+  experts.w13 = layer.expert_w13_ptrs.data();
+  experts.w2 = layer.expert_w2_ptrs.data();
+  experts.out = expert_out->data();
+  experts.tokens = received;
+  experts.top_k = 1;
+  experts.hidden = hidden;
+  experts.inter = shard_.expert_intermediate.size();
+  experts.expert_begin = shard_.experts.begin;
+  experts.expert_end = shard_.experts.end;
+  backend_.moe_experts(experts);
+
+  // 5. Combine: the outputs travel back; [sent, hidden] in the order the rows were sent.
+  BufferPtr combined = alloc(sent * hidden, act);
+  moe.set_site("moe_combine");
+  moe.all_to_all_v(expert_out->data(), scaled(recv_rows), combined->data(), scaled(send_rows), act_dtype);
+
+  // 6. branch[t] = sum over k (then MoE-TP j) of weight[t, k] * output; zero outside my share.
+  Tensor partial(DType::F32, {T, hidden});  // zero-filled
+  std::vector<float> outputs(sent * hidden);
+  if (sent) backend_.download(outputs.data(), *combined, 0, outputs.size() * sizeof(float));
+  for (int64_t i = 0; i < n_mine; ++i) {
+    float* out = partial.f32() + (mine.begin + i) * hidden;
+    for (int64_t k = 0; k < top_k; ++k) {
+      const float w = topk_weights[i * top_k + k];
+      for (int j = 0; j < moe_tp; ++j) {
+        const float* row = outputs.data() + position[(i * top_k + k) * moe_tp + j] * hidden;
+        for (int64_t n = 0; n < hidden; ++n) out[n] += w * row[n];
+      }
+    }
+  }
+  if (T) backend_.upload(*a.branch, 0, partial.raw(), partial.nbytes());
+  shared_experts(layer, a);
+  all_reduce(groups_.attn_tp, *a.branch, T * hidden, "moe");
 }
 
 }  // namespace moeserve

@@ -70,7 +70,8 @@ class DeepseekV3 {
   void dense_mlp(const Layer& layer, Activations& a);
   void moe(const Layer& layer, Activations& a);
   void moe_dispatch_combine(const Layer& layer, Activations& a);
-  void all_reduce(comm::Communicator* group, ops::Buffer& buffer, int64_t count);
+  void all_reduce(comm::Communicator* group, ops::Buffer& buffer, int64_t count, const char* site);
+  void shared_experts(const Layer& layer, Activations& a);
 
   ModelConfig config_;
   parallel::ParallelPlan plan_;

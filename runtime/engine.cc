@@ -4,68 +4,134 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
+#include "comm/in_process.h"
 #include "core/error.h"
+#include "model/deepseek_v3_weights.h"
+#include "parallel/plan_parse.h"
+#include "runtime/rank_comms.h"
+#include "runtime/rank_workers.h"
+#include "runtime/step_builder.h"
 
 namespace moeserve::runtime {
 
 namespace {
 
-// Free-list of KV pages shared by the sequences of one generate() call.
-class PagePool {
- public:
-  explicit PagePool(int64_t num_pages) {
-    for (int64_t p = num_pages - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));
-  }
-  int32_t take() {
-    MS_CHECK(!free_.empty(), "out of KV cache pages (raise --kv-pages)");
-    const int32_t page = free_.back();
-    free_.pop_back();
-    return page;
-  }
-  void give_back(const std::vector<int32_t>& pages) { free_.insert(free_.end(), pages.begin(), pages.end()); }
-
- private:
-  std::vector<int32_t> free_;
-};
-
-struct Sequence {
-  std::vector<int32_t> tokens;  // prompt then generated
-  std::vector<int32_t> pages;
-  int64_t prompt_len = 0;
-  int64_t cached = 0;  // tokens whose latents are in the cache
-  bool finished = false;
+// Everything one rank owns. Touched only by its own thread while a job runs.
+struct Rank {
+  parallel::RankCoord coord;
+  std::unique_ptr<ops::Backend> backend;
+  std::unique_ptr<WeightSource> weights;
+  RankComms comms;
+  std::unique_ptr<DeepseekV3> model;
+  int64_t forward_passes = 0;
 };
 
 }  // namespace
 
 struct Engine::Impl {
-  std::unique_ptr<ops::Backend> backend;
-  std::unique_ptr<WeightSource> weights;
-  std::unique_ptr<DeepseekV3> model;
+  std::unique_ptr<comm::InProcessWorld> world;
+  std::vector<Rank> ranks;
+  std::unique_ptr<RankWorkers> workers;  // declared last: its threads stop first
+  std::string failure;                   // set when a step failed: the world is aborted
+
+  // Runs one step on every rank: micro-batches in order, hidden states passed stage to stage.
+  // Returns the logits [rows, vocab] of each (micro-batch, replica).
+  std::vector<std::vector<Tensor>> run_step(const StepPlan& step, const parallel::ParallelPlan& plan, int64_t hidden);
 };
 
 Engine::Engine(const ModelSource& model, EngineOptions options)
     : config_(model.config), options_(std::move(options)), impl_(std::make_unique<Impl>()) {
+  const parallel::ParallelPlan& plan = options_.plan;
   MS_CHECK(options_.backend == "cpu", "backend '{}' is not available in this build", options_.backend);
-  MS_CHECK(options_.plan.world() == 1, "plan '{}' needs {} ranks; multi-rank execution is not available yet",
-           options_.plan.name, options_.plan.world());
   MS_CHECK(options_.page_size > 0 && options_.num_pages > 0, "page size and page count must be positive");
-  impl_->backend = cpu::make_cpu_backend();
-  impl_->weights = model.weights();
-  impl_->model = std::make_unique<DeepseekV3>(config_, options_.plan, 0, *impl_->backend, *impl_->weights,
-                                              RankGroups{}, KvCacheShape{options_.num_pages, options_.page_size});
+  MS_CHECK(options_.pp_max_micro_batch_size >= 0 && options_.pp_async_batch_depth >= 0,
+           "--pp-max-micro-batch-size and --pp-async-batch-depth must be >= 0");
+  parallel::validate_plan(plan, shard_dims(config_));
+  const int world = plan.world();
+  comm::InProcessOptions comm_options;
+  comm_options.send_capacity = static_cast<size_t>(options_.pp_async_batch_depth + 1);
+  impl_->world = std::make_unique<comm::InProcessWorld>(world, comm_options);
+  impl_->ranks.resize(world);
+  for (int r = 0; r < world; ++r) {
+    Rank& rank = impl_->ranks[r];
+    rank.coord = parallel::rank_coord(plan, r);
+    rank.backend = cpu::make_cpu_backend();
+    rank.weights = model.weights();
+    rank.comms = make_rank_comms(*impl_->world, plan, r);
+  }
+  impl_->workers = std::make_unique<RankWorkers>(world, *impl_->world);
+  // Every rank loads its own shard on its own thread.
+  const KvCacheShape cache{options_.num_pages, options_.page_size};
+  impl_->workers->run([&](int r) {
+    Rank& rank = impl_->ranks[r];
+    rank.model = std::make_unique<DeepseekV3>(config_, plan, r, *rank.backend, *rank.weights, rank.comms.groups(), cache);
+  });
 }
 
 Engine::~Engine() = default;
 
-std::vector<comm::CommStats> Engine::comm_stats() const { return {comm::CommStats{}}; }
-std::vector<int64_t> Engine::weight_bytes_per_rank() const { return {impl_->model->weight_bytes()}; }
+std::vector<comm::CommStats> Engine::comm_stats() const {
+  std::vector<comm::CommStats> out;
+  for (const Rank& r : impl_->ranks) out.push_back(r.comms.stats());
+  return out;
+}
+
+std::vector<int64_t> Engine::weight_bytes_per_rank() const {
+  std::vector<int64_t> out;
+  for (const Rank& r : impl_->ranks) out.push_back(r.model->weight_bytes());
+  return out;
+}
+
+std::vector<int64_t> Engine::forward_passes_per_rank() const {
+  std::vector<int64_t> out;
+  for (const Rank& r : impl_->ranks) out.push_back(r.forward_passes);
+  return out;
+}
+
+std::vector<parallel::RankShard> Engine::shards() const {
+  std::vector<parallel::RankShard> out;
+  for (const Rank& r : impl_->ranks) out.push_back(r.model->shard());
+  return out;
+}
+
+std::vector<std::vector<Tensor>> Engine::Impl::run_step(const StepPlan& step, const parallel::ParallelPlan& plan,
+                                                        int64_t hidden) {
+  std::vector<std::vector<Tensor>> logits(step.micro_batches.size(), std::vector<Tensor>(plan.attn_dp));
+  workers->run([&](int r) {
+    Rank& rank = ranks[r];
+    const parallel::RankShard& shard = rank.model->shard();
+    const int stage = rank.coord.stage;
+    comm::Communicator& pipeline = *rank.comms.pipeline;
+    pipeline.set_site("pipeline");
+    const DType act = rank.backend->activation_dtype();
+    for (size_t m = 0; m < step.micro_batches.size(); ++m) {
+      const ForwardBatch& batch = step.micro_batches[m].replicas[rank.coord.dp_index].batch;
+      const int64_t T = batch.num_tokens();
+      Tensor hidden_in;
+      if (!shard.first_stage) {
+        hidden_in = Tensor(act, {T, hidden});  // [T, hidden] from the previous stage
+        pipeline.recv(hidden_in.raw(), static_cast<size_t>(T * hidden), act, stage - 1);
+      }
+      Tensor out = rank.model->forward(batch, shard.first_stage ? nullptr : &hidden_in);
+      ++rank.forward_passes;
+      if (!shard.last_stage) {
+        pipeline.send(out.raw(), static_cast<size_t>(T * hidden), act, stage + 1);  // [T, hidden]
+      } else if (rank.coord.tp_index == 0) {
+        logits[m][rank.coord.dp_index] = std::move(out);  // [rows, vocab], gathered over the vocab split
+      }
+    }
+  });
+  return logits;
+}
 
 std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>& requests,
                                              bool return_prompt_logits) {
+  MS_CHECK(impl_->failure.empty(), "the engine stopped after a failed step: {}", impl_->failure);
+  const parallel::ParallelPlan& plan = options_.plan;
   const int64_t page_size = options_.page_size;
-  PagePool pool(options_.num_pages);
-  std::vector<Sequence> seqs(requests.size());
+  std::vector<PagePool> pools;
+  for (int d = 0; d < plan.attn_dp; ++d) pools.emplace_back(options_.num_pages);
+  std::vector<SequenceState> seqs(requests.size());
   std::vector<GenerateResult> results(requests.size());
   int64_t max_len = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -81,12 +147,18 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
              config_.max_position_embeddings);
     seqs[i].tokens = r.prompt;
     seqs[i].prompt_len = static_cast<int64_t>(r.prompt.size());
+    seqs[i].replica = static_cast<int>(i % plan.attn_dp);
     max_len = std::max(max_len, total);
   }
-  const int64_t max_pages_per_seq = (max_len + page_size - 1) / page_size;
+  StepOptions step_options;
+  step_options.page_size = page_size;
+  step_options.max_pages_per_seq = (max_len + page_size - 1) / page_size;
+  step_options.attn_dp = plan.attn_dp;
+  step_options.pp = plan.pp;
+  step_options.max_micro_batch_size = options_.pp_max_micro_batch_size;
 
   auto finish_if_done = [&](size_t i) {
-    Sequence& s = seqs[i];
+    SequenceState& s = seqs[i];
     const auto& r = requests[i];
     const int64_t generated = static_cast<int64_t>(s.tokens.size()) - s.prompt_len;
     if (generated > 0 && std::find(r.stop_ids.begin(), r.stop_ids.end(), s.tokens.back()) != r.stop_ids.end()) {
@@ -97,66 +169,59 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
       results[i].finish_reason = "length";
     }
     if (s.finished) {
-      pool.give_back(s.pages);
+      pools[s.replica].give_back(s.pages);
       s.pages.clear();
     }
   };
 
+  const int64_t vocab = config_.vocab_size;
   for (int64_t step = 0;; ++step) {
-    // Each live sequence contributes its uncached tokens (the whole prompt at step 0).
-    ForwardBatch batch;
-    batch.max_pages_per_seq = max_pages_per_seq;
+    const bool prompt_logits_step = return_prompt_logits && step == 0;
     std::vector<size_t> live;
     for (size_t i = 0; i < seqs.size(); ++i) {
-      Sequence& s = seqs[i];
-      if (s.finished) continue;
+      if (seqs[i].finished) continue;
       if (step == 0 && requests[i].max_new_tokens == 0 && !return_prompt_logits) {
         finish_if_done(i);
         continue;
       }
-      const int32_t seq_index = static_cast<int32_t>(live.size());
       live.push_back(i);
-      const int64_t end = static_cast<int64_t>(s.tokens.size());
-      while (static_cast<int64_t>(s.pages.size()) * page_size < end) s.pages.push_back(pool.take());
-      for (int64_t pos = s.cached; pos < end; ++pos) {
-        if (return_prompt_logits && step == 0) batch.logit_rows.push_back(static_cast<int32_t>(batch.tokens.size()));
-        batch.tokens.push_back(s.tokens[pos]);
-        batch.positions.push_back(static_cast<int32_t>(pos));
-        batch.seq_of_token.push_back(seq_index);
-        batch.slots.push_back(static_cast<int32_t>(s.pages[pos / page_size] * page_size + pos % page_size));
-      }
-      if (!(return_prompt_logits && step == 0)) batch.logit_rows.push_back(static_cast<int32_t>(batch.tokens.size() - 1));
-      batch.block_tables.resize(live.size() * max_pages_per_seq, 0);
-      std::copy(s.pages.begin(), s.pages.end(), batch.block_tables.begin() + seq_index * max_pages_per_seq);
-      s.cached = end;
     }
     if (live.empty()) break;
+    step_options.logits_for_every_token = prompt_logits_step;
+    const StepPlan plan_of_step = build_step(seqs, live, pools, step_options);
 
-    const Tensor logits = impl_->model->forward(batch);  // [rows, vocab]
-    const int64_t vocab = config_.vocab_size;
-    int64_t row = 0;
-    for (size_t j = 0; j < live.size(); ++j) {
-      const size_t i = live[j];
-      Sequence& s = seqs[i];
-      int64_t last_row = row;
-      if (return_prompt_logits && step == 0) {
-        Tensor prompt_logits(DType::F32, {s.prompt_len, vocab});
-        std::memcpy(prompt_logits.f32(), logits.f32() + row * vocab, prompt_logits.nbytes());
-        results[i].prompt_logits = std::move(prompt_logits);
-        last_row = row + s.prompt_len - 1;
-        row += s.prompt_len;
-      } else {
-        ++row;
-      }
-      if (static_cast<int64_t>(s.tokens.size()) - s.prompt_len < requests[i].max_new_tokens) {
-        ops::SamplingOptions options = requests[i].sampling;
-        options.step = static_cast<uint64_t>(s.tokens.size() - s.prompt_len);
-        const int32_t token = cpu::sample_row(logits.f32() + last_row * vocab, vocab, options);
-        s.tokens.push_back(token);
-        results[i].tokens.push_back(token);
-      }
-      finish_if_done(i);
+    std::vector<std::vector<Tensor>> logits;
+    try {
+      logits = impl_->run_step(plan_of_step, plan, config_.hidden_size);
+    } catch (const Error& e) {
+      impl_->failure = e.what();
+      throw;
     }
+
+    // Sample on the leader from each sequence's full-vocabulary logits, in request order.
+    for (size_t m = 0; m < plan_of_step.micro_batches.size(); ++m)
+      for (int d = 0; d < plan.attn_dp; ++d) {
+        const ReplicaBatch& rb = plan_of_step.micro_batches[m].replicas[d];
+        const Tensor& rows = logits[m][d];  // [rows, vocab]
+        for (size_t j = 0; j < rb.sequences.size(); ++j) {
+          const size_t i = rb.sequences[j];
+          SequenceState& s = seqs[i];
+          const float* first = rows.f32() + rb.first_row[j] * vocab;
+          if (prompt_logits_step) {
+            Tensor prompt_logits(DType::F32, {s.prompt_len, vocab});
+            std::memcpy(prompt_logits.f32(), first, prompt_logits.nbytes());
+            results[i].prompt_logits = std::move(prompt_logits);
+          }
+          if (static_cast<int64_t>(s.tokens.size()) - s.prompt_len < requests[i].max_new_tokens) {
+            ops::SamplingOptions options = requests[i].sampling;
+            options.step = static_cast<uint64_t>(s.tokens.size() - s.prompt_len);
+            const int32_t token = cpu::sample_row(first + (rb.num_rows[j] - 1) * vocab, vocab, options);
+            s.tokens.push_back(token);
+            results[i].tokens.push_back(token);
+          }
+          finish_if_done(i);
+        }
+      }
   }
   return results;
 }

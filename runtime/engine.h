@@ -1,7 +1,11 @@
-// Engine: runs batched generation on a model under a parallel plan. It owns the KV page
-// pool bookkeeping for its sequences, builds each step's ForwardBatch (prefill of every
-// prompt in one step, then one decode token per live sequence per step), samples, and
-// stops sequences on max_new_tokens or a stop id.
+// Engine: runs batched generation on a model under a parallel plan, on CPU ranks: one thread
+// per rank (runtime/rank_workers.h), each with its own shard of the model, its own weight
+// source and its own communicators from an in-process world. The calling thread is the
+// leader: it owns the KV page bookkeeping, builds each step (runtime/step_builder.h: prefill
+// of every prompt in one step, then one decode token per live sequence per step, spread over
+// DP replicas and pipeline micro-batches), and samples every sequence's next token from the
+// full-vocabulary logits that the last stage gathers (attention-TP rank 0 of each replica
+// hands them over). Sequences stop on max_new_tokens or a stop id.
 #pragma once
 
 #include <memory>
@@ -19,8 +23,13 @@ namespace moeserve::runtime {
 struct EngineOptions {
   parallel::ParallelPlan plan;
   int64_t page_size = 64;
-  int64_t num_pages = 256;  // per rank and layer
+  int64_t num_pages = 256;  // per rank and layer (each DP replica has its own pool)
   std::string backend = "cpu";
+  // Pipeline: sequences per micro-batch (0: ceil(live / pp), so that every stage has work)
+  // and how far a stage may run ahead of the next: it blocks on sending a micro-batch while
+  // pp_async_batch_depth + 1 earlier ones wait unreceived.
+  int64_t pp_max_micro_batch_size = 0;
+  int64_t pp_async_batch_depth = 0;
 };
 
 struct GenerateRequest {
@@ -46,10 +55,14 @@ class Engine {
 
   std::vector<GenerateResult> generate(const std::vector<GenerateRequest>& requests, bool return_prompt_logits);
 
-  // Communication counted on each rank since construction.
+  // Communication counted on each rank since construction (all its groups merged).
   std::vector<comm::CommStats> comm_stats() const;
-  // Weight bytes held by each rank.
+  // Weight bytes held by each rank (in the backend's dtypes: fp32 on CPU).
   std::vector<int64_t> weight_bytes_per_rank() const;
+  // Forward passes (one per micro-batch) each rank ran since construction.
+  std::vector<int64_t> forward_passes_per_rank() const;
+  // What each rank owns.
+  std::vector<parallel::RankShard> shards() const;
 
  private:
   struct Impl;

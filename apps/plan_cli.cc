@@ -1,0 +1,39 @@
+#include "apps/plan_cli.h"
+
+#include "model/deepseek_v3_weights.h"
+#include "parallel/memory_fit.h"
+
+namespace moeserve::apps {
+
+void add_plan_flags(CLI::App* cmd, PlanCliArgs& args) {
+  cmd->add_option("--tp-size", args.flags.tp_size, "Ranks per pipeline stage (SGLang --tp-size)");
+  cmd->add_option("--ep-size", args.flags.ep_size, "Expert-parallel groups of the MoE layers; MoE TP = tp / ep");
+  cmd->add_option("--pp-size", args.flags.pp_size, "Pipeline stages");
+  cmd->add_option("--dp-size", args.flags.dp_size, "Attention DP replicas per stage (with --enable-dp-attention)");
+  cmd->add_flag("--enable-dp-attention", args.flags.enable_dp_attention,
+                "Data-parallel attention; routed tokens travel to their experts by all-to-all");
+  cmd->add_option("--mem-per-rank", args.mem_per_rank, "Check the plan fits this memory per rank (e.g. 141GiB)");
+  cmd->add_option("--context-length", args.context_length,
+                  "Tokens of KV cache per sequence for --mem-per-rank (default: the model's context)");
+  cmd->add_option("--max-running-requests", args.max_running_requests,
+                  "Sequences served at once for --mem-per-rank (spread over DP replicas)")
+      ->capture_default_str();
+}
+
+parallel::ParallelPlan plan_for_model(const PlanCliArgs& args, const ModelConfig& config, int64_t bytes_per_element) {
+  const parallel::ParallelPlan plan = parallel::resolve_plan(args.preset, args.flags);
+  parallel::validate_plan(plan, shard_dims(config));
+  if (args.mem_per_rank.empty()) return plan;
+  parallel::MemoryBudget budget;
+  budget.bytes_per_rank = parallel::parse_byte_size(args.mem_per_rank, "--mem-per-rank");
+  budget.context_tokens = args.context_length > 0 ? args.context_length : config.max_position_embeddings;
+  budget.max_running_requests = args.max_running_requests;
+  std::vector<parallel::RankMemory> ranks;
+  for (int r = 0; r < plan.world(); ++r)
+    ranks.push_back({rank_weights(config, plan, r).held_elements * bytes_per_element,
+                     kv_bytes_per_token(config, plan, r, bytes_per_element)});
+  parallel::check_memory_fit(plan, ranks, budget);
+  return plan;
+}
+
+}  // namespace moeserve::apps

@@ -1,0 +1,33 @@
+// The plan options shared by `generate` and `plan show`: a preset (--plan / positional) or
+// SGLang's explicit flags, and the memory-fit check (--mem-per-rank with --context-length
+// and --max-running-requests).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "model/config.h"
+#include "parallel/plan.h"
+#include "parallel/plan_parse.h"
+
+namespace moeserve::apps {
+
+struct PlanCliArgs {
+  std::string preset;
+  parallel::PlanFlags flags;
+  std::string mem_per_rank;          // "" : no memory check
+  int64_t context_length = 0;        // 0 : the model's max_position_embeddings
+  int64_t max_running_requests = 1;
+};
+
+// Adds --tp-size, --ep-size, --pp-size, --dp-size, --enable-dp-attention and the memory
+// options (the preset option itself is added by the command).
+void add_plan_flags(CLI::App* cmd, PlanCliArgs& args);
+
+// The plan the options describe, validated against the model; when --mem-per-rank is given,
+// also checked to fit (weights and KV cache at `bytes_per_element`).
+parallel::ParallelPlan plan_for_model(const PlanCliArgs& args, const ModelConfig& config, int64_t bytes_per_element);
+
+}  // namespace moeserve::apps

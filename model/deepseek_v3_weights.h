@@ -1,0 +1,44 @@
+// What each rank of a plan loads, tensor by tensor, without loading it: the accounting behind
+// `moeserve plan show`, the memory-fit check and the sharded-loading tests. It mirrors
+// DeepseekV3::load(), and a test checks that the two agree on every rank of every plan.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "parallel/plan.h"
+
+namespace moeserve {
+
+// The dimensions of `config` that sharding needs. The dense intermediate size counts only
+// when the model has dense layers.
+parallel::ShardDims shard_dims(const ModelConfig& config);
+
+// One checkpoint slice a rank loads.
+struct WeightSlice {
+  std::string name;      // checkpoint tensor name
+  int64_t elements = 0;  // elements of this rank's slice
+  // Several ranks may hold the same slice (norms and the MLA latent projection on every rank
+  // of a stage, attention heads on every DP replica, a tied LM head on the last stage). The
+  // lowest-numbered rank holding a slice owns it; the others hold a replica. Summed over all
+  // ranks, owned elements count every model parameter exactly once.
+  bool owned = true;
+};
+
+std::vector<WeightSlice> weight_slices_of_rank(const ModelConfig& config, const parallel::ParallelPlan& plan,
+                                               int rank);
+
+struct RankWeights {
+  int64_t held_elements = 0;   // everything the rank loads (its memory)
+  int64_t owned_elements = 0;  // the slices it owns
+};
+RankWeights rank_weights(const ModelConfig& config, const parallel::ParallelPlan& plan, int rank);
+
+// Bytes of MLA latent cache per cached token on `rank`: (kv_lora_rank + rope) per layer of
+// its stage. Every attention-TP rank caches the whole latent (it is shared by all heads).
+int64_t kv_bytes_per_token(const ModelConfig& config, const parallel::ParallelPlan& plan, int rank,
+                           int64_t bytes_per_element);
+
+}  // namespace moeserve

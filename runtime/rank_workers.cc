@@ -1,0 +1,64 @@
+#include "runtime/rank_workers.h"
+
+#include "core/error.h"
+
+namespace moeserve::runtime {
+
+RankWorkers::RankWorkers(int ranks, comm::InProcessWorld& world)
+    : world_(world), errors_(ranks), aborted_by_peer_(ranks, false) {
+  for (int r = 0; r < ranks; ++r) threads_.emplace_back([this, r] { loop(r); });
+}
+
+RankWorkers::~RankWorkers() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  job_ready_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void RankWorkers::loop(int rank) {
+  uint64_t seen = 0;
+  for (;;) {
+    const std::function<void(int)>* job;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      job_ready_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      if (stopping_) return;
+      seen = generation_;
+      job = job_;
+    }
+    std::string error;
+    try {
+      (*job)(rank);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    // A rank that failed inside a collective because a peer aborted the world is not the cause.
+    const bool by_peer = error.rfind("communication aborted", 0) == 0;
+    if (!error.empty()) world_.abort(fmt::format("rank {} failed: {}", rank, error));
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      errors_[rank] = std::move(error);
+      aborted_by_peer_[rank] = by_peer;
+      if (++finished_ == size()) job_done_.notify_all();
+    }
+  }
+}
+
+void RankWorkers::run(const std::function<void(int rank)>& job) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  job_ = &job;
+  finished_ = 0;
+  ++generation_;
+  job_ready_.notify_all();
+  job_done_.wait(lock, [&] { return finished_ == size(); });
+  job_ = nullptr;
+  // The root cause: the first rank whose error is not "aborted because a peer failed".
+  for (int pass = 0; pass < 2; ++pass)
+    for (int r = 0; r < size(); ++r)
+      if (!errors_[r].empty() && (pass == 1 || !aborted_by_peer_[r])) fail("{}", errors_[r]);
+}
+
+}  // namespace moeserve::runtime

@@ -1,0 +1,44 @@
+// One persistent thread per rank. The leader (the caller of run()) hands every rank the same
+// job and waits for all of them: SPMD execution of one step. When a rank fails, the world is
+// aborted so that its peers, blocked in collectives, fail too instead of waiting forever;
+// run() then rethrows the first failure (the lowest rank whose error is not the abort).
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/in_process.h"
+
+namespace moeserve::runtime {
+
+class RankWorkers {
+ public:
+  RankWorkers(int ranks, comm::InProcessWorld& world);
+  ~RankWorkers();
+  RankWorkers(const RankWorkers&) = delete;
+  RankWorkers& operator=(const RankWorkers&) = delete;
+
+  int size() const { return static_cast<int>(threads_.size()); }
+  // Runs job(rank) on every rank's thread; returns when all are done.
+  void run(const std::function<void(int rank)>& job);
+
+ private:
+  void loop(int rank);
+
+  comm::InProcessWorld& world_;
+  std::vector<std::thread> threads_;
+  std::mutex mutex_;
+  std::condition_variable job_ready_, job_done_;
+  const std::function<void(int)>* job_ = nullptr;
+  uint64_t generation_ = 0;
+  int finished_ = 0;
+  bool stopping_ = false;
+  std::vector<std::string> errors_;      // per rank, this job
+  std::vector<bool> aborted_by_peer_;    // the rank failed only because the world was aborted
+};
+
+}  // namespace moeserve::runtime
