@@ -6,6 +6,7 @@
 #include "apps/cli_util.h"
 #include "apps/commands.h"
 #include "apps/plan_cli.h"
+#include "core/error.h"
 #include "model/deepseek_v3_weights.h"
 #include "model/model_source.h"
 #include "parallel/memory_fit.h"
@@ -54,6 +55,21 @@ void run_plan_show(const PlanCliArgs& args, const std::string& spec) {
               parallel::format_bytes(static_cast<double>(held_total - owned_total)).c_str());
 }
 
+// Presets up to max_world ranks that the model admits, one per line.
+void run_plan_list(const std::string& spec, int max_world) {
+  const ModelSource model = open_model(spec);
+  const parallel::ShardDims dims = shard_dims(model.config);
+  for (const std::string& name : parallel::preset_names(max_world)) {
+    const parallel::ParallelPlan plan = parallel::parse_plan(name);
+    try {
+      parallel::validate_plan(plan, dims);
+    } catch (const Error&) {
+      continue;
+    }
+    std::printf("%s\n", name.c_str());
+  }
+}
+
 }  // namespace
 
 void add_plan_command(CLI::App& app) {
@@ -68,6 +84,12 @@ void add_plan_command(CLI::App& app) {
       ->capture_default_str();
   add_plan_flags(show, *args);
   show->callback([args, model] { run_plan_show(*args, *model); });
+
+  auto max_world = std::make_shared<int>(8);
+  CLI::App* list = plan->add_subcommand("list", "List the presets (powers of two up to --max-world ranks) the model admits");
+  list->add_option("--model,-m", *model, "Model spec")->capture_default_str();
+  list->add_option("--max-world", *max_world, "Largest world size")->capture_default_str();
+  list->callback([model, max_world] { run_plan_list(*model, *max_world); });
 }
 
 }  // namespace moeserve::apps

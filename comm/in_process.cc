@@ -57,6 +57,11 @@ void sum_rank_order_bf16(const std::vector<const void*>& inputs, size_t offset, 
   for (size_t i = 0; i < count; ++i) dst[i] = f32_to_bf16(acc[i]);
 }
 
+bool summable(DType dtype) {
+  return dtype == DType::F32 || dtype == DType::F64 || dtype == DType::I32 || dtype == DType::I64 ||
+         dtype == DType::BF16;
+}
+
 void sum_inputs(DType dtype, const std::vector<const void*>& inputs, size_t offset, size_t count, void* out,
                 const std::string& group) {
   switch (dtype) {
@@ -101,10 +106,12 @@ struct Group {
 
   int size() const { return static_cast<int>(members.size()); }
 
-  // Blocks until every member has arrived; throws if the world is aborted meanwhile.
-  void barrier_wait() {
+  // Blocks until every member has arrived. When `abortable`, throws if the world is aborted
+  // before the barrier completes (a completed barrier lets everyone through, so no member
+  // leaves while its peers go on). Not abortable: every member is known to be on its way.
+  void barrier_wait(bool abortable) {
     std::unique_lock<std::mutex> lock(mutex);
-    if (world->aborted) {
+    if (abortable && world->aborted) {
       lock.unlock();
       world->throw_aborted();
     }
@@ -115,7 +122,7 @@ struct Group {
       changed.notify_all();
       return;
     }
-    changed.wait(lock, [&] { return generation != my_generation || world->aborted; });
+    changed.wait(lock, [&] { return generation != my_generation || (abortable && world->aborted); });
     if (generation == my_generation) {
       lock.unlock();
       world->throw_aborted();
@@ -168,9 +175,6 @@ class InProcessCommunicator final : public Communicator {
   void all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
                     const std::vector<size_t>& recv_counts, DType dtype) override {
     const size_t elem = dtype_size(dtype);
-    MS_CHECK(send_counts.size() == static_cast<size_t>(size()) && recv_counts.size() == static_cast<size_t>(size()),
-             "group '{}' all_to_all_v: rank {} gave {} send and {} recv counts for a group of {}", group_->name, rank_,
-             send_counts.size(), recv_counts.size(), size());
     const size_t total_recv = std::accumulate(recv_counts.begin(), recv_counts.end(), size_t{0});
     std::vector<std::byte> result(total_recv * elem);
     Slot mine{Collective::AllToAllV, dtype, 0, 0, send};
@@ -233,8 +237,6 @@ class InProcessCommunicator final : public Communicator {
   }
 
   void broadcast(void* data, size_t count, DType dtype, int root) override {
-    MS_CHECK(root >= 0 && root < size(), "group '{}' broadcast: root {} outside a group of {}", group_->name, root,
-             size());
     const size_t bytes = count * dtype_size(dtype);
     std::vector<std::byte> result(bytes);
     collective({Collective::Broadcast, dtype, count, root, data}, [&] {
@@ -261,36 +263,57 @@ class InProcessCommunicator final : public Communicator {
              group_->name, rank_, what, peer, size());
   }
 
-  // Every rank checks the whole slot table, so a mismatch makes all ranks throw together.
-  void check_agreement() const {
+  // Every rank checks the whole slot table and finds the same problem, so that all ranks of
+  // the group fail the call together. Returns "" when the ranks agree.
+  std::string agreement_error() const {
     const Slot& first = group_->slots[0];
+    const std::string& g = group_->name;
     for (int r = 1; r < size(); ++r) {
       const Slot& s = group_->slots[r];
-      MS_CHECK(s.op == first.op, "group '{}': rank 0 called {} while rank {} called {}", group_->name,
-               collective_name(first.op), r, collective_name(s.op));
-      MS_CHECK(s.dtype == first.dtype, "group '{}' {}: rank 0 uses {} while rank {} uses {}", group_->name,
-               collective_name(first.op), dtype_name(first.dtype), r, dtype_name(s.dtype));
-      MS_CHECK(s.count == first.count && s.root == first.root,
-               "group '{}' {}: rank 0 has count {} root {} while rank {} has count {} root {}", group_->name,
-               collective_name(first.op), first.count, first.root, r, s.count, s.root);
+      if (s.op != first.op)
+        return fmt::format("group '{}': rank 0 called {} while rank {} called {}", g, collective_name(first.op), r,
+                           collective_name(s.op));
+      if (s.dtype != first.dtype)
+        return fmt::format("group '{}' {}: rank 0 uses {} while rank {} uses {}", g, collective_name(first.op),
+                           dtype_name(first.dtype), r, dtype_name(s.dtype));
+      if (s.count != first.count || s.root != first.root)
+        return fmt::format("group '{}' {}: rank 0 has count {} root {} while rank {} has count {} root {}", g,
+                           collective_name(first.op), first.count, first.root, r, s.count, s.root);
     }
-    if (first.op != Collective::AllToAllV) return;
+    const bool sums = first.op == Collective::AllReduce || first.op == Collective::ReduceScatter;
+    if (sums && !summable(first.dtype))
+      return fmt::format("group '{}' {}: cannot sum {} values", g, collective_name(first.op), dtype_name(first.dtype));
+    if (first.op == Collective::Broadcast && (first.root < 0 || first.root >= size()))
+      return fmt::format("group '{}' broadcast: root {} outside a group of {}", g, first.root, size());
+    if (first.op != Collective::AllToAllV) return "";
+    for (int r = 0; r < size(); ++r) {
+      const Slot& s = group_->slots[r];
+      if (s.send_counts->size() != static_cast<size_t>(size()) || s.recv_counts->size() != static_cast<size_t>(size()))
+        return fmt::format("group '{}' all_to_all_v: rank {} gave {} send and {} recv counts for a group of {}", g, r,
+                           s.send_counts->size(), s.recv_counts->size(), size());
+    }
     for (int src = 0; src < size(); ++src)
       for (int dst = 0; dst < size(); ++dst) {
         const size_t sent = (*group_->slots[src].send_counts)[dst];
         const size_t expected = (*group_->slots[dst].recv_counts)[src];
-        MS_CHECK(sent == expected, "group '{}' all_to_all_v: rank {} sends {} elements to rank {}, which expects {}",
-                 group_->name, src, sent, dst, expected);
+        if (sent != expected)
+          return fmt::format("group '{}' all_to_all_v: rank {} sends {} elements to rank {}, which expects {}", g, src,
+                             sent, dst, expected);
       }
+    return "";
   }
 
+  // Phase 1 publishes, phase 2 waits until every rank has read the others' buffers. A rank
+  // leaves only after phase 2, even when the call fails, so that no peer reads its buffers
+  // after they are gone.
   template <typename Read>
   void collective(const Slot& mine, Read&& read) {
     group_->slots[rank_] = mine;
-    group_->barrier_wait();  // phase 1: every rank has published
-    check_agreement();
-    read();
-    group_->barrier_wait();  // phase 2: every rank has read; buffers may change again
+    group_->barrier_wait(/*abortable=*/true);  // a peer may never come
+    const std::string error = agreement_error();
+    if (error.empty()) read();
+    group_->barrier_wait(/*abortable=*/false);  // every peer passed phase 1 and is reading
+    if (!error.empty()) fail("{}", error);
   }
 
   std::shared_ptr<InProcessState> world_;

@@ -1,5 +1,6 @@
 #include "parallel/plan_parse.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include "core/error.h"
@@ -93,6 +94,25 @@ ParallelPlan resolve_plan(const std::string& preset, const PlanFlags& flags) {
   if (!preset.empty()) return parse_plan(preset);
   if (flags.any()) return plan_from_flags(flags);
   return parse_plan("single");
+}
+
+std::vector<std::string> preset_names(int max_world) {
+  std::vector<std::string> names = {"single"};
+  std::vector<int> sizes = {0};  // 0: component absent
+  for (int n = 2; n <= max_world; n *= 2) sizes.push_back(n);
+  for (int ep : sizes)
+    for (int tp : sizes)
+      for (int pp : sizes) {
+        const int world = std::max(ep, 1) * std::max(tp, 1) * std::max(pp, 1);
+        if (world == 1 || world > max_world) continue;
+        std::string name;
+        if (ep) name += fmt::format("ep{}", ep);
+        if (tp) name += fmt::format("tp{}", tp);
+        if (pp) name += fmt::format("pp{}", pp);
+        names.push_back(name);
+        if (ep) names.push_back(name + "-dp");
+      }
+  return names;
 }
 
 std::string canonical_plan_name(const ParallelPlan& p) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "parallel/plan.h"
 
@@ -34,6 +35,10 @@ ParallelPlan plan_from_flags(const PlanFlags& flags);
 // The plan of a command line: the preset when given, else the flags, else "single". Giving
 // both is an error.
 ParallelPlan resolve_plan(const std::string& preset, const PlanFlags& flags);
+
+// Every preset name with a world of at most `max_world` ranks whose sizes are powers of two
+// ("single", "tp2", "ep2pp2", "ep4tp2-dp", ...): the plans a sweep or a test covers.
+std::vector<std::string> preset_names(int max_world);
 
 // The preset name of a plan ("ep4tp2pp2", "ep8-dp", "single"); plans that no preset can
 // express (attention TP and DP at once, or DP attention over MoE TP) are named by their sizes.

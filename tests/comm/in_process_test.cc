@@ -299,24 +299,55 @@ TEST(InProcess, MismatchedCallsFailOnEveryRank) {
 }
 
 TEST(InProcess, AllToAllVCountMismatchNamesBothRanks) {
-  InProcessWorld world(2);
-  auto c0 = world.communicator(0, "moe", {0, 1});
-  auto c1 = world.communicator(1, "moe", {0, 1});
-  std::string e0, e1;
-  auto body = [](Communicator& c, std::vector<size_t> send_counts, std::vector<size_t> recv_counts, std::string& err) {
-    try {
-      std::vector<float> send(8), recv(8);
-      c.all_to_all_v(send.data(), send_counts, recv.data(), recv_counts, DType::F32);
-    } catch (const Error& e) {
-      err = e.what();
+  for (int repeat = 0; repeat < 20; ++repeat) {  // the failing rank must not free what a peer still reads
+    InProcessWorld world(2);
+    auto c0 = world.communicator(0, "moe", {0, 1});
+    auto c1 = world.communicator(1, "moe", {0, 1});
+    std::string e0, e1;
+    auto body = [](Communicator& c, std::vector<size_t> send_counts, std::vector<size_t> recv_counts, std::string& err) {
+      try {
+        std::vector<float> send(8), recv(8);
+        c.all_to_all_v(send.data(), send_counts, recv.data(), recv_counts, DType::F32);
+      } catch (const Error& e) {
+        err = e.what();
+      }
+    };
+    std::thread t0([&] { body(*c0, {1, 2}, {1, 1}, e0); });
+    std::thread t1([&] { body(*c1, {1, 1}, {3, 1}, e1); });
+    t0.join();
+    t1.join();
+    EXPECT_EQ(e0, "group 'moe' all_to_all_v: rank 0 sends 2 elements to rank 1, which expects 3");
+    EXPECT_EQ(e1, e0);
+  }
+}
+
+TEST(InProcess, UnsupportedSumAndBadRootFailOnEveryRank) {
+  for (int repeat = 0; repeat < 20; ++repeat) {  // the failing call must not race with its peers
+    InProcessWorld world(3);
+    std::vector<std::unique_ptr<Communicator>> comms;
+    for (int r = 0; r < 3; ++r) comms.push_back(world.communicator(r, "g", {0, 1, 2}));
+    std::vector<std::string> errors(3), root_errors(3);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 3; ++r)
+      threads.emplace_back([&, r] {
+        std::vector<uint8_t> bytes(4, 1);
+        try {
+          comms[r]->all_reduce_sum(bytes.data(), bytes.size(), DType::U8);
+        } catch (const Error& e) {
+          errors[r] = e.what();
+        }
+        try {
+          comms[r]->broadcast(bytes.data(), bytes.size(), DType::U8, 5);
+        } catch (const Error& e) {
+          root_errors[r] = e.what();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(errors[r], "group 'g' all_reduce: cannot sum U8 values");
+      EXPECT_EQ(root_errors[r], "group 'g' broadcast: root 5 outside a group of 3");
     }
-  };
-  std::thread t0([&] { body(*c0, {1, 2}, {1, 1}, e0); });
-  std::thread t1([&] { body(*c1, {1, 1}, {3, 1}, e1); });
-  t0.join();
-  t1.join();
-  EXPECT_EQ(e0, "group 'moe' all_to_all_v: rank 0 sends 2 elements to rank 1, which expects 3");
-  EXPECT_EQ(e1, e0);
+  }
 }
 
 TEST(InProcess, AbortWakesBlockedRanks) {

@@ -1,0 +1,101 @@
+// Per-rank weight accounting (model/deepseek_v3_weights.h), the numbers behind `plan show`:
+//   * it matches what DeepseekV3 actually loads, on every rank of every preset;
+//   * owned bytes summed over ranks equal the model's total (count_parameters x 2 in bf16):
+//     every parameter has exactly one owner;
+//   * held bytes summed over ranks equal the total plus the replicas, and the replicas are
+//     exactly the tensors the plan replicates (computed here from the architecture).
+#include <gtest/gtest.h>
+
+#include "model/deepseek_v3_weights.h"
+#include "parallel/plan_parse.h"
+#include "tests/runtime/rank_model.h"
+
+namespace moeserve {
+namespace {
+
+struct Totals {
+  int64_t held = 0, owned = 0;
+};
+
+Totals totals(const ModelConfig& c, const parallel::ParallelPlan& plan) {
+  Totals t;
+  for (int r = 0; r < plan.world(); ++r) {
+    const RankWeights w = rank_weights(c, plan, r);
+    t.held += w.held_elements;
+    t.owned += w.owned_elements;
+  }
+  return t;
+}
+
+// Parameters every rank of a stage holds whole, summed over all layers (+ the final norm):
+// the two layer norms, the MLA latent projection (q_a, kv_a and their norms) and the router.
+int64_t stage_replicated(const ModelConfig& c) {
+  const int64_t h = c.hidden_size;
+  int64_t per_layer = 2 * h + (c.kv_lora_rank + c.qk_rope_head_dim) * h + c.kv_lora_rank;
+  if (c.q_lora_rank > 0) per_layer += c.q_lora_rank * h + c.q_lora_rank;
+  const int64_t router = c.n_routed_experts * h + c.n_routed_experts;
+  return c.num_hidden_layers * per_layer + c.num_moe_layers() * router + h;
+}
+
+TEST(WeightAccounting, MatchesWhatEachRankLoads) {
+  const ModelSource model = open_model("synthetic:tiny");
+  const int64_t total = count_parameters(model.config).total;
+  for (const std::string& name : parallel::preset_names(8)) {
+    const parallel::ParallelPlan plan = parallel::parse_plan(name);
+    auto loaded = testing::load_plan(model, plan, [](std::unique_ptr<WeightSource> w) { return w; });
+    for (int r = 0; r < plan.world(); ++r)
+      EXPECT_EQ(loaded.ranks[r].model->weight_bytes(), rank_weights(model.config, plan, r).held_elements * 4)
+          << name << " rank " << r;  // fp32 on CPU
+    EXPECT_EQ(totals(model.config, plan).owned, total) << name;
+  }
+}
+
+TEST(WeightAccounting, TiedEmbeddingsAreOwnedOnce) {
+  ModelConfig c = synthetic_config("tiny");
+  c.tie_word_embeddings = true;
+  const int64_t total = count_parameters(c).total;
+  for (const char* name : {"single", "pp2", "tp2pp2", "ep4-dp"}) {
+    const parallel::ParallelPlan plan = parallel::parse_plan(name);
+    EXPECT_EQ(totals(c, plan).owned, total) << name;
+    // The head re-reads the embedding on the last stage: a replica of vocab x hidden per replica.
+    ModelConfig untied = c;
+    untied.tie_word_embeddings = false;
+    EXPECT_EQ(totals(c, plan).held, totals(untied, plan).held) << name;
+  }
+}
+
+// Kimi K2.6 (1.03 T parameters): the plans of docs/plans.md.
+TEST(WeightAccounting, KimiK26RanksAddUpToTheModel) {
+  const ModelConfig c = synthetic_config("kimi-k2.6");
+  const int64_t total = count_parameters(c).total;
+  const int64_t everything_but_experts = total - count_parameters(c).routed_experts;
+  struct Case {
+    const char* plan;
+    int64_t replicas;  // parameters held beyond the one owned copy, over all ranks
+  };
+  const Case cases[] = {
+      {"tp8", 7 * stage_replicated(c)},       // 8 ranks hold the stage-replicated tensors
+      {"ep8", 7 * stage_replicated(c)},       // same attention layout as tp8
+      {"ep4tp2", 7 * stage_replicated(c)},
+      {"pp8", 0},                             // every layer on one stage, nothing shared
+      {"ep8-dp", 7 * everything_but_experts}, // attention, dense and shared experts on every rank
+  };
+  for (const Case& k : cases) {
+    const parallel::ParallelPlan plan = parallel::parse_plan(k.plan);
+    const Totals t = totals(c, plan);
+    EXPECT_EQ(t.owned, total) << k.plan;
+    EXPECT_EQ(t.held, total + k.replicas) << k.plan;
+  }
+  // tp8: every rank holds the stage-replicated tensors whole and 1/8 of everything else
+  // (heads, vocab, dense and shared columns, expert columns all divide by 8).
+  for (int r = 0; r < 8; ++r)
+    EXPECT_EQ(rank_weights(c, parallel::parse_plan("tp8"), r).held_elements,
+              stage_replicated(c) + (total - stage_replicated(c)) / 8)
+        << "rank " << r;
+  EXPECT_EQ(kv_bytes_per_token(c, parallel::parse_plan("tp8"), 0, 2), 61 * (512 + 64) * 2);
+  EXPECT_EQ(kv_bytes_per_token(c, parallel::parse_plan("pp8"), 0, 2), 8 * (512 + 64) * 2);
+  EXPECT_EQ(kv_bytes_per_token(c, parallel::parse_plan("pp8"), 7, 2), 7 * (512 + 64) * 2);
+}
+
+}  // namespace
+}  // namespace moeserve
