@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 
 #include "core/error.h"
 #include "model/deepseek_v3_weights.h"
@@ -33,21 +34,22 @@ struct DeepseekV3::Layer {
   BufferPtr router_bias;                 // [experts] fp32
   std::vector<BufferPtr> expert_w13;     // each [2 * expert_inter_local, hidden]
   std::vector<BufferPtr> expert_w2;      // each [hidden, expert_inter_local]
-  std::vector<const void*> expert_w13_ptrs, expert_w2_ptrs;
+  BufferPtr expert_w13_table, expert_w2_table;  // [local experts] pointers, in backend memory
 };
 
-// Per-step buffers, sized for the batch.
+// A step's buffers for T tokens. Kept per T, so that a captured graph replays with the same
+// pointers; the host fills the metadata buffers before each run.
 struct DeepseekV3::Activations {
   int64_t tokens = 0;
-  BufferPtr ids, positions, seq_of_token, slots, block_tables;  // int32 metadata
+  int64_t block_table_capacity = 0;  // int32 entries of block_tables
+  BufferPtr ids, positions, seq_of_token, slots, block_tables, logit_rows;  // int32 metadata
   BufferPtr hidden;     // [T, hidden] residual stream
   BufferPtr normed;     // [T, hidden]
   BufferPtr branch;     // [T, hidden] output of attention / MLP before the residual add
   BufferPtr q_a;        // [T, q_lora]
   BufferPtr q_a_normed; // [T, q_lora]
   BufferPtr q;          // [T, heads_local, qk_head_dim]
-  BufferPtr kv;         // [T, latent + rope]
-  BufferPtr entry;      // [T, latent + rope] normalised latent + roped key, as cached
+  BufferPtr kv;         // [T, latent + rope]: normalised latent + roped key, as cached
   BufferPtr q_latent;   // [T, heads_local, latent]
   BufferPtr attn_latent;// [T, heads_local, latent]
   BufferPtr attn_v;     // [T, heads_local * v]
@@ -55,11 +57,15 @@ struct DeepseekV3::Activations {
   BufferPtr act;        // [T, max inter]
   BufferPtr topk_ids;   // [T, top_k] int32
   BufferPtr topk_weights; // [T, top_k] fp32
+  BufferPtr selected;   // [T, hidden] rows that get logits, normalised
+  BufferPtr local_logits;  // [T, vocab_local] fp32
+  BufferPtr gathered_logits;  // [attn_tp, T, vocab_local] fp32
 };
 
 namespace {
 
 void* ptr(const BufferPtr& b) { return b ? b->data() : nullptr; }
+std::byte* bytes(const BufferPtr& b) { return static_cast<std::byte*>(ptr(b)); }
 
 std::string layer_prefix(const ModelConfig& c, int64_t layer) {
   return fmt::format("{}model.layers.{}.", c.tensor_prefix, layer);
@@ -81,9 +87,16 @@ DeepseekV3::DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& 
   const size_t cache_bytes =
       static_cast<size_t>(cache.num_pages * cache.page_size * width) * dtype_size(backend.activation_dtype());
   for (int64_t l = shard_.layers.begin; l < shard_.layers.end; ++l) kv_cache_.push_back(backend.alloc(cache_bytes));
+  backend.synchronize();
 }
 
 DeepseekV3::~DeepseekV3() = default;
+
+std::vector<ops::Buffer*> DeepseekV3::kv_caches() {
+  std::vector<ops::Buffer*> out;
+  for (auto& b : kv_cache_) out.push_back(b.get());
+  return out;
+}
 
 void DeepseekV3::load(WeightSource& source) {
   const ModelConfig& c = config_;
@@ -91,33 +104,75 @@ void DeepseekV3::load(WeightSource& source) {
   const int64_t qk = c.qk_head_dim();
   const int64_t latent = c.kv_lora_rank, rope = c.qk_rope_head_dim;
   const Range heads = shard_.heads;
-  auto upload = [&](const Tensor& t, bool keep_f32 = false) {
-    weight_bytes_ += static_cast<int64_t>(t.numel() * dtype_size(keep_f32 ? DType::F32 : backend_.activation_dtype()));
-    return backend_.upload_weight(t, keep_f32);
+  const DType weight_dtype = backend_.activation_dtype();
+
+  // Rows x cols of tensor `name` (full shape `shape`) into `dst` at element `offset`:
+  // generated in place for synthetic sources, read and uploaded otherwise.
+  auto place = [&](ops::Buffer& dst, int64_t offset, const std::string& name, const Shape& shape, Slice rows,
+                   Slice cols, bool keep_f32) {
+    const int64_t full_rows = shape[0], full_cols = shape.size() == 2 ? shape[1] : 1;
+    const Range r{rows.begin, rows.end < 0 ? full_rows : rows.end};
+    const Range k{cols.begin, cols.end < 0 ? full_cols : cols.end};
+    const size_t elem = keep_f32 ? 4 : dtype_size(weight_dtype);
+    SyntheticRecipe recipe;
+    if (source.synthetic_recipe(name, shape, &recipe)) {
+      ops::FillUniformParams fill{static_cast<std::byte*>(dst.data()) + offset * elem, r.size(), k.size(), full_cols,
+                                  r.begin, k.begin, recipe.seed, recipe.offset, recipe.amplitude};
+      fill.out_f32 = keep_f32;
+      backend_.fill_uniform(fill);
+      return;
+    }
+    const Tensor host = source.read(name, shape, rows, cols);
+    const BufferPtr staged = backend_.upload_weight(host, keep_f32);
+    backend_.synchronize();
+    // Copy through the host: weights load once, so simplicity beats a device-to-device path.
+    std::vector<std::byte> tmp(staged->nbytes());
+    backend_.download(tmp.data(), *staged, 0, tmp.size());
+    backend_.upload(dst, offset * elem, tmp.data(), tmp.size());
   };
-  auto read = [&](const std::string& name, const Shape& shape, Slice rows = Slice::all(), Slice cols = Slice::all()) {
-    return source.read(name, shape, rows, cols);
+  auto load_tensor = [&](const std::string& name, const Shape& shape, Slice rows = Slice::all(),
+                         Slice cols = Slice::all(), bool keep_f32 = false) {
+    const int64_t n_rows = (rows.end < 0 ? shape[0] : rows.end) - rows.begin;
+    const int64_t n_cols = shape.size() == 2 ? (cols.end < 0 ? shape[1] : cols.end) - cols.begin : 1;
+    const size_t elem = keep_f32 ? 4 : dtype_size(weight_dtype);
+    SyntheticRecipe recipe;
+    BufferPtr buffer;
+    if (source.synthetic_recipe(name, shape, &recipe)) {
+      buffer = backend_.alloc(static_cast<size_t>(n_rows * n_cols) * elem);
+      place(*buffer, 0, name, shape, rows, cols, keep_f32);
+    } else {
+      buffer = backend_.upload_weight(source.read(name, shape, rows, cols), keep_f32);
+    }
+    weight_bytes_ += n_rows * n_cols * static_cast<int64_t>(elem);
+    return buffer;
   };
-  // gate and up rows [begin, end) of an MLP stacked into one [2 * n, hidden] matrix.
-  auto read_w13 = [&](const std::string& prefix, int64_t inter, Range cols) {
-    Tensor gate = read(prefix + "gate_proj.weight", {inter, hidden}, {cols.begin, cols.end});
-    Tensor up = read(prefix + "up_proj.weight", {inter, hidden}, {cols.begin, cols.end});
-    Tensor w13(DType::F32, {2 * cols.size(), hidden});
-    std::memcpy(w13.f32(), gate.f32(), gate.nbytes());
-    std::memcpy(w13.f32() + gate.numel(), up.f32(), up.nbytes());
-    return upload(w13);
+  // gate and up rows `cols` of an MLP stacked into one [2 * n, hidden] matrix.
+  auto load_w13 = [&](const std::string& prefix, int64_t inter, Range cols) {
+    const int64_t n = cols.size();
+    BufferPtr w13 = backend_.alloc(static_cast<size_t>(2 * n * hidden) * dtype_size(weight_dtype));
+    place(*w13, 0, prefix + "gate_proj.weight", {inter, hidden}, {cols.begin, cols.end}, Slice::all(), false);
+    place(*w13, n * hidden, prefix + "up_proj.weight", {inter, hidden}, {cols.begin, cols.end}, Slice::all(), false);
+    weight_bytes_ += 2 * n * hidden * static_cast<int64_t>(dtype_size(weight_dtype));
+    return w13;
   };
-  auto read_w2 = [&](const std::string& prefix, int64_t inter, Range cols) {
-    return upload(read(prefix + "down_proj.weight", {hidden, inter}, Slice::all(), {cols.begin, cols.end}));
+  auto load_w2 = [&](const std::string& prefix, int64_t inter, Range cols) {
+    return load_tensor(prefix + "down_proj.weight", {hidden, inter}, Slice::all(), {cols.begin, cols.end});
+  };
+  auto pointer_table = [&](const std::vector<BufferPtr>& buffers) {
+    std::vector<const void*> pointers;
+    for (const auto& b : buffers) pointers.push_back(b->data());
+    BufferPtr table = backend_.alloc(std::max<size_t>(pointers.size(), 1) * sizeof(void*));
+    if (!pointers.empty()) backend_.upload(*table, 0, pointers.data(), pointers.size() * sizeof(void*));
+    return table;
   };
 
   const std::string embed_name = c.tensor_prefix + "model.embed_tokens.weight";
   const Slice vocab_rows{shard_.vocab.begin, shard_.vocab.end};
-  if (shard_.first_stage) embed_ = upload(read(embed_name, {c.vocab_size, hidden}, vocab_rows));
+  if (shard_.first_stage) embed_ = load_tensor(embed_name, {c.vocab_size, hidden}, vocab_rows);
   if (shard_.last_stage) {
-    final_norm_ = upload(read(c.tensor_prefix + "model.norm.weight", {hidden}));
+    final_norm_ = load_tensor(c.tensor_prefix + "model.norm.weight", {hidden});
     const std::string head_name = c.tie_word_embeddings ? embed_name : c.tensor_prefix + "lm_head.weight";
-    lm_head_ = upload(read(head_name, {c.vocab_size, hidden}, vocab_rows));
+    lm_head_ = load_tensor(head_name, {c.vocab_size, hidden}, vocab_rows);
   }
   const std::vector<float> inv_freq = rope_inv_freq(c);
   Tensor inv_freq_tensor(DType::F32, {static_cast<int64_t>(inv_freq.size())});
@@ -128,43 +183,44 @@ void DeepseekV3::load(WeightSource& source) {
     auto layer = std::make_unique<Layer>();
     const std::string p = layer_prefix(c, l);
     layer->is_moe = c.is_moe_layer(l);
-    layer->input_norm = upload(read(p + "input_layernorm.weight", {hidden}));
-    layer->post_attention_norm = upload(read(p + "post_attention_layernorm.weight", {hidden}));
+    layer->input_norm = load_tensor(p + "input_layernorm.weight", {hidden});
+    layer->post_attention_norm = load_tensor(p + "post_attention_layernorm.weight", {hidden});
     const Slice q_rows{heads.begin * qk, heads.end * qk};
     if (c.q_lora_rank > 0) {
-      layer->q_a_proj = upload(read(p + "self_attn.q_a_proj.weight", {c.q_lora_rank, hidden}));
-      layer->q_a_norm = upload(read(p + "self_attn.q_a_layernorm.weight", {c.q_lora_rank}));
-      layer->q_b_proj =
-          upload(read(p + "self_attn.q_b_proj.weight", {c.num_attention_heads * qk, c.q_lora_rank}, q_rows));
+      layer->q_a_proj = load_tensor(p + "self_attn.q_a_proj.weight", {c.q_lora_rank, hidden});
+      layer->q_a_norm = load_tensor(p + "self_attn.q_a_layernorm.weight", {c.q_lora_rank});
+      layer->q_b_proj = load_tensor(p + "self_attn.q_b_proj.weight", {c.num_attention_heads * qk, c.q_lora_rank}, q_rows);
     } else {
-      layer->q_proj = upload(read(p + "self_attn.q_proj.weight", {c.num_attention_heads * qk, hidden}, q_rows));
+      layer->q_proj = load_tensor(p + "self_attn.q_proj.weight", {c.num_attention_heads * qk, hidden}, q_rows);
     }
-    layer->kv_a_proj = upload(read(p + "self_attn.kv_a_proj_with_mqa.weight", {latent + rope, hidden}));
-    layer->kv_a_norm = upload(read(p + "self_attn.kv_a_layernorm.weight", {latent}));
+    layer->kv_a_proj = load_tensor(p + "self_attn.kv_a_proj_with_mqa.weight", {latent + rope, hidden});
+    layer->kv_a_norm = load_tensor(p + "self_attn.kv_a_layernorm.weight", {latent});
     const int64_t kv_b_per_head = c.qk_nope_head_dim + c.v_head_dim;
-    layer->kv_b_proj = upload(read(p + "self_attn.kv_b_proj.weight", {c.num_attention_heads * kv_b_per_head, latent},
-                                   {heads.begin * kv_b_per_head, heads.end * kv_b_per_head}));
-    layer->o_proj = upload(read(p + "self_attn.o_proj.weight", {hidden, c.num_attention_heads * c.v_head_dim},
-                                Slice::all(), {heads.begin * c.v_head_dim, heads.end * c.v_head_dim}));
+    layer->kv_b_proj = load_tensor(p + "self_attn.kv_b_proj.weight", {c.num_attention_heads * kv_b_per_head, latent},
+                                   {heads.begin * kv_b_per_head, heads.end * kv_b_per_head});
+    layer->o_proj = load_tensor(p + "self_attn.o_proj.weight", {hidden, c.num_attention_heads * c.v_head_dim},
+                                Slice::all(), {heads.begin * c.v_head_dim, heads.end * c.v_head_dim});
     if (!layer->is_moe) {
       layer->mlp_inter = shard_.dense_intermediate.size();
-      layer->mlp_w13 = read_w13(p + "mlp.", c.intermediate_size, shard_.dense_intermediate);
-      layer->mlp_w2 = read_w2(p + "mlp.", c.intermediate_size, shard_.dense_intermediate);
+      layer->mlp_w13 = load_w13(p + "mlp.", c.intermediate_size, shard_.dense_intermediate);
+      layer->mlp_w2 = load_w2(p + "mlp.", c.intermediate_size, shard_.dense_intermediate);
     } else {
-      layer->router = upload(read(p + "mlp.gate.weight", {c.n_routed_experts, hidden}), /*keep_f32=*/true);
-      layer->router_bias = upload(read(p + "mlp.gate.e_score_correction_bias", {c.n_routed_experts}), true);
+      layer->router = load_tensor(p + "mlp.gate.weight", {c.n_routed_experts, hidden}, Slice::all(), Slice::all(),
+                                  /*keep_f32=*/true);
+      layer->router_bias = load_tensor(p + "mlp.gate.e_score_correction_bias", {c.n_routed_experts}, Slice::all(),
+                                       Slice::all(), /*keep_f32=*/true);
       if (c.n_shared_experts > 0) {
         layer->mlp_inter = shard_.shared_intermediate.size();
-        layer->mlp_w13 = read_w13(p + "mlp.shared_experts.", c.shared_intermediate_size(), shard_.shared_intermediate);
-        layer->mlp_w2 = read_w2(p + "mlp.shared_experts.", c.shared_intermediate_size(), shard_.shared_intermediate);
+        layer->mlp_w13 = load_w13(p + "mlp.shared_experts.", c.shared_intermediate_size(), shard_.shared_intermediate);
+        layer->mlp_w2 = load_w2(p + "mlp.shared_experts.", c.shared_intermediate_size(), shard_.shared_intermediate);
       }
       for (int64_t e = shard_.experts.begin; e < shard_.experts.end; ++e) {
         const std::string ep = fmt::format("{}mlp.experts.{}.", p, e);
-        layer->expert_w13.push_back(read_w13(ep, c.moe_intermediate_size, shard_.expert_intermediate));
-        layer->expert_w2.push_back(read_w2(ep, c.moe_intermediate_size, shard_.expert_intermediate));
-        layer->expert_w13_ptrs.push_back(layer->expert_w13.back()->data());
-        layer->expert_w2_ptrs.push_back(layer->expert_w2.back()->data());
+        layer->expert_w13.push_back(load_w13(ep, c.moe_intermediate_size, shard_.expert_intermediate));
+        layer->expert_w2.push_back(load_w2(ep, c.moe_intermediate_size, shard_.expert_intermediate));
       }
+      layer->expert_w13_table = pointer_table(layer->expert_w13);
+      layer->expert_w2_table = pointer_table(layer->expert_w2);
     }
     layers_.push_back(std::move(layer));
   }
@@ -176,128 +232,190 @@ void DeepseekV3::all_reduce(comm::Communicator* group, ops::Buffer& buffer, int6
   group->all_reduce_sum(buffer.data(), static_cast<size_t>(count), backend_.activation_dtype());
 }
 
-Tensor DeepseekV3::forward(const ForwardBatch& batch, const Tensor* hidden_in) {
+DeepseekV3::Activations& DeepseekV3::workspace(int64_t T) {
+  auto& slot = workspaces_[T];
+  if (slot) return *slot;
+  const ModelConfig& c = config_;
+  auto a = std::make_unique<Activations>();
+  const size_t act = dtype_size(backend_.activation_dtype());
+  const int64_t heads_local = shard_.heads.size();
+  const int64_t latent = c.kv_lora_rank, rope = c.qk_rope_head_dim;
+  const int64_t max_inter =
+      std::max({shard_.dense_intermediate.size(), shard_.shared_intermediate.size(), shard_.expert_intermediate.size()});
+  const int tp = groups_.attn_tp ? groups_.attn_tp->size() : 1;
+  auto alloc = [&](int64_t elements, size_t elem) { return backend_.alloc(std::max<int64_t>(elements, 1) * elem); };
+  a->tokens = T;
+  a->ids = alloc(T, 4);
+  a->positions = alloc(T, 4);
+  a->seq_of_token = alloc(T, 4);
+  a->slots = alloc(T, 4);
+  a->logit_rows = alloc(T, 4);
+  a->hidden = alloc(T * c.hidden_size, act);
+  a->normed = alloc(T * c.hidden_size, act);
+  a->branch = alloc(T * c.hidden_size, act);
+  a->q_a = alloc(T * c.q_lora_rank, act);
+  a->q_a_normed = alloc(T * c.q_lora_rank, act);
+  a->q = alloc(T * heads_local * c.qk_head_dim(), act);
+  a->kv = alloc(T * (latent + rope), act);
+  a->q_latent = alloc(T * heads_local * latent, act);
+  a->attn_latent = alloc(T * heads_local * latent, act);
+  a->attn_v = alloc(T * heads_local * c.v_head_dim, act);
+  a->gate_up = alloc(T * 2 * max_inter, act);
+  a->act = alloc(T * max_inter, act);
+  a->topk_ids = alloc(T * c.num_experts_per_tok, 4);
+  a->topk_weights = alloc(T * c.num_experts_per_tok, 4);
+  if (shard_.last_stage) {
+    a->selected = alloc(T * c.hidden_size, act);
+    a->local_logits = alloc(T * shard_.vocab.size(), 4);
+    if (tp > 1) a->gathered_logits = alloc(tp * T * shard_.vocab.size(), 4);
+  }
+  slot = std::move(a);
+  return *slot;
+}
+
+void DeepseekV3::reserve_block_tables(Activations& a, int64_t entries) {
+  if (a.block_tables && a.block_table_capacity >= entries) return;
+  if (a.block_tables) {  // graphs captured for this T point at the old table
+    backend_.synchronize();
+    for (auto it = graphs_.begin(); it != graphs_.end();)
+      it = it->first.first == a.tokens ? graphs_.erase(it) : std::next(it);
+  }
+  a.block_table_capacity = std::max(entries, 2 * a.block_table_capacity);
+  a.block_tables = backend_.alloc(static_cast<size_t>(std::max<int64_t>(a.block_table_capacity, 1)) * 4);
+}
+
+ops::Buffer& DeepseekV3::hidden_states(int64_t tokens) { return *workspace(tokens).hidden; }
+
+void DeepseekV3::upload_metadata(Activations& a, const ForwardBatch& batch) {
+  auto put = [&](BufferPtr& dst, const std::vector<int32_t>& v) {
+    if (!v.empty()) backend_.upload(*dst, 0, v.data(), v.size() * 4);
+  };
+  put(a.ids, batch.tokens);
+  put(a.positions, batch.positions);
+  put(a.seq_of_token, batch.seq_of_token);
+  put(a.slots, batch.slots);
+  put(a.block_tables, batch.block_tables);
+  put(a.logit_rows, batch.logit_rows);
+}
+
+Tensor DeepseekV3::forward(const ForwardBatch& batch) {
   const ModelConfig& c = config_;
   const int64_t T = batch.num_tokens();
-  const int64_t hidden = c.hidden_size;
-  const int64_t heads_local = shard_.heads.size();
-  const size_t act = dtype_size(backend_.activation_dtype());
   MS_CHECK(static_cast<int64_t>(batch.positions.size()) == T && static_cast<int64_t>(batch.slots.size()) == T &&
                static_cast<int64_t>(batch.seq_of_token.size()) == T,
            "forward batch: tokens, positions, slots and seq_of_token must have the same length");
+  const int64_t num_seqs =
+      batch.max_pages_per_seq > 0 ? static_cast<int64_t>(batch.block_tables.size()) / batch.max_pages_per_seq : 0;
   for (int64_t t = 0; t < T; ++t) {
     MS_CHECK(batch.positions[t] >= 0 && batch.positions[t] < c.max_position_embeddings,
              "forward batch: position {} outside [0, max_position_embeddings={})", batch.positions[t],
              c.max_position_embeddings);
     MS_CHECK(batch.slots[t] >= 0 && batch.slots[t] < cache_shape_.num_pages * cache_shape_.page_size,
              "forward batch: cache slot {} outside the cache", batch.slots[t]);
+    MS_CHECK(batch.seq_of_token[t] >= 0 && batch.seq_of_token[t] < num_seqs &&
+                 batch.positions[t] < batch.max_pages_per_seq * cache_shape_.page_size,
+             "forward batch: token {} has no block-table row for position {}", t, batch.positions[t]);
     if (shard_.first_stage)
       MS_CHECK(batch.tokens[t] >= 0 && batch.tokens[t] < c.vocab_size, "token id {} outside the vocabulary [0, {})",
                batch.tokens[t], c.vocab_size);
   }
+  for (int32_t page : batch.block_tables)
+    MS_CHECK(page >= 0 && page < cache_shape_.num_pages, "forward batch: page {} outside the cache", page);
+  const int64_t rows = static_cast<int64_t>(batch.logit_rows.size());
+  for (int32_t row : batch.logit_rows) MS_CHECK(row >= 0 && row < T, "logit row {} outside the batch of {} tokens", row, T);
 
-  Activations a;
-  a.tokens = T;
-  auto alloc = [&](int64_t elements, size_t elem) { return backend_.alloc(std::max<int64_t>(elements, 1) * elem); };
-  auto upload_i32 = [&](const std::vector<int32_t>& v) {
-    auto b = alloc(static_cast<int64_t>(v.size()), 4);
-    if (!v.empty()) backend_.upload(*b, 0, v.data(), v.size() * 4);
-    return b;
-  };
-  a.ids = upload_i32(batch.tokens);
-  a.positions = upload_i32(batch.positions);
-  a.seq_of_token = upload_i32(batch.seq_of_token);
-  a.slots = upload_i32(batch.slots);
-  a.block_tables = upload_i32(batch.block_tables);
-  const int64_t latent = c.kv_lora_rank, rope = c.qk_rope_head_dim;
-  const int64_t max_inter =
-      std::max({shard_.dense_intermediate.size(), shard_.shared_intermediate.size(), shard_.expert_intermediate.size()});
-  a.hidden = alloc(T * hidden, act);
-  a.normed = alloc(T * hidden, act);
-  a.branch = alloc(T * hidden, act);
-  a.q_a = alloc(T * c.q_lora_rank, act);
-  a.q_a_normed = alloc(T * c.q_lora_rank, act);
-  a.q = alloc(T * heads_local * c.qk_head_dim(), act);
-  a.kv = alloc(T * (latent + rope), act);
-  a.entry = alloc(T * (latent + rope), act);
-  a.q_latent = alloc(T * heads_local * latent, act);
-  a.attn_latent = alloc(T * heads_local * latent, act);
-  a.attn_v = alloc(T * heads_local * c.v_head_dim, act);
-  a.gate_up = alloc(T * 2 * max_inter, act);
-  a.act = alloc(T * max_inter, act);
-  a.topk_ids = alloc(T * c.num_experts_per_tok, 4);
-  a.topk_weights = alloc(T * c.num_experts_per_tok, 4);
+  Activations& a = workspace(T);
+  reserve_block_tables(a, static_cast<int64_t>(batch.block_tables.size()));
+  upload_metadata(a, batch);
 
+  // Decode-shaped steps replay a captured graph: same tokens and block-table width as the
+  // capture, pointers fixed by the per-T workspace, no host work between the ops.
+  bool decode_shaped = rows == T && plan_.attn_dp == 1 && !record_routing_;
+  for (int64_t r = 0; decode_shaped && r < rows; ++r) decode_shaped = batch.logit_rows[r] == r;
+  const auto key = std::make_pair(T, batch.max_pages_per_seq);
+  if (graphs_enabled_ && decode_shaped && backend_.supports_graphs() && T > 0) {
+    auto graph = graphs_.find(key);
+    if (graph == graphs_.end() && warmed_up_.count(key)) {
+      backend_.begin_capture();
+      run(a, rows, batch.max_pages_per_seq);
+      graph = graphs_.emplace(key, backend_.end_capture()).first;
+    }
+    if (graph != graphs_.end()) {
+      backend_.replay(*graph->second);
+      return shard_.last_stage ? logits_to_host(a, rows) : Tensor();
+    }
+    warmed_up_.insert(key);  // the first run of a shape sizes every lazily grown workspace
+  }
+  run(a, rows, batch.max_pages_per_seq);
+  if (record_routing_) backend_.synchronize();
+  return shard_.last_stage ? logits_to_host(a, rows) : Tensor();
+}
+
+void DeepseekV3::run(Activations& a, int64_t logit_rows, int64_t max_pages_per_seq) {
+  const ModelConfig& c = config_;
+  const int64_t T = a.tokens, hidden = c.hidden_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
   if (shard_.first_stage) {
     // [T, hidden]: each attention-TP rank embeds its vocab rows; the sum is the embedding.
     backend_.embedding({static_cast<const int32_t*>(ptr(a.ids)), ptr(embed_), ptr(a.hidden), T, hidden,
                         shard_.vocab.begin, shard_.vocab.end});
     all_reduce(groups_.attn_tp, *a.hidden, T * hidden, "embedding");
-  } else {
-    MS_CHECK(hidden_in != nullptr && hidden_in->numel() == T * hidden,
-             "pipeline stage {} needs the previous stage's hidden states [{}, {}]", shard_.coord.stage, T, hidden);
-    backend_.upload(*a.hidden, 0, hidden_in->raw(), hidden_in->nbytes());
   }
-
+  if (record_routing_) last_routing_.clear();
+  int64_t moe_layer = 0;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& layer = *layers_[i];
-    backend_.rms_norm({ptr(a.hidden), ptr(layer.input_norm), ptr(a.normed), T, hidden, hidden, hidden,
-                       static_cast<float>(c.rms_norm_eps)});
-    attention(layer, static_cast<int64_t>(i), a, batch);
+    backend_.rms_norm({ptr(a.hidden), ptr(layer.input_norm), ptr(a.normed), T, hidden, hidden, hidden, eps});
+    attention(layer, static_cast<int64_t>(i), a, max_pages_per_seq);
     backend_.add({ptr(a.hidden), ptr(a.branch), T * hidden});
-    backend_.rms_norm({ptr(a.hidden), ptr(layer.post_attention_norm), ptr(a.normed), T, hidden, hidden, hidden,
-                       static_cast<float>(c.rms_norm_eps)});
+    backend_.rms_norm({ptr(a.hidden), ptr(layer.post_attention_norm), ptr(a.normed), T, hidden, hidden, hidden, eps});
     if (layer.is_moe) {
-      moe(layer, a);
+      moe(layer, moe_layer++, a);
     } else {
       dense_mlp(layer, a);
     }
     backend_.add({ptr(a.hidden), ptr(a.branch), T * hidden});
   }
+  if (shard_.last_stage) lm_head(a, logit_rows);
+}
 
-  if (!shard_.last_stage) {
-    Tensor out(backend_.activation_dtype(), {T, hidden});
-    backend_.download(out.raw(), *a.hidden, 0, out.nbytes());
-    return out;
-  }
-
-  // Logits of the requested rows: gather rows, final norm, vocab-parallel head, gather vocab.
-  const int64_t rows = static_cast<int64_t>(batch.logit_rows.size());
-  const int64_t vocab_local = shard_.vocab.size();
-  auto selected = alloc(rows * hidden, act);
-  for (int64_t r = 0; r < rows; ++r) {
-    const int32_t t = batch.logit_rows[r];
-    MS_CHECK(t >= 0 && t < T, "logit row {} outside the batch of {} tokens", t, T);
-    backend_.rms_norm({static_cast<std::byte*>(ptr(a.hidden)) + t * hidden * act, ptr(final_norm_),
-                       static_cast<std::byte*>(selected->data()) + r * hidden * act, 1, hidden, hidden, hidden,
-                       static_cast<float>(c.rms_norm_eps)});
-  }
-  auto local_logits = alloc(rows * vocab_local, 4);
-  ops::LinearParams head{selected->data(), ptr(lm_head_), local_logits->data(), rows, hidden, vocab_local,
-                         hidden, vocab_local};
+void DeepseekV3::lm_head(Activations& a, int64_t rows) {
+  const ModelConfig& c = config_;
+  const int64_t hidden = c.hidden_size, vocab_local = shard_.vocab.size();
+  // selected [rows, hidden] = norm(hidden[logit_rows]); local logits [rows, vocab_local] fp32.
+  backend_.gather_rows({ptr(a.hidden), static_cast<const int32_t*>(ptr(a.logit_rows)), ptr(a.selected), rows, hidden});
+  backend_.rms_norm({ptr(a.selected), ptr(final_norm_), ptr(a.selected), rows, hidden, hidden, hidden,
+                     static_cast<float>(c.rms_norm_eps)});
+  ops::LinearParams head{ptr(a.selected), ptr(lm_head_), ptr(a.local_logits), rows, hidden, vocab_local, hidden,
+                         vocab_local};
   head.y_f32 = true;
   backend_.linear(head);
-  Tensor logits(DType::F32, {rows, c.vocab_size});
-  const int tp = groups_.attn_tp ? groups_.attn_tp->size() : 1;
-  if (tp == 1) {
-    backend_.download(logits.raw(), *local_logits, 0, logits.nbytes());
+  if (a.gathered_logits) {
+    groups_.attn_tp->set_site("lm_head");
+    groups_.attn_tp->all_gather(ptr(a.local_logits), ptr(a.gathered_logits), static_cast<size_t>(rows * vocab_local),
+                                DType::F32);
+  }
+}
+
+Tensor DeepseekV3::logits_to_host(Activations& a, int64_t rows) {
+  const int64_t vocab = config_.vocab_size, vocab_local = shard_.vocab.size();
+  Tensor logits(DType::F32, {rows, vocab});
+  if (!a.gathered_logits) {
+    if (rows) backend_.download(logits.raw(), *a.local_logits, 0, logits.nbytes());
     return logits;
   }
   // [tp, rows, vocab_local] -> [rows, vocab]; the plan guarantees vocab % tp == 0.
-  auto gathered = alloc(tp * rows * vocab_local, 4);
-  groups_.attn_tp->set_site("lm_head");
-  groups_.attn_tp->all_gather(local_logits->data(), gathered->data(), static_cast<size_t>(rows * vocab_local),
-                              DType::F32);
+  const int tp = groups_.attn_tp->size();
   Tensor host(DType::F32, {tp, rows, vocab_local});
-  backend_.download(host.raw(), *gathered, 0, host.nbytes());
+  if (rows) backend_.download(host.raw(), *a.gathered_logits, 0, host.nbytes());
   for (int r = 0; r < tp; ++r)
     for (int64_t row = 0; row < rows; ++row)
-      std::memcpy(logits.f32() + row * c.vocab_size + r * vocab_local, host.f32() + (r * rows + row) * vocab_local,
+      std::memcpy(logits.f32() + row * vocab + r * vocab_local, host.f32() + (r * rows + row) * vocab_local,
                   vocab_local * sizeof(float));
   return logits;
 }
 
-void DeepseekV3::attention(const Layer& layer, int64_t local_layer, Activations& a, const ForwardBatch& batch) {
+void DeepseekV3::attention(const Layer& layer, int64_t local_layer, Activations& a, int64_t max_pages_per_seq) {
   const ModelConfig& c = config_;
   const int64_t T = a.tokens, hidden = c.hidden_size;
   const int64_t heads = shard_.heads.size();
@@ -316,21 +434,18 @@ void DeepseekV3::attention(const Layer& layer, int64_t local_layer, Activations&
   } else {
     backend_.linear({ptr(a.normed), ptr(layer.q_proj), ptr(a.q), T, hidden, heads * qk, hidden, heads * qk});
   }
-  // kv: [T, latent + rope] -> entry = [norm(kv[:, :latent]), rope(kv[:, latent:])]
+  // kv [T, latent + rope] becomes the cache entry in place: norm(kv[:, :latent]), rope(kv[:, latent:]).
   backend_.linear({ptr(a.normed), ptr(layer.kv_a_proj), ptr(a.kv), T, hidden, width, hidden, width});
-  backend_.rms_norm({ptr(a.kv), ptr(layer.kv_a_norm), ptr(a.entry), T, latent, width, width, eps});
-  for (int64_t t = 0; t < T; ++t)  // copy the rope part of each row (strided)
-    std::memcpy(static_cast<std::byte*>(ptr(a.entry)) + (t * width + latent) * act,
-                static_cast<std::byte*>(ptr(a.kv)) + (t * width + latent) * act, rope * act);
+  backend_.rms_norm({ptr(a.kv), ptr(layer.kv_a_norm), ptr(a.kv), T, latent, width, width, eps});
   const auto* positions = static_cast<const int32_t*>(ptr(a.positions));
   const auto* inv_freq = static_cast<const float*>(ptr(inv_freq_));
   const float attention_factor = static_cast<float>(c.rope_attention_factor());
-  backend_.rope({static_cast<std::byte*>(ptr(a.q)) + nope * act, positions, inv_freq, T, heads, heads * qk, qk, rope,
-                 attention_factor, c.rope_interleave});
-  backend_.rope({static_cast<std::byte*>(ptr(a.entry)) + latent * act, positions, inv_freq, T, 1, width, width,
-                 rope, attention_factor, c.rope_interleave});
+  backend_.rope({bytes(a.q) + nope * act, positions, inv_freq, T, heads, heads * qk, qk, rope, attention_factor,
+                 c.rope_interleave});
+  backend_.rope({bytes(a.kv) + latent * act, positions, inv_freq, T, 1, width, width, rope, attention_factor,
+                 c.rope_interleave});
   ops::Buffer& cache = *kv_cache_[local_layer];
-  backend_.kv_write({ptr(a.entry), static_cast<const int32_t*>(ptr(a.slots)), cache.data(), T, width});
+  backend_.kv_write({ptr(a.kv), static_cast<const int32_t*>(ptr(a.slots)), cache.data(), T, width});
 
   // Absorbed MLA: attend in the latent space, then up-project values per head.
   backend_.mla_q_absorb({ptr(a.q), ptr(layer.kv_b_proj), ptr(a.q_latent), T, heads, qk, nope, c.v_head_dim, latent});
@@ -349,7 +464,7 @@ void DeepseekV3::attention(const Layer& layer, int64_t local_layer, Activations&
   attn.q_head_stride = qk;
   attn.rope_offset = nope;
   attn.page_size = cache_shape_.page_size;
-  attn.max_pages_per_seq = batch.max_pages_per_seq;
+  attn.max_pages_per_seq = max_pages_per_seq;
   attn.scale = static_cast<float>(c.attention_scale());
   backend_.mla_attention(attn);
   backend_.mla_v_up({ptr(a.attn_latent), ptr(layer.kv_b_proj), ptr(a.attn_v), T, heads, nope, c.v_head_dim, latent});
@@ -379,7 +494,7 @@ void DeepseekV3::shared_experts(const Layer& layer, Activations& a) {
   backend_.linear(down);
 }
 
-void DeepseekV3::moe(const Layer& layer, Activations& a) {
+void DeepseekV3::moe(const Layer& layer, int64_t moe_layer, Activations& a) {
   const ModelConfig& c = config_;
   const int64_t T = a.tokens, hidden = c.hidden_size;
   if (plan_.attn_dp > 1) {
@@ -394,12 +509,16 @@ void DeepseekV3::moe(const Layer& layer, Activations& a) {
                             c.topk_group, c.num_experts_per_tok, c.norm_topk_prob,
                             static_cast<float>(c.routed_scaling_factor)};
   backend_.moe_route(route);
+  if (record_routing_) {
+    last_routing_.emplace_back(T * c.num_experts_per_tok);
+    if (T) backend_.download(last_routing_.back().data(), *a.topk_ids, 0, last_routing_.back().size() * 4);
+  }
   ops::MoeExpertsParams experts{};
   experts.x = ptr(a.normed);
   experts.topk_ids = static_cast<const int32_t*>(ptr(a.topk_ids));
   experts.topk_weights = static_cast<const float*>(ptr(a.topk_weights));
-  experts.w13 = layer.expert_w13_ptrs.data();
-  experts.w2 = layer.expert_w2_ptrs.data();
+  experts.w13 = static_cast<const void* const*>(ptr(layer.expert_w13_table));
+  experts.w2 = static_cast<const void* const*>(ptr(layer.expert_w2_table));
   experts.out = ptr(a.branch);
   experts.tokens = T;
   experts.top_k = c.num_experts_per_tok;
@@ -423,6 +542,8 @@ void DeepseekV3::moe(const Layer& layer, Activations& a) {
 //   6. the sender sums them in a fixed order (k, then MoE-TP index) with the routing weights,
 //      adds the shared experts, and (attention TP > 1) re-assembles the replica's tokens with
 //      an all-reduce "moe" over its TP group (rows of other ranks are zero).
+// Rows move in backend memory (gather_rows, all_to_all_v, row_combine); only the routing
+// and the row counts come to the host to lay the exchange out.
 void DeepseekV3::moe_dispatch_combine(const Layer& layer, Activations& a) {
   const ModelConfig& c = config_;
   const int64_t T = a.tokens, hidden = c.hidden_size, top_k = c.num_experts_per_tok;
@@ -432,14 +553,17 @@ void DeepseekV3::moe_dispatch_combine(const Layer& layer, Activations& a) {
   const DType act_dtype = backend_.activation_dtype();
   const size_t act = dtype_size(act_dtype);
   comm::Communicator& moe = *groups_.moe;
-  MS_CHECK(act_dtype == DType::F32, "plan '{}': dispatch/combine on backend '{}' combines on the host and needs fp32 "
-           "activations", plan_.name, backend_.name());
+  auto alloc = [&](int64_t elements, size_t elem) { return backend_.alloc(std::max<int64_t>(elements, 1) * elem); };
+  auto upload_i32 = [&](const std::vector<int32_t>& v) {
+    BufferPtr b = alloc(static_cast<int64_t>(v.size()), 4);
+    if (!v.empty()) backend_.upload(*b, 0, v.data(), v.size() * 4);
+    return b;
+  };
 
   // 1. This rank's share of the replica's tokens: rows [mine.begin, mine.end) of normed.
   const Range mine = parallel::split_range(T, plan_.attn_tp, shard_.coord.tp_index);
   const int64_t n_mine = mine.size();
-  std::byte* normed = static_cast<std::byte*>(ptr(a.normed));
-  ops::MoeRouteParams route{normed + mine.begin * hidden * act, static_cast<const float*>(ptr(layer.router)),
+  ops::MoeRouteParams route{bytes(a.normed) + mine.begin * hidden * act, static_cast<const float*>(ptr(layer.router)),
                             static_cast<const float*>(ptr(layer.router_bias)), static_cast<int32_t*>(ptr(a.topk_ids)),
                             static_cast<float*>(ptr(a.topk_weights)), n_mine, hidden, c.n_routed_experts, c.n_group,
                             c.topk_group, top_k, c.norm_topk_prob, static_cast<float>(c.routed_scaling_factor)};
@@ -450,6 +574,7 @@ void DeepseekV3::moe_dispatch_combine(const Layer& layer, Activations& a) {
     backend_.download(topk_ids.data(), *a.topk_ids, 0, topk_ids.size() * 4);
     backend_.download(topk_weights.data(), *a.topk_weights, 0, topk_weights.size() * 4);
   }
+  if (record_routing_) last_routing_.push_back(topk_ids);
 
   // (token, k) pairs per expert, in token then k order.
   std::vector<std::vector<int64_t>> by_expert(c.n_routed_experts);  // entries: i * top_k + k
@@ -459,7 +584,7 @@ void DeepseekV3::moe_dispatch_combine(const Layer& layer, Activations& a) {
   // 2. Row counts per (destination rank, expert of its group); where each (i, k, j) row sits.
   std::vector<int32_t> send_expert_counts(ranks * experts_per_group);   // [ranks, experts_per_group]
   std::vector<size_t> send_rows(ranks, 0);
-  std::vector<int64_t> row_order;                                       // sent row -> i * top_k + k
+  std::vector<int32_t> send_source_rows;                                // sent row -> row of normed
   std::vector<int64_t> position(n_mine * top_k * moe_tp);               // (i * top_k + k) * moe_tp + j -> sent row
   for (int dest = 0; dest < ranks; ++dest) {
     const int64_t group = dest / moe_tp, j = dest % moe_tp;
@@ -468,29 +593,32 @@ void DeepseekV3::moe_dispatch_combine(const Layer& layer, Activations& a) {
       send_expert_counts[dest * experts_per_group + le] = static_cast<int32_t>(rows.size());
       send_rows[dest] += rows.size();
       for (int64_t ik : rows) {
-        position[ik * moe_tp + j] = static_cast<int64_t>(row_order.size());
-        row_order.push_back(ik);
+        position[ik * moe_tp + j] = static_cast<int64_t>(send_source_rows.size());
+        send_source_rows.push_back(static_cast<int32_t>(mine.begin + ik / top_k));
       }
     }
   }
   std::vector<int32_t> recv_expert_counts(ranks * experts_per_group);  // [ranks (source), experts_per_group]
   const std::vector<size_t> count_blocks(ranks, static_cast<size_t>(experts_per_group));
-  moe.set_site("moe_counts");
-  moe.all_to_all_v(send_expert_counts.data(), count_blocks, recv_expert_counts.data(), count_blocks, DType::I32);
+  {
+    // Counts travel through backend memory like every other payload.
+    BufferPtr send_counts = upload_i32(send_expert_counts), recv_counts = alloc(ranks * experts_per_group, 4);
+    moe.set_site("moe_counts");
+    moe.all_to_all_v(send_counts->data(), count_blocks, recv_counts->data(), count_blocks, DType::I32);
+    backend_.download(recv_expert_counts.data(), *recv_counts, 0, recv_expert_counts.size() * 4);
+  }
   std::vector<size_t> recv_rows(ranks, 0);
   for (int src = 0; src < ranks; ++src)
     for (int64_t le = 0; le < experts_per_group; ++le) recv_rows[src] += recv_expert_counts[src * experts_per_group + le];
 
   // 3. Dispatch the rows: send [sent, hidden] gathered from normed.
-  const int64_t sent = static_cast<int64_t>(row_order.size());
+  const int64_t sent = static_cast<int64_t>(send_source_rows.size());
   int64_t received = 0;
   for (size_t n : recv_rows) received += static_cast<int64_t>(n);
-  auto alloc = [&](int64_t elements, size_t elem) { return backend_.alloc(std::max<int64_t>(elements, 1) * elem); };
   BufferPtr send_x = alloc(sent * hidden, act);      // [sent, hidden]
   BufferPtr recv_x = alloc(received * hidden, act);  // [received, hidden]
-  for (int64_t r = 0; r < sent; ++r)
-    std::memcpy(static_cast<std::byte*>(send_x->data()) + r * hidden * act,
-                normed + (mine.begin + row_order[r] / top_k) * hidden * act, hidden * act);
+  BufferPtr source_rows = upload_i32(send_source_rows);
+  backend_.gather_rows({ptr(a.normed), static_cast<const int32_t*>(source_rows->data()), send_x->data(), sent, hidden});
   auto scaled = [&](const std::vector<size_t>& rows) {
     std::vector<size_t> out(rows.size());
     for (size_t i = 0; i < rows.size(); ++i) out[i] = rows[i] * static_cast<size_t>(hidden);
@@ -506,18 +634,15 @@ void DeepseekV3::moe_dispatch_combine(const Layer& layer, Activations& a) {
       recv_ids.insert(recv_ids.end(), recv_expert_counts[src * experts_per_group + le],
                       static_cast<int32_t>(shard_.experts.begin + le));
   const std::vector<float> ones(received, 1.0f);
-  BufferPtr ids_buffer = alloc(received, 4), ones_buffer = alloc(received, 4);
-  if (received) {
-    backend_.upload(*ids_buffer, 0, recv_ids.data(), recv_ids.size() * 4);
-    backend_.upload(*ones_buffer, 0, ones.data(), ones.size() * 4);
-  }
+  BufferPtr ids_buffer = upload_i32(recv_ids), ones_buffer = alloc(received, 4);
+  if (received) backend_.upload(*ones_buffer, 0, ones.data(), ones.size() * 4);
   BufferPtr expert_out = alloc(received * hidden, act);  // [received, hidden]
   ops::MoeExpertsParams experts{};
   experts.x = recv_x->data();
   experts.topk_ids = static_cast<const int32_t*>(ids_buffer->data());
   experts.topk_weights = static_cast<const float*>(ones_buffer->data());
-  experts.w13 = layer.expert_w13_ptrs.data();
-  experts.w2 = layer.expert_w2_ptrs.data();
+  experts.w13 = static_cast<const void* const*>(ptr(layer.expert_w13_table));
+  experts.w2 = static_cast<const void* const*>(ptr(layer.expert_w2_table));
   experts.out = expert_out->data();
   experts.tokens = received;
   experts.top_k = 1;
@@ -533,22 +658,29 @@ void DeepseekV3::moe_dispatch_combine(const Layer& layer, Activations& a) {
   moe.all_to_all_v(expert_out->data(), scaled(recv_rows), combined->data(), scaled(send_rows), act_dtype);
 
   // 6. branch[t] = sum over k (then MoE-TP j) of weight[t, k] * output; zero outside my share.
-  Tensor partial(DType::F32, {T, hidden});  // zero-filled
-  std::vector<float> outputs(sent * hidden);
-  if (sent) backend_.download(outputs.data(), *combined, 0, outputs.size() * sizeof(float));
-  for (int64_t i = 0; i < n_mine; ++i) {
-    float* out = partial.f32() + (mine.begin + i) * hidden;
-    for (int64_t k = 0; k < top_k; ++k) {
-      const float w = topk_weights[i * top_k + k];
+  //    As CSR per branch row: offsets [T + 1], the combined rows and their weights.
+  std::vector<int32_t> offsets(T + 1, 0), rows_of;
+  std::vector<float> weights_of;
+  for (int64_t t = 0; t < T; ++t) {
+    offsets[t] = static_cast<int32_t>(rows_of.size());
+    if (!mine.contains(t)) continue;
+    const int64_t i = t - mine.begin;
+    for (int64_t k = 0; k < top_k; ++k)
       for (int j = 0; j < moe_tp; ++j) {
-        const float* row = outputs.data() + position[(i * top_k + k) * moe_tp + j] * hidden;
-        for (int64_t n = 0; n < hidden; ++n) out[n] += w * row[n];
+        rows_of.push_back(static_cast<int32_t>(position[(i * top_k + k) * moe_tp + j]));
+        weights_of.push_back(topk_weights[i * top_k + k]);
       }
-    }
   }
-  if (T) backend_.upload(*a.branch, 0, partial.raw(), partial.nbytes());
+  offsets[T] = static_cast<int32_t>(rows_of.size());
+  BufferPtr offsets_buffer = upload_i32(offsets), rows_buffer = upload_i32(rows_of);
+  BufferPtr weights_buffer = alloc(static_cast<int64_t>(weights_of.size()), 4);
+  if (!weights_of.empty()) backend_.upload(*weights_buffer, 0, weights_of.data(), weights_of.size() * 4);
+  backend_.row_combine({combined->data(), static_cast<const int32_t*>(offsets_buffer->data()),
+                        static_cast<const int32_t*>(rows_buffer->data()), static_cast<const float*>(weights_buffer->data()),
+                        ptr(a.branch), T, hidden});
   shared_experts(layer, a);
   all_reduce(groups_.attn_tp, *a.branch, T * hidden, "moe");
+  backend_.synchronize();  // the exchange buffers above are freed on return
 }
 
 }  // namespace moeserve

@@ -3,7 +3,10 @@
 // the model under a ParallelPlan; the single-rank plan is the whole model.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -43,7 +46,8 @@ struct KvCacheShape {
 
 class DeepseekV3 {
  public:
-  // Loads this rank's weights from `source` (only the slices the shard owns).
+  // Loads this rank's weights from `source` (only the slices the shard owns). Synthetic
+  // weights are generated directly in backend memory.
   DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& plan, int rank, ops::Backend& backend,
              WeightSource& source, RankGroups groups, KvCacheShape cache);
   ~DeepseekV3();
@@ -51,14 +55,32 @@ class DeepseekV3 {
   const ModelConfig& config() const { return config_; }
   const parallel::RankShard& shard() const { return shard_; }
   const KvCacheShape& cache_shape() const { return cache_shape_; }
+  ops::Backend& backend() { return backend_; }
 
-  // First stage: embeds batch.tokens. Later stages: `hidden_in` [T, hidden] (fp32 host) from
-  // the previous stage. Runs this stage's layers. Last stage: returns the fp32 logits
-  // [logit_rows, vocab] (gathered over the vocab split); earlier stages: the hidden states
-  // [T, hidden] to send on.
-  Tensor forward(const ForwardBatch& batch, const Tensor* hidden_in = nullptr);
+  // The residual stream [T, hidden] (activation dtype, backend memory) of a step of T
+  // tokens: a later pipeline stage receives its input here before forward(), and every
+  // stage but the last leaves its output here.
+  ops::Buffer& hidden_states(int64_t tokens);
 
-  // Bytes of weights this rank holds (fp32 on CPU).
+  // Runs this stage's layers on `batch`. The first stage embeds batch.tokens; later stages
+  // read hidden_states(T). The last stage returns the fp32 logits [logit_rows, vocab]
+  // (gathered over the vocab split, host memory); earlier stages return an empty Tensor.
+  Tensor forward(const ForwardBatch& batch);
+
+  // Decode-shaped steps (one logit row per token, in order) are captured once per
+  // (tokens, max_pages_per_seq) and replayed as a graph on backends that support it.
+  void set_graphs_enabled(bool enabled) { graphs_enabled_ = enabled; }
+  int64_t graphs_captured() const { return static_cast<int64_t>(graphs_.size()); }
+
+  // Keep a host copy of each MoE layer's routing ([tokens, top_k] expert ids) after every
+  // forward (a synchronising download: for accounting, not for timed runs).
+  void set_record_routing(bool record) { record_routing_ = record; }
+  const std::vector<std::vector<int32_t>>& last_routing() const { return last_routing_; }
+
+  // The latent cache of each local layer ([num_pages * page_size, latent + rope]).
+  std::vector<ops::Buffer*> kv_caches();
+
+  // Bytes of weights this rank holds (in the backend's dtypes).
   int64_t weight_bytes() const { return weight_bytes_; }
 
  private:
@@ -66,12 +88,19 @@ class DeepseekV3 {
   struct Activations;
 
   void load(WeightSource& source);
-  void attention(const Layer& layer, int64_t local_layer, Activations& a, const ForwardBatch& batch);
+  Activations& workspace(int64_t tokens);
+  void reserve_block_tables(Activations& a, int64_t entries);
+  void upload_metadata(Activations& a, const ForwardBatch& batch);
+  // The device work of a step: embedding (first stage), layers, and (last stage) the head.
+  void run(Activations& a, int64_t logit_rows, int64_t max_pages_per_seq);
+  void attention(const Layer& layer, int64_t local_layer, Activations& a, int64_t max_pages_per_seq);
   void dense_mlp(const Layer& layer, Activations& a);
-  void moe(const Layer& layer, Activations& a);
+  void moe(const Layer& layer, int64_t moe_layer, Activations& a);
   void moe_dispatch_combine(const Layer& layer, Activations& a);
-  void all_reduce(comm::Communicator* group, ops::Buffer& buffer, int64_t count, const char* site);
   void shared_experts(const Layer& layer, Activations& a);
+  void lm_head(Activations& a, int64_t rows);
+  Tensor logits_to_host(Activations& a, int64_t rows);
+  void all_reduce(comm::Communicator* group, ops::Buffer& buffer, int64_t count, const char* site);
 
   ModelConfig config_;
   parallel::ParallelPlan plan_;
@@ -80,6 +109,9 @@ class DeepseekV3 {
   RankGroups groups_;
   KvCacheShape cache_shape_;
   int64_t weight_bytes_ = 0;
+  bool graphs_enabled_ = false;
+  bool record_routing_ = false;
+  std::vector<std::vector<int32_t>> last_routing_;  // [moe layer][tokens * top_k]
 
   ops::BufferPtr embed_;       // [vocab slice, hidden]
   ops::BufferPtr final_norm_;  // [hidden]
@@ -87,6 +119,9 @@ class DeepseekV3 {
   ops::BufferPtr inv_freq_;    // [rope / 2] fp32
   std::vector<std::unique_ptr<Layer>> layers_;  // this stage's layers
   std::vector<ops::BufferPtr> kv_cache_;        // per local layer
+  std::map<int64_t, std::unique_ptr<Activations>> workspaces_;                   // by token count
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<ops::Graph>> graphs_;     // by (tokens, max pages)
+  std::set<std::pair<int64_t, int64_t>> warmed_up_;
 };
 
 }  // namespace moeserve

@@ -164,6 +164,27 @@ struct FillUniformParams {
   bool out_f32 = false;
 };
 
+// dst[r, :] = src[rows[r], :]   (rows in backend memory)
+struct GatherRowsParams {
+  const void* src;     // [*, width]
+  const int32_t* rows; // [num_rows]
+  void* dst;           // [num_rows, width]
+  int64_t num_rows, width;
+};
+
+// out[r, :] (+)= sum over i in [offsets[r], offsets[r + 1]) of weights[i] * src[src_rows[i], :],
+// summed in i order in fp32: a deterministic weighted scatter (the combine step of expert
+// dispatch). Rows with an empty range get 0 (or keep their value when accumulating).
+struct RowCombineParams {
+  const void* src;           // [*, width]
+  const int32_t* offsets;    // [rows + 1]
+  const int32_t* src_rows;   // [offsets[rows]]
+  const float* weights;      // [offsets[rows]]
+  void* out;                 // [rows, width]
+  int64_t rows, width;
+  bool accumulate = false;
+};
+
 // Per-row sampling options. temperature 0 = greedy.
 struct SamplingOptions {
   float temperature = 0.0f;
@@ -178,6 +199,12 @@ struct SampleParams {
   const SamplingOptions* options;    // [rows] (host memory)
   int32_t* tokens;                   // [rows]
   int64_t rows, vocab;
+};
+
+// A recorded sequence of ops that can be replayed with the same pointers (a CUDA graph).
+class Graph {
+ public:
+  virtual ~Graph() = default;
 };
 
 class Backend {
@@ -208,6 +235,15 @@ class Backend {
   virtual void moe_experts(const MoeExpertsParams& p) = 0;
   virtual void sample(const SampleParams& p) = 0;
   virtual void fill_uniform(const FillUniformParams& p) = 0;
+  virtual void gather_rows(const GatherRowsParams& p) = 0;
+  virtual void row_combine(const RowCombineParams& p) = 0;
+
+  // Graph capture: ops issued between begin_capture() and end_capture() are recorded, not
+  // run; replay() runs them again. Backends without graphs return nullptr from end_capture.
+  virtual bool supports_graphs() const { return false; }
+  virtual void begin_capture() {}
+  virtual std::unique_ptr<Graph> end_capture() { return nullptr; }
+  virtual void replay(Graph& graph) {}
 };
 
 // FLOPs and bytes of each op (fp32 element size `elem`); shared by every backend and the

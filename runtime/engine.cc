@@ -107,15 +107,14 @@ std::vector<std::vector<Tensor>> Engine::Impl::run_step(const StepPlan& step, co
     for (size_t m = 0; m < step.micro_batches.size(); ++m) {
       const ForwardBatch& batch = step.micro_batches[m].replicas[rank.coord.dp_index].batch;
       const int64_t T = batch.num_tokens();
-      Tensor hidden_in;
-      if (!shard.first_stage) {
-        hidden_in = Tensor(act, {T, hidden});  // [T, hidden] from the previous stage
-        pipeline.recv(hidden_in.raw(), static_cast<size_t>(T * hidden), act, stage - 1);
+      if (!shard.first_stage) {  // [T, hidden] from the previous stage, straight into the residual stream
+        ops::Buffer& hidden_in = rank.model->hidden_states(T);
+        pipeline.recv(hidden_in.data(), static_cast<size_t>(T * hidden), act, stage - 1);
       }
-      Tensor out = rank.model->forward(batch, shard.first_stage ? nullptr : &hidden_in);
+      Tensor out = rank.model->forward(batch);
       ++rank.forward_passes;
       if (!shard.last_stage) {
-        pipeline.send(out.raw(), static_cast<size_t>(T * hidden), act, stage + 1);  // [T, hidden]
+        pipeline.send(rank.model->hidden_states(T).data(), static_cast<size_t>(T * hidden), act, stage + 1);
       } else if (rank.coord.tp_index == 0) {
         logits[m][rank.coord.dp_index] = std::move(out);  // [rows, vocab], gathered over the vocab split
       }

@@ -311,6 +311,25 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void gather_rows(const GatherRowsParams& p) override {
+    for (int64_t r = 0; r < p.num_rows; ++r)
+      std::memcpy(F(p.dst) + r * p.width, F(p.src) + static_cast<int64_t>(p.rows[r]) * p.width, p.width * sizeof(float));
+  }
+
+  void row_combine(const RowCombineParams& p) override {
+    pool().parallel_for(static_cast<size_t>(p.rows), 1, [&](size_t begin, size_t end) {
+      for (size_t r = begin; r < end; ++r) {
+        float* out = F(p.out) + r * p.width;
+        if (!p.accumulate) std::fill(out, out + p.width, 0.0f);
+        for (int32_t i = p.offsets[r]; i < p.offsets[r + 1]; ++i) {
+          const float w = p.weights[i];
+          const float* row = F(p.src) + static_cast<int64_t>(p.src_rows[i]) * p.width;
+          for (int64_t n = 0; n < p.width; ++n) out[n] += w * row[n];
+        }
+      }
+    });
+  }
+
   void sample(const SampleParams& p) override {
     for (int64_t r = 0; r < p.rows; ++r) p.tokens[r] = sample_row(p.logits + r * p.vocab, p.vocab, p.options[r]);
   }

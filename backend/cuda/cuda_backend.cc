@@ -91,6 +91,13 @@ class DeviceBuffer final : public Buffer {
   void* ptr_;
 };
 
+struct CudaGraph final : Graph {
+  cudaGraphExec_t exec = nullptr;
+  ~CudaGraph() override {
+    if (exec) cudaGraphExecDestroy(exec);
+  }
+};
+
 }  // namespace
 
 class CudaBackend final : public Backend {
@@ -239,6 +246,29 @@ class CudaBackend final : public Backend {
   void fill_uniform(const FillUniformParams& p) override {
     launch_fill_uniform(p.out, p.out_f32, p.rows, p.cols, p.full_cols, p.row0, p.col0, p.seed, p.offset, p.amplitude,
                         stream_);
+  }
+  void gather_rows(const GatherRowsParams& p) override {
+    launch_gather_rows(p.src, p.rows, p.dst, p.num_rows, p.width, stream_);
+  }
+  void row_combine(const RowCombineParams& p) override {
+    launch_row_combine(p.src, p.offsets, p.src_rows, p.weights, p.out, p.rows, p.width, p.accumulate, stream_);
+  }
+
+  bool supports_graphs() const override { return true; }
+  void begin_capture() override {
+    MS_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  }
+  std::unique_ptr<Graph> end_capture() override {
+    cudaGraph_t graph = nullptr;
+    MS_CUDA(cudaStreamEndCapture(stream_, &graph));
+    auto captured = std::make_unique<CudaGraph>();
+    const cudaError_t status = cudaGraphInstantiate(&captured->exec, graph, 0);
+    cudaGraphDestroy(graph);
+    MS_CHECK(status == cudaSuccess, "CUDA graph instantiation failed: {}", cudaGetErrorString(status));
+    return captured;
+  }
+  void replay(Graph& graph) override {
+    MS_CUDA(cudaGraphLaunch(static_cast<CudaGraph&>(graph).exec, stream_));
   }
 
  private:

@@ -78,6 +78,17 @@ __global__ void copy_rows_kernel(const bf16* src, const int32_t* src_rows, const
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) dst[d * width + i] = src[s * width + i];
 }
 
+__global__ void row_combine_kernel(const bf16* src, const int32_t* offsets, const int32_t* src_rows,
+                                   const float* weights, bf16* out, int64_t width, bool accumulate) {
+  const int64_t r = blockIdx.x;
+  for (int64_t n = threadIdx.x; n < width; n += blockDim.x) {
+    float sum = accumulate ? to_f(out[r * width + n]) : 0.0f;
+    for (int32_t i = offsets[r]; i < offsets[r + 1]; ++i)
+      sum += weights[i] * to_f(src[static_cast<int64_t>(src_rows[i]) * width + n]);
+    out[r * width + n] = to_bf(sum);
+  }
+}
+
 __global__ void fill_uniform_kernel(void* out, bool out_f32, int64_t rows, int64_t cols, int64_t full_cols,
                                     int64_t row0, int64_t col0, uint64_t seed, float offset, float amplitude) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -151,6 +162,13 @@ void launch_gather_rows(const void* src, const int32_t* rows, void* dst, int64_t
   if (num_rows == 0) return;
   copy_rows_kernel<<<num_rows, 128, 0, stream>>>(static_cast<const bf16*>(src), rows, nullptr,
                                                  static_cast<bf16*>(dst), width);
+}
+
+void launch_row_combine(const void* src, const int32_t* offsets, const int32_t* src_rows, const float* weights,
+                        void* out, int64_t rows, int64_t width, bool accumulate, cudaStream_t stream) {
+  if (rows == 0) return;
+  row_combine_kernel<<<rows, 256, 0, stream>>>(static_cast<const bf16*>(src), offsets, src_rows, weights,
+                                               static_cast<bf16*>(out), width, accumulate);
 }
 
 void launch_fill_uniform(void* out, bool out_f32, int64_t rows, int64_t cols, int64_t full_cols, int64_t row0,

@@ -22,6 +22,8 @@ void launch_kv_write(const void* entries, const int32_t* slots, void* cache, int
                      cudaStream_t stream);
 void launch_gather_rows(const void* src, const int32_t* rows, void* dst, int64_t num_rows, int64_t width,
                         cudaStream_t stream);
+void launch_row_combine(const void* src, const int32_t* offsets, const int32_t* src_rows, const float* weights,
+                        void* out, int64_t rows, int64_t width, bool accumulate, cudaStream_t stream);
 // out[r, c] = bf16(offset + amplitude * uniform_pm1(stream_seed, (row0 + r) * full_cols + col0 + c))
 void launch_fill_uniform(void* out, bool out_f32, int64_t rows, int64_t cols, int64_t full_cols, int64_t row0,
                          int64_t col0, uint64_t stream_seed, float offset, float amplitude, cudaStream_t stream);

@@ -1,0 +1,84 @@
+// OpTimingBackend: wraps a CUDA backend and times every op with CUDA events, for
+// `bench-step --breakdown`. Events are recorded on the backend's stream around each call
+// and read after the step, so the step itself is not synchronised more than without it.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/ops.h"
+
+namespace moeserve::cuda {
+
+struct OpTime {
+  int64_t calls = 0;
+  double ms = 0;
+};
+
+class OpTimingBackend final : public ops::Backend {
+ public:
+  explicit OpTimingBackend(ops::Backend& inner);
+  ~OpTimingBackend() override;
+
+  // Collects the events recorded since the last call (synchronises) into the totals.
+  void collect();
+  void reset() { totals_.clear(); }
+  const std::map<std::string, OpTime>& totals() const { return totals_; }
+  ops::Backend& inner() { return inner_; }
+
+  std::string name() const override { return inner_.name(); }
+  DType activation_dtype() const override { return inner_.activation_dtype(); }
+  ops::BufferPtr alloc(size_t nbytes) override { return inner_.alloc(nbytes); }
+  void upload(ops::Buffer& dst, size_t offset, const void* src, size_t nbytes) override {
+    inner_.upload(dst, offset, src, nbytes);
+  }
+  void download(void* dst, const ops::Buffer& src, size_t offset, size_t nbytes) override {
+    inner_.download(dst, src, offset, nbytes);
+  }
+  ops::BufferPtr upload_weight(const Tensor& host_f32, bool keep_f32) override {
+    return inner_.upload_weight(host_f32, keep_f32);
+  }
+  void synchronize() override { inner_.synchronize(); }
+
+  void embedding(const ops::EmbeddingParams& p) override { timed("embedding", [&] { inner_.embedding(p); }); }
+  void rms_norm(const ops::RmsNormParams& p) override { timed("rms_norm", [&] { inner_.rms_norm(p); }); }
+  void add(const ops::AddParams& p) override { timed("add", [&] { inner_.add(p); }); }
+  void linear(const ops::LinearParams& p) override { timed("linear", [&] { inner_.linear(p); }); }
+  void rope(const ops::RopeParams& p) override { timed("rope", [&] { inner_.rope(p); }); }
+  void silu_mul(const ops::SiluMulParams& p) override { timed("silu_mul", [&] { inner_.silu_mul(p); }); }
+  void mla_q_absorb(const ops::MlaQAbsorbParams& p) override { timed("mla_q_absorb", [&] { inner_.mla_q_absorb(p); }); }
+  void mla_v_up(const ops::MlaVUpParams& p) override { timed("mla_v_up", [&] { inner_.mla_v_up(p); }); }
+  void kv_write(const ops::KvWriteParams& p) override { timed("kv_write", [&] { inner_.kv_write(p); }); }
+  void mla_attention(const ops::MlaAttentionParams& p) override {
+    timed("mla_attention", [&] { inner_.mla_attention(p); });
+  }
+  void moe_route(const ops::MoeRouteParams& p) override { timed("moe_route", [&] { inner_.moe_route(p); }); }
+  void moe_experts(const ops::MoeExpertsParams& p) override { timed("moe_experts", [&] { inner_.moe_experts(p); }); }
+  void sample(const ops::SampleParams& p) override { timed("sample", [&] { inner_.sample(p); }); }
+  void fill_uniform(const ops::FillUniformParams& p) override { inner_.fill_uniform(p); }
+  void gather_rows(const ops::GatherRowsParams& p) override { timed("gather_rows", [&] { inner_.gather_rows(p); }); }
+  void row_combine(const ops::RowCombineParams& p) override { timed("row_combine", [&] { inner_.row_combine(p); }); }
+
+ private:
+  template <typename Fn>
+  void timed(const char* op, Fn&& fn) {
+    void* start = next_event();
+    fn();
+    pending_.push_back({op, start, next_event()});
+  }
+  void* next_event();  // records a new event on the stream
+
+  struct Pending {
+    std::string op;
+    void* start;
+    void* stop;
+  };
+  ops::Backend& inner_;
+  std::vector<Pending> pending_;
+  std::vector<void*> free_events_;
+  std::map<std::string, OpTime> totals_;
+};
+
+}  // namespace moeserve::cuda

@@ -1,0 +1,57 @@
+// NCCL communicators: one process, one thread per GPU. `make_nccl_world` creates the world
+// communicators of all local GPUs; each rank thread then splits its own world communicator
+// into groups (attention TP, stage, pipeline) with NcclCommunicator::split, which every
+// member of the world must call together. Collectives are stream-ordered on the rank's
+// backend stream; payload pointers are device pointers. NCCL_NVLS_ENABLE=0 is honoured
+// (set here when absent): NVLink multicast stays off.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+
+typedef struct CUstream_st* cudaStream_t;
+typedef struct ncclComm* ncclComm_t;
+
+namespace moeserve::comm {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Takes ownership of `comm`.
+  NcclCommunicator(ncclComm_t comm, cudaStream_t stream, std::string name);
+  ~NcclCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return name_; }
+
+  void all_reduce_sum(void* data, size_t count, DType dtype) override;
+  void all_gather(const void* send, void* recv, size_t count, DType dtype) override;
+  void reduce_scatter_sum(const void* send, void* recv, size_t count, DType dtype) override;
+  void all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                    const std::vector<size_t>& recv_counts, DType dtype) override;
+  void send(const void* data, size_t count, DType dtype, int peer) override;
+  void recv(void* data, size_t count, DType dtype, int peer) override;
+  void broadcast(void* data, size_t count, DType dtype, int root) override;
+  void barrier() override;
+
+  // Collective over this communicator: members with the same color form a group, ordered
+  // by key. Returns this rank's communicator of its group.
+  std::unique_ptr<NcclCommunicator> split(int color, int key, std::string name);
+
+ private:
+  ncclComm_t comm_;
+  cudaStream_t stream_;
+  std::string name_;
+  int rank_ = 0;
+  int size_ = 1;
+  void* barrier_scratch_ = nullptr;
+};
+
+// World communicators for GPUs 0..num_gpus-1 (index = rank), each bound to streams[rank].
+// Called from one thread.
+std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_world(const std::vector<cudaStream_t>& streams);
+
+}  // namespace moeserve::comm
