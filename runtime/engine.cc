@@ -123,6 +123,16 @@ std::vector<std::vector<Tensor>> Engine::Impl::run_step(const StepPlan& step, co
   return logits;
 }
 
+std::vector<std::vector<Tensor>> Engine::execute(const StepPlan& step) {
+  MS_CHECK(impl_->failure.empty(), "the engine stopped after a failed step: {}", impl_->failure);
+  try {
+    return impl_->run_step(step, options_.plan, config_.hidden_size);
+  } catch (const Error& e) {
+    impl_->failure = e.what();
+    throw;
+  }
+}
+
 std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>& requests,
                                              bool return_prompt_logits) {
   MS_CHECK(impl_->failure.empty(), "the engine stopped after a failed step: {}", impl_->failure);
@@ -189,13 +199,7 @@ std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>&
     step_options.logits_for_every_token = prompt_logits_step;
     const StepPlan plan_of_step = build_step(seqs, live, pools, step_options);
 
-    std::vector<std::vector<Tensor>> logits;
-    try {
-      logits = impl_->run_step(plan_of_step, plan, config_.hidden_size);
-    } catch (const Error& e) {
-      impl_->failure = e.what();
-      throw;
-    }
+    const std::vector<std::vector<Tensor>> logits = execute(plan_of_step);
 
     // Sample on the leader from each sequence's full-vocabulary logits, in request order.
     for (size_t m = 0; m < plan_of_step.micro_batches.size(); ++m)

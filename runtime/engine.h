@@ -17,6 +17,7 @@
 #include "model/model_source.h"
 #include "ops/ops.h"
 #include "parallel/plan.h"
+#include "runtime/step_builder.h"
 
 namespace moeserve::runtime {
 
@@ -54,6 +55,12 @@ class Engine {
   const EngineOptions& options() const { return options_; }
 
   std::vector<GenerateResult> generate(const std::vector<GenerateRequest>& requests, bool return_prompt_logits);
+
+  // Runs one step built by the caller (a scheduler) on every rank: micro-batches in order,
+  // hidden states passed stage to stage. Returns the fp32 logits [rows, vocab] of each
+  // (micro-batch, DP replica), rows as the step's ReplicaBatch describes. A failed step
+  // stops the engine: later calls throw.
+  std::vector<std::vector<Tensor>> execute(const StepPlan& step);
 
   // Communication counted on each rank since construction (all its groups merged).
   std::vector<comm::CommStats> comm_stats() const;
