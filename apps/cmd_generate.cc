@@ -1,4 +1,5 @@
-// moeserve generate: batched generation from token ids on the embedded or a given model.
+// moeserve generate: batched generation from token ids, text or a chat, on the embedded or a
+// given model, under any plan, on CPU ranks or GPUs.
 #include <cstdio>
 #include <cstring>
 
@@ -9,6 +10,9 @@
 #include "model/model_source.h"
 #include "runtime/comm_report.h"
 #include "runtime/engine.h"
+#include "runtime/rank_devices.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 
 namespace moeserve::apps {
 
@@ -17,6 +21,11 @@ namespace {
 struct GenerateArgs {
   std::string model = "synthetic:tiny";
   std::vector<std::string> prompt_ids;
+  std::vector<std::string> prompts;  // text
+  std::string chat;                  // OpenAI-style messages JSON
+  std::string chat_template;
+  std::string backend = "cpu";
+  bool no_cuda_graph = false;
   int64_t max_new_tokens = 16;
   float temperature = 0.0f;
   int32_t top_k = 0;
@@ -33,36 +42,81 @@ struct GenerateArgs {
   bool ignore_eos = false;
 };
 
+// The model's tokenizer: its directory's files, or the built-in one of a synthetic model.
+std::unique_ptr<tokenizer::Tokenizer> tokenizer_for(const ModelSource& model) {
+  if (model.synthetic) return tokenizer::make_builtin_tokenizer(model.config.vocab_size);
+  MS_CHECK(!model.directory.empty(), "model '{}': text prompts need a model directory with tokenizer files",
+           model.spec);
+  return tokenizer::load_tokenizer(model.directory);
+}
+
 void run_generate(const GenerateArgs& args) {
   const ModelSource model = open_model(args.model);
   runtime::EngineOptions options;
-  // The CPU backend holds weights and KV cache in fp32.
-  options.plan = plan_for_model(args.plan, model.config, /*bytes_per_element=*/4);
+  options.backend = args.backend;
+  options.graphs = !args.no_cuda_graph;
+  // The CPU backend holds weights and KV cache in fp32, the CUDA backend in bf16.
+  options.plan = plan_for_model(args.plan, model.config, /*bytes_per_element=*/args.backend == "cuda" ? 2 : 4);
   options.page_size = args.page_size;
   options.pp_max_micro_batch_size = args.pp_max_micro_batch_size;
   options.pp_async_batch_depth = args.pp_async_batch_depth;
+  const bool text_mode = !args.prompts.empty() || !args.chat.empty();
+  MS_CHECK(!text_mode || args.prompt_ids.empty(), "generate: give --prompt-ids, or --prompt / --chat, not both");
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  std::vector<std::vector<int32_t>> prompts;
+  for (const auto& text : args.prompt_ids) prompts.push_back(parse_id_list(text, "--prompt-ids"));
+  std::vector<int32_t> stop_ids;
+  if (text_mode) {
+    tok = tokenizer_for(model);
+    for (const auto& text : args.prompts) prompts.push_back(tok->encode(text, /*allow_special=*/false));
+    if (!args.chat.empty()) {
+      tokenizer::ChatRequest chat;
+      try {
+        chat.messages = nlohmann::ordered_json::parse(args.chat);
+      } catch (const nlohmann::json::parse_error& e) {
+        fail("--chat: invalid JSON: {}", e.what());
+      }
+      MS_CHECK(chat.messages.is_array() && !chat.messages.empty(), "--chat: expected a non-empty array of messages");
+      prompts.push_back(tok->encode(tokenizer::render_chat(*tok, chat, args.chat_template), /*allow_special=*/true));
+    }
+    // Chat turns end with the template's end-of-turn token.
+    if (auto im_end = tok->added_token_id("<|im_end|>")) stop_ids.push_back(*im_end);
+    if (auto eos = tok->eos_id()) stop_ids.push_back(*eos);
+  }
   std::vector<runtime::GenerateRequest> requests;
   int64_t pages_needed = 0;
-  for (const auto& text : args.prompt_ids) {
+  for (auto& prompt : prompts) {
     runtime::GenerateRequest r;
-    r.prompt = parse_id_list(text, "--prompt-ids");
+    r.prompt = std::move(prompt);
     r.max_new_tokens = args.max_new_tokens;
     r.sampling.temperature = args.temperature;
     r.sampling.top_k = args.top_k;
     r.sampling.top_p = args.top_p;
     r.sampling.min_p = args.min_p;
     r.sampling.seed = args.seed;
-    if (!args.ignore_eos && model.config.eos_token_id >= 0)
-      r.stop_ids.push_back(static_cast<int32_t>(model.config.eos_token_id));
+    if (!args.ignore_eos) {
+      r.stop_ids = stop_ids;
+      if (model.config.eos_token_id >= 0) r.stop_ids.push_back(static_cast<int32_t>(model.config.eos_token_id));
+    }
     pages_needed += (static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens + args.page_size - 1) / args.page_size;
     requests.push_back(std::move(r));
   }
-  MS_CHECK(!requests.empty(), "generate: give at least one --prompt-ids");
+  MS_CHECK(!requests.empty(), "generate: give at least one --prompt-ids, --prompt or --chat");
   options.num_pages = args.kv_pages > 0 ? args.kv_pages : pages_needed;
   runtime::Engine engine(model, options);
   const bool want_logits = !args.dump_logits.empty();
   const auto results = engine.generate(requests, want_logits);
-  for (const auto& result : results) std::printf("%s\n", join_ids(result.tokens).c_str());
+  for (const auto& result : results) {
+    if (text_mode) {
+      // Generated text without the end-of-turn token; one JSON string per line, so that
+      // newlines in the text keep one result per line.
+      std::vector<int32_t> ids = result.tokens;
+      if (result.finish_reason == "stop" && !ids.empty()) ids.pop_back();
+      std::printf("%s\n", nlohmann::json(tok->decode(ids)).dump().c_str());
+    } else {
+      std::printf("%s\n", join_ids(result.tokens).c_str());
+    }
+  }
   if (args.stats) std::fputs(runtime::comm_report(engine).c_str(), stderr);
   if (want_logits) {
     int64_t rows = 0;
@@ -84,8 +138,13 @@ void add_generate_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("generate", "Generate tokens for one or more prompts (one line of ids each)");
   cmd->add_option("--model,-m", args->model, "synthetic:NAME[:layers=N][:seed=S], a model directory")
       ->capture_default_str();
-  cmd->add_option("--prompt-ids", args->prompt_ids, "Prompt token ids, comma-separated; repeat for a batch")
-      ->required();
+  cmd->add_option("--prompt-ids", args->prompt_ids, "Prompt token ids, comma-separated; repeat for a batch");
+  cmd->add_option("--prompt", args->prompts, "Prompt text (the model's tokenizer); repeat for a batch");
+  cmd->add_option("--chat", args->chat, "A conversation as OpenAI-style messages JSON, rendered by the chat template");
+  cmd->add_option("--chat-template", args->chat_template, "Chat template name (kimi-k2, kimi-k2-thinking, deepseek-v3)");
+  cmd->add_option("--backend", args->backend, "Where ranks run: cpu (fp32 reference) or cuda (rank r on GPU r)")
+      ->capture_default_str();
+  cmd->add_flag("--no-cuda-graph", args->no_cuda_graph, "Run decode steps op by op instead of replaying CUDA graphs");
   cmd->add_option("-n,--max-new-tokens", args->max_new_tokens, "Tokens to generate per prompt")->capture_default_str();
   cmd->add_option("--temperature", args->temperature, "Sampling temperature (0: greedy)")->capture_default_str();
   cmd->add_option("--top-k", args->top_k, "Keep the k most likely tokens (0: off)")->capture_default_str();

@@ -42,23 +42,59 @@ NcclCommunicator::NcclCommunicator(ncclComm_t comm, cudaStream_t stream, std::st
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  collect_timing();
   cudaFree(barrier_scratch_);
   ncclCommDestroy(comm_);
 }
 
+void* NcclCommunicator::record_event() {
+  cudaEvent_t event;
+  MS_CHECK(cudaEventCreate(&event) == cudaSuccess, "{}: cudaEventCreate failed", name_);
+  cudaEventRecord(event, stream_);
+  return event;
+}
+
+template <typename Fn>
+void NcclCommunicator::maybe_timed(Collective c, Fn&& fn) {
+  if (!timing_) {
+    fn();
+    return;
+  }
+  void* start = record_event();
+  fn();
+  timed_.push_back({c, start, record_event()});
+}
+
+std::map<Collective, double> NcclCommunicator::collect_timing() {
+  std::map<Collective, double> ms_by_collective;
+  for (const Timed& t : timed_) {
+    cudaEventSynchronize(static_cast<cudaEvent_t>(t.stop));
+    float ms = 0;
+    cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(t.start), static_cast<cudaEvent_t>(t.stop));
+    ms_by_collective[t.collective] += ms;
+    cudaEventDestroy(static_cast<cudaEvent_t>(t.start));
+    cudaEventDestroy(static_cast<cudaEvent_t>(t.stop));
+  }
+  timed_.clear();
+  return ms_by_collective;
+}
+
 void NcclCommunicator::all_reduce_sum(void* data, size_t count, DType dtype) {
   stats_.record(Collective::AllReduce, static_cast<int64_t>(count * dtype_size(dtype)));
-  MS_NCCL(ncclAllReduce(data, data, count, nccl_type(dtype), ncclSum, comm_, stream_));
+  maybe_timed(Collective::AllReduce,
+              [&] { MS_NCCL(ncclAllReduce(data, data, count, nccl_type(dtype), ncclSum, comm_, stream_)); });
 }
 
 void NcclCommunicator::all_gather(const void* send, void* recv, size_t count, DType dtype) {
   stats_.record(Collective::AllGather, static_cast<int64_t>(count * dtype_size(dtype)));
-  MS_NCCL(ncclAllGather(send, recv, count, nccl_type(dtype), comm_, stream_));
+  maybe_timed(Collective::AllGather,
+              [&] { MS_NCCL(ncclAllGather(send, recv, count, nccl_type(dtype), comm_, stream_)); });
 }
 
 void NcclCommunicator::reduce_scatter_sum(const void* send, void* recv, size_t count, DType dtype) {
   stats_.record(Collective::ReduceScatter, static_cast<int64_t>(count * dtype_size(dtype) * size_));
-  MS_NCCL(ncclReduceScatter(send, recv, count, nccl_type(dtype), ncclSum, comm_, stream_));
+  maybe_timed(Collective::ReduceScatter,
+              [&] { MS_NCCL(ncclReduceScatter(send, recv, count, nccl_type(dtype), ncclSum, comm_, stream_)); });
 }
 
 void NcclCommunicator::all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
@@ -67,6 +103,7 @@ void NcclCommunicator::all_to_all_v(const void* send, const std::vector<size_t>&
            "{}: all_to_all_v needs {} send and receive counts", name_, size_);
   const size_t elem = dtype_size(dtype);
   size_t sent = 0, send_offset = 0, recv_offset = 0;  // sent: every element, own block included
+  void* start = timing_ ? record_event() : nullptr;
   MS_NCCL(ncclGroupStart());
   for (int peer = 0; peer < size_; ++peer) {
     if (send_counts[peer] > 0)
@@ -80,17 +117,18 @@ void NcclCommunicator::all_to_all_v(const void* send, const std::vector<size_t>&
     sent += send_counts[peer];
   }
   MS_NCCL(ncclGroupEnd());
+  if (timing_) timed_.push_back({Collective::AllToAllV, start, record_event()});
   stats_.record(Collective::AllToAllV, static_cast<int64_t>(sent * elem));
 }
 
 void NcclCommunicator::send(const void* data, size_t count, DType dtype, int peer) {
   stats_.record(Collective::Send, static_cast<int64_t>(count * dtype_size(dtype)));
-  MS_NCCL(ncclSend(data, count, nccl_type(dtype), peer, comm_, stream_));
+  maybe_timed(Collective::Send, [&] { MS_NCCL(ncclSend(data, count, nccl_type(dtype), peer, comm_, stream_)); });
 }
 
 void NcclCommunicator::recv(void* data, size_t count, DType dtype, int peer) {
   stats_.record(Collective::Recv, static_cast<int64_t>(count * dtype_size(dtype)));
-  MS_NCCL(ncclRecv(data, count, nccl_type(dtype), peer, comm_, stream_));
+  maybe_timed(Collective::Recv, [&] { MS_NCCL(ncclRecv(data, count, nccl_type(dtype), peer, comm_, stream_)); });
 }
 
 void NcclCommunicator::broadcast(void* data, size_t count, DType dtype, int root) {

@@ -6,6 +6,7 @@
 // (set here when absent): NVLink multicast stays off.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,11 @@ class NcclCommunicator final : public Communicator {
   void broadcast(void* data, size_t count, DType dtype, int root) override;
   void barrier() override;
 
+  // Time every call with CUDA events on the stream (for benchmarks; off by default).
+  // collect_timing() waits for the recorded calls and returns milliseconds per collective.
+  void set_timing(bool enabled) { timing_ = enabled; }
+  std::map<Collective, double> collect_timing();
+
   // Collective over this communicator: members with the same color form a group, ordered
   // by key. Returns this rank's communicator of its group.
   std::unique_ptr<NcclCommunicator> split(int color, int key, std::string name);
@@ -48,6 +54,16 @@ class NcclCommunicator final : public Communicator {
   int rank_ = 0;
   int size_ = 1;
   void* barrier_scratch_ = nullptr;
+  bool timing_ = false;
+  struct Timed {
+    Collective collective;
+    void* start;
+    void* stop;
+  };
+  std::vector<Timed> timed_;
+  void* record_event();
+  template <typename Fn>
+  void maybe_timed(Collective c, Fn&& fn);
 };
 
 // World communicators for GPUs 0..num_gpus-1 (index = rank), each bound to streams[rank].

@@ -342,13 +342,18 @@ Tensor DeepseekV3::forward(const ForwardBatch& batch) {
     }
     if (graph != graphs_.end()) {
       backend_.replay(*graph->second);
-      return shard_.last_stage ? logits_to_host(a, rows) : Tensor();
+      return finish(a, rows);
     }
     warmed_up_.insert(key);  // the first run of a shape sizes every lazily grown workspace
   }
   run(a, rows, batch.max_pages_per_seq);
-  if (record_routing_) backend_.synchronize();
-  return shard_.last_stage ? logits_to_host(a, rows) : Tensor();
+  return finish(a, rows);
+}
+
+Tensor DeepseekV3::finish(Activations& a, int64_t rows) {
+  if (shard_.last_stage && return_logits_) return logits_to_host(a, rows);
+  backend_.synchronize();
+  return Tensor();
 }
 
 void DeepseekV3::run(Activations& a, int64_t logit_rows, int64_t max_pages_per_seq) {

@@ -72,6 +72,10 @@ class DeepseekV3 {
   void set_graphs_enabled(bool enabled) { graphs_enabled_ = enabled; }
   int64_t graphs_captured() const { return static_cast<int64_t>(graphs_.size()); }
 
+  // Benchmarks time the device work alone: without logits, forward() waits for the step to
+  // finish and returns an empty Tensor on every stage.
+  void set_return_logits(bool enabled) { return_logits_ = enabled; }
+
   // Keep a host copy of each MoE layer's routing ([tokens, top_k] expert ids) after every
   // forward (a synchronising download: for accounting, not for timed runs).
   void set_record_routing(bool record) { record_routing_ = record; }
@@ -100,6 +104,7 @@ class DeepseekV3 {
   void shared_experts(const Layer& layer, Activations& a);
   void lm_head(Activations& a, int64_t rows);
   Tensor logits_to_host(Activations& a, int64_t rows);
+  Tensor finish(Activations& a, int64_t rows);  // the step's result, after the device work
   void all_reduce(comm::Communicator* group, ops::Buffer& buffer, int64_t count, const char* site);
 
   ModelConfig config_;
@@ -111,6 +116,7 @@ class DeepseekV3 {
   int64_t weight_bytes_ = 0;
   bool graphs_enabled_ = false;
   bool record_routing_ = false;
+  bool return_logits_ = true;
   std::vector<std::vector<int32_t>> last_routing_;  // [moe layer][tokens * top_k]
 
   ops::BufferPtr embed_;       // [vocab slice, hidden]

@@ -9,6 +9,7 @@
 #include "model/deepseek_v3_weights.h"
 #include "parallel/plan_parse.h"
 #include "runtime/rank_comms.h"
+#include "runtime/rank_devices.h"
 #include "runtime/rank_workers.h"
 #include "runtime/step_builder.h"
 
@@ -29,7 +30,8 @@ struct Rank {
 }  // namespace
 
 struct Engine::Impl {
-  std::unique_ptr<comm::InProcessWorld> world;
+  std::unique_ptr<comm::InProcessWorld> world;  // CPU ranks' communicators; aborts a failed step
+  std::unique_ptr<NcclWorld> nccl;              // GPU ranks' communicators
   std::vector<Rank> ranks;
   std::unique_ptr<RankWorkers> workers;  // declared last: its threads stop first
   std::string failure;                   // set when a step failed: the world is aborted
@@ -42,7 +44,6 @@ struct Engine::Impl {
 Engine::Engine(const ModelSource& model, EngineOptions options)
     : config_(model.config), options_(std::move(options)), impl_(std::make_unique<Impl>()) {
   const parallel::ParallelPlan& plan = options_.plan;
-  MS_CHECK(options_.backend == "cpu", "backend '{}' is not available in this build", options_.backend);
   MS_CHECK(options_.page_size > 0 && options_.num_pages > 0, "page size and page count must be positive");
   MS_CHECK(options_.pp_max_micro_batch_size >= 0 && options_.pp_async_batch_depth >= 0,
            "--pp-max-micro-batch-size and --pp-async-batch-depth must be >= 0");
@@ -55,20 +56,40 @@ Engine::Engine(const ModelSource& model, EngineOptions options)
   for (int r = 0; r < world; ++r) {
     Rank& rank = impl_->ranks[r];
     rank.coord = parallel::rank_coord(plan, r);
-    rank.backend = cpu::make_cpu_backend();
+    rank.backend = make_rank_backend(options_.backend, r);
     rank.weights = model.weights();
-    rank.comms = make_rank_comms(*impl_->world, plan, r);
+  }
+  const bool on_gpus = options_.backend == "cuda";
+  if (on_gpus && world > 1) {
+    std::vector<ops::Backend*> backends;
+    for (Rank& rank : impl_->ranks) backends.push_back(rank.backend.get());
+    impl_->nccl = std::make_unique<NcclWorld>(backends);
   }
   impl_->workers = std::make_unique<RankWorkers>(world, *impl_->world);
+  if (impl_->nccl) {
+    impl_->workers->run([&](int r) { impl_->ranks[r].comms = impl_->nccl->split_for(plan, r); });
+  } else {
+    for (int r = 0; r < world; ++r) impl_->ranks[r].comms = make_rank_comms(*impl_->world, plan, r);
+  }
   // Every rank loads its own shard on its own thread.
   const KvCacheShape cache{options_.num_pages, options_.page_size};
   impl_->workers->run([&](int r) {
     Rank& rank = impl_->ranks[r];
     rank.model = std::make_unique<DeepseekV3>(config_, plan, r, *rank.backend, *rank.weights, rank.comms.groups(), cache);
+    rank.model->set_graphs_enabled(options_.graphs);
   });
 }
 
 Engine::~Engine() = default;
+
+void Engine::for_each_rank(const std::function<void(RankView&)>& fn) {
+  MS_CHECK(impl_->failure.empty(), "the engine stopped after a failed step: {}", impl_->failure);
+  impl_->workers->run([&](int r) {
+    Rank& rank = impl_->ranks[r];
+    RankView view{r, *rank.model, *rank.backend, rank.comms};
+    fn(view);
+  });
+}
 
 std::vector<comm::CommStats> Engine::comm_stats() const {
   std::vector<comm::CommStats> out;

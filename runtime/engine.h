@@ -8,6 +8,7 @@
 // hands them over). Sequences stop on max_new_tokens or a stop id.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "model/model_source.h"
 #include "ops/ops.h"
 #include "parallel/plan.h"
+#include "runtime/rank_comms.h"
 #include "runtime/step_builder.h"
 
 namespace moeserve::runtime {
@@ -25,7 +27,8 @@ struct EngineOptions {
   parallel::ParallelPlan plan;
   int64_t page_size = 64;
   int64_t num_pages = 256;  // per rank and layer (each DP replica has its own pool)
-  std::string backend = "cpu";
+  std::string backend = "cpu";  // "cpu" or "cuda" (rank r on GPU r)
+  bool graphs = true;           // replay decode steps as captured graphs where the backend can
   // Pipeline: sequences per micro-batch (0: ceil(live / pp), so that every stage has work)
   // and how far a stage may run ahead of the next: it blocks on sending a micro-batch while
   // pp_async_batch_depth + 1 earlier ones wait unreceived.
@@ -61,6 +64,16 @@ class Engine {
   // (micro-batch, DP replica), rows as the step's ReplicaBatch describes. A failed step
   // stops the engine: later calls throw.
   std::vector<std::vector<Tensor>> execute(const StepPlan& step);
+
+  // What one rank holds, for tools that drive the ranks directly (benchmarks).
+  struct RankView {
+    int rank;
+    DeepseekV3& model;
+    ops::Backend& backend;
+    RankComms& comms;
+  };
+  // Runs fn on every rank's own thread, all ranks at once (collective calls inside are fine).
+  void for_each_rank(const std::function<void(RankView&)>& fn);
 
   // Communication counted on each rank since construction (all its groups merged).
   std::vector<comm::CommStats> comm_stats() const;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/op_timer.h"
 #include "core/error.h"
 
 namespace moeserve::cuda {
@@ -284,6 +285,7 @@ class CudaBackend final : public Backend {
 std::unique_ptr<ops::Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
 
 cudaStream_t stream_of(ops::Backend& backend) {
+  if (auto* timing = dynamic_cast<OpTimingBackend*>(&backend)) return stream_of(timing->inner());
   auto* cuda = dynamic_cast<CudaBackend*>(&backend);
   MS_CHECK(cuda != nullptr, "backend '{}' is not a CUDA backend", backend.name());
   return cuda->stream();

@@ -7,7 +7,7 @@
 
 namespace moeserve::cuda {
 
-OpTimingBackend::OpTimingBackend(ops::Backend& inner) : inner_(inner) {}
+OpTimingBackend::OpTimingBackend(std::unique_ptr<ops::Backend> inner) : owned_(std::move(inner)), inner_(*owned_) {}
 
 OpTimingBackend::~OpTimingBackend() {
   collect();

@@ -1,5 +1,5 @@
-// OpTimingBackend: wraps a CUDA backend and times every op with CUDA events, for
-// `bench-step --breakdown`. Events are recorded on the backend's stream around each call
+// OpTimingBackend: wraps a CUDA backend and, while enabled, times every op with CUDA events,
+// for `bench-step --breakdown`. Events are recorded on the backend's stream around each call
 // and read after the step, so the step itself is not synchronised more than without it.
 #pragma once
 
@@ -19,8 +19,15 @@ struct OpTime {
 
 class OpTimingBackend final : public ops::Backend {
  public:
-  explicit OpTimingBackend(ops::Backend& inner);
+  explicit OpTimingBackend(std::unique_ptr<ops::Backend> inner);
   ~OpTimingBackend() override;
+
+  // Off: every op passes straight through (no events).
+  void set_enabled(bool enabled) { enabled_ = enabled; }
+  bool supports_graphs() const override { return inner_.supports_graphs(); }
+  void begin_capture() override { inner_.begin_capture(); }
+  std::unique_ptr<ops::Graph> end_capture() override { return inner_.end_capture(); }
+  void replay(ops::Graph& graph) override { inner_.replay(graph); }
 
   // Collects the events recorded since the last call (synchronises) into the totals.
   void collect();
@@ -64,6 +71,10 @@ class OpTimingBackend final : public ops::Backend {
  private:
   template <typename Fn>
   void timed(const char* op, Fn&& fn) {
+    if (!enabled_) {
+      fn();
+      return;
+    }
     void* start = next_event();
     fn();
     pending_.push_back({op, start, next_event()});
@@ -75,7 +86,9 @@ class OpTimingBackend final : public ops::Backend {
     void* start;
     void* stop;
   };
+  std::unique_ptr<ops::Backend> owned_;
   ops::Backend& inner_;
+  bool enabled_ = false;
   std::vector<Pending> pending_;
   std::vector<void*> free_events_;
   std::map<std::string, OpTime> totals_;

@@ -1,0 +1,143 @@
+// moeserve bench-step: the decode step alone, per batch size, against the hardware ceilings
+// measured in the same run (device-to-device copy bandwidth, large bf16 GEMM rate).
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "apps/cli_util.h"
+#include "apps/commands.h"
+#include "apps/plan_cli.h"
+#include "core/error.h"
+#include "model/model_source.h"
+#include "runtime/rank_devices.h"
+#include "runtime/step_benchmark.h"
+
+#ifdef MOESERVE_WITH_CUDA
+#include "backend/cuda/ceilings.h"
+#endif
+
+namespace moeserve::apps {
+
+namespace {
+
+struct BenchStepArgs {
+  std::string model = "synthetic:kimi-k2.6";
+  int64_t layers = 0;
+  std::string batches = "1,8,32,64,128";
+  PlanCliArgs plan;
+  int64_t context = 1024;
+  int iterations = 20;
+  int warmup = 3;
+  bool breakdown = false;
+  bool no_cuda_graph = false;
+  std::string backend;
+  std::string json_out;
+  int64_t page_size = 64;
+};
+
+void run_bench_step(const BenchStepArgs& args) {
+  std::string spec = args.model;
+  if (args.layers > 0) {
+    MS_CHECK(spec.rfind("synthetic:", 0) == 0, "--layers: only synthetic models take a layer override (got '{}')",
+             spec);
+    spec += ":layers=" + std::to_string(args.layers);
+  }
+  const ModelSource model = open_model(spec);
+  const std::vector<int32_t> batch_ids = parse_id_list(args.batches, "--batch");
+  std::vector<int64_t> batches(batch_ids.begin(), batch_ids.end());
+  runtime::EngineOptions options;
+  options.backend = !args.backend.empty() ? args.backend : (runtime::visible_gpus() > 0 ? "cuda" : "cpu");
+  options.graphs = !args.no_cuda_graph;
+  options.plan = plan_for_model(args.plan, model.config, options.backend == "cuda" ? 2 : 4);
+  options.page_size = args.page_size;
+  const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
+  const int64_t per_replica = (max_batch + options.plan.attn_dp - 1) / options.plan.attn_dp;
+  options.num_pages = per_replica * ((args.context + 1 + args.page_size - 1) / args.page_size);
+
+  double copy_gbs = 0, bf16_tflops = 0;
+#ifdef MOESERVE_WITH_CUDA
+  if (options.backend == "cuda") {
+    const cuda::Ceilings c = cuda::measure_ceilings(0);
+    copy_gbs = c.copy_gbs;
+    bf16_tflops = c.bf16_tflops;
+  }
+#endif
+  runtime::Engine engine(model, options);
+  runtime::StepBenchOptions bench;
+  bench.context = args.context;
+  bench.iterations = args.iterations;
+  bench.warmup = args.warmup;
+  bench.breakdown = args.breakdown;
+  const auto results = runtime::benchmark_decode_steps(engine, batches, bench);
+
+  std::printf("model %s, plan %s (%d rank%s, %s), context %lld, CUDA graphs %s\n", spec.c_str(),
+              options.plan.name.c_str(), options.plan.world(), options.plan.world() > 1 ? "s" : "",
+              options.backend.c_str(), (long long)args.context, options.graphs ? "on" : "off");
+  if (copy_gbs > 0)
+    std::printf("ceilings (GPU 0, measured now): copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n", copy_gbs, bf16_tflops);
+  std::printf("%6s %10s %11s %12s %10s %8s %10s %8s %12s\n", "batch", "step ms", "tok/s", "GB/GPU/step", "GB/s/GPU",
+              "of copy", "TFLOP/s", "of GEMM", "experts hit");
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& r : results) {
+    const double bytes = r.max_rank_bytes();
+    const double gbs = bytes / (r.step_ms * 1e-3) / 1e9;
+    const double tflops = r.total_flops() / options.plan.world() / (r.step_ms * 1e-3) / 1e12;
+    std::string hit;
+    for (int64_t h : r.experts_hit_per_rank[0]) hit += (hit.empty() ? "" : ",") + std::to_string(h);
+    std::printf("%6lld %10.3f %11.1f %12.3f %10.1f %7.1f%% %10.2f %7.1f%% %12s\n", (long long)r.batch, r.step_ms,
+                r.tokens_per_s, bytes / 1e9, gbs, copy_gbs > 0 ? 100 * gbs / copy_gbs : 0.0, tflops,
+                bf16_tflops > 0 ? 100 * tflops / bf16_tflops : 0.0, hit.c_str());
+    nlohmann::json row = {{"batch", r.batch}, {"step_ms", r.step_ms}, {"tokens_per_s", r.tokens_per_s},
+                          {"bytes_per_gpu", bytes}, {"gbs_per_gpu", gbs}, {"copy_fraction", copy_gbs > 0 ? gbs / copy_gbs : 0},
+                          {"tflops_per_gpu", tflops}, {"gemm_fraction", bf16_tflops > 0 ? tflops / bf16_tflops : 0},
+                          {"experts_hit_rank0", r.experts_hit_per_rank[0]}};
+    if (!r.op_ms_per_step.empty()) {
+      std::printf("  per op (rank 0, graphs off): ");
+      double total = 0;
+      for (const auto& [op, t] : r.op_ms_per_step) total += t.second;
+      for (const auto& [op, t] : r.op_ms_per_step) {
+        std::printf("%s %.3f ms (%lld calls, %.0f%%); ", op.c_str(), t.second, (long long)t.first, 100 * t.second / total);
+        row["ops"][op] = {{"calls", t.first}, {"ms", t.second}};
+      }
+      std::printf("\n");
+    }
+    for (const auto& c : r.comm) {
+      std::printf("  comm %-8s %-14s %3lld calls x %10.0f B: %.3f ms/step in the step, %.3f ms/step alone\n",
+                  c.group.c_str(), c.collective.c_str(), (long long)c.calls_per_step, c.bytes_per_call, c.ms_per_step,
+                  c.ms_alone_per_step);
+      row["comm"].push_back({{"group", c.group}, {"collective", c.collective}, {"calls_per_step", c.calls_per_step},
+                             {"bytes_per_call", c.bytes_per_call}, {"ms_per_step", c.ms_per_step},
+                             {"ms_alone_per_step", c.ms_alone_per_step}});
+    }
+    rows.push_back(row);
+  }
+  if (!args.json_out.empty()) {
+    nlohmann::json doc = {{"model", spec}, {"plan", options.plan.name}, {"world", options.plan.world()},
+                          {"backend", options.backend}, {"context", args.context}, {"graphs", options.graphs},
+                          {"copy_gbs", copy_gbs}, {"bf16_tflops", bf16_tflops}, {"rows", rows}};
+    std::ofstream(args.json_out) << doc.dump(2) << "\n";
+  }
+}
+
+}  // namespace
+
+void add_bench_step_command(CLI::App& app) {
+  auto args = std::make_shared<BenchStepArgs>();
+  CLI::App* cmd = app.add_subcommand("bench-step", "Time the decode step per batch size against measured hardware ceilings");
+  cmd->add_option("--model,-m", args->model, "Model spec (synthetic:NAME or a directory)")->capture_default_str();
+  cmd->add_option("--layers", args->layers, "Override the layer count of a synthetic model");
+  cmd->add_option("--batch", args->batches, "Batch sizes, comma-separated")->capture_default_str();
+  cmd->add_option("--plan", args->plan.preset, "Parallel plan preset (default single)");
+  add_plan_flags(cmd, args->plan);
+  cmd->add_option("--context", args->context, "Cached tokens per sequence")->capture_default_str();
+  cmd->add_option("--iterations", args->iterations, "Timed steps per batch size (median reported)")->capture_default_str();
+  cmd->add_option("--warmup", args->warmup, "Untimed steps first")->capture_default_str();
+  cmd->add_flag("--breakdown", args->breakdown, "Per-op times on rank 0 (GPU)");
+  cmd->add_flag("--no-cuda-graph", args->no_cuda_graph, "Run steps op by op instead of replaying CUDA graphs");
+  cmd->add_option("--backend", args->backend, "cpu or cuda (default: cuda when a GPU is visible)");
+  cmd->add_option("--json", args->json_out, "Also write the results as JSON");
+  cmd->add_option("--page-size", args->page_size, "KV cache page size")->capture_default_str();
+  cmd->callback([args] { run_bench_step(*args); });
+}
+
+}  // namespace moeserve::apps

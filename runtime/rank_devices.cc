@@ -1,0 +1,78 @@
+#include "runtime/rank_devices.h"
+
+#include <fmt/format.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+
+#ifdef MOESERVE_WITH_CUDA
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/op_timer.h"
+#include "comm/nccl_communicator.h"
+#endif
+
+namespace moeserve::runtime {
+
+std::vector<std::string> available_backends() {
+#ifdef MOESERVE_WITH_CUDA
+  return {"cpu", "cuda"};
+#else
+  return {"cpu"};
+#endif
+}
+
+int visible_gpus() {
+#ifdef MOESERVE_WITH_CUDA
+  return cuda::device_count();
+#else
+  return 0;
+#endif
+}
+
+std::unique_ptr<ops::Backend> make_rank_backend(const std::string& kind, int rank) {
+  if (kind == "cpu") return cpu::make_cpu_backend();
+#ifdef MOESERVE_WITH_CUDA
+  if (kind == "cuda") {
+    const int gpus = cuda::device_count();
+    MS_CHECK(rank < gpus, "--backend cuda: rank {} needs GPU {}, but {} GPU(s) are visible", rank, rank, gpus);
+    // Wrapped so that benchmarks can time ops; a disabled timer passes calls straight through.
+    return std::make_unique<cuda::OpTimingBackend>(cuda::make_cuda_backend(rank));
+  }
+  fail("--backend '{}': unknown backend (cpu, cuda)", kind);
+#else
+  fail("--backend '{}': this build has only the cpu backend (build with nvcc for cuda)", kind);
+#endif
+}
+
+#ifdef MOESERVE_WITH_CUDA
+struct NcclWorld::Impl {
+  std::vector<std::unique_ptr<comm::NcclCommunicator>> world;
+};
+
+NcclWorld::NcclWorld(const std::vector<ops::Backend*>& rank_backends) : impl_(std::make_unique<Impl>()) {
+  std::vector<cudaStream_t> streams;
+  for (ops::Backend* b : rank_backends) streams.push_back(cuda::stream_of(*b));
+  impl_->world = comm::make_nccl_world(streams);
+}
+
+RankComms NcclWorld::split_for(const parallel::ParallelPlan& plan, int rank) {
+  const parallel::RankCoord c = parallel::rank_coord(plan, rank);
+  comm::NcclCommunicator& world = *impl_->world[rank];
+  // color: which group; key: the rank's index in it (the group-rank order of rank_comms.h).
+  RankComms comms;
+  comms.attn_tp = world.split(c.stage * plan.attn_dp + c.dp_index, c.tp_index,
+                              fmt::format("attn_tp.s{}.d{}", c.stage, c.dp_index));
+  comms.moe = world.split(c.stage, c.moe_index, fmt::format("moe.s{}", c.stage));
+  comms.pipeline = world.split(c.dp_index * plan.attn_tp + c.tp_index, c.stage,
+                               fmt::format("pipeline.d{}.t{}", c.dp_index, c.tp_index));
+  return comms;
+}
+#else
+struct NcclWorld::Impl {};
+NcclWorld::NcclWorld(const std::vector<ops::Backend*>&) { fail("NCCL is not available in this build"); }
+RankComms NcclWorld::split_for(const parallel::ParallelPlan&, int) { fail("NCCL is not available in this build"); }
+#endif
+
+NcclWorld::~NcclWorld() = default;
+
+}  // namespace moeserve::runtime

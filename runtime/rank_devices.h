@@ -1,0 +1,38 @@
+// Where each rank runs: its backend ("cpu": the fp32 reference; "cuda": GPU `rank`) and,
+// on GPUs, its NCCL communicators. CPU ranks talk through the in-process world
+// (runtime/rank_comms.h); GPU ranks of one process through NCCL: the world communicators are
+// made on the leader thread, then every rank splits its own into the plan's groups on its
+// own thread (NCCL's split is collective), with the members runtime/rank_comms.h defines.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/ops.h"
+#include "parallel/plan.h"
+#include "runtime/rank_comms.h"
+
+namespace moeserve::runtime {
+
+// Backends this build can run ("cpu", and "cuda" in the CUDA flavour).
+std::vector<std::string> available_backends();
+// GPUs visible to this process (0 without the CUDA flavour or a driver).
+int visible_gpus();
+
+std::unique_ptr<ops::Backend> make_rank_backend(const std::string& kind, int rank);
+
+// The NCCL world of a GPU run: one communicator per rank, bound to that rank's backend stream.
+class NcclWorld {
+ public:
+  explicit NcclWorld(const std::vector<ops::Backend*>& rank_backends);
+  ~NcclWorld();
+  // Called on rank `rank`'s thread by every rank together.
+  RankComms split_for(const parallel::ParallelPlan& plan, int rank);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace moeserve::runtime

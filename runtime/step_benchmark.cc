@@ -1,0 +1,259 @@
+#include "runtime/step_benchmark.h"
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <tuple>
+
+#include "core/error.h"
+#include "model/deepseek_v3_weights.h"
+
+#ifdef MOESERVE_WITH_CUDA
+#include "backend/cuda/op_timer.h"
+#include "comm/nccl_communicator.h"
+#endif
+
+namespace moeserve::runtime {
+
+double StepBenchResult::max_rank_bytes() const {
+  double m = 0;
+  for (const auto& c : cost_per_rank) m = std::max(m, c.total_bytes());
+  return m;
+}
+
+double StepBenchResult::total_flops() const {
+  double f = 0;
+  for (const auto& c : cost_per_rank) f += c.flops;
+  return f;
+}
+
+namespace {
+
+// A decode step: every sequence has `context` cached tokens and decodes position `context`.
+StepPlan decode_step(const Engine& engine, int64_t batch, int64_t context) {
+  const EngineOptions& o = engine.options();
+  const parallel::ParallelPlan& plan = o.plan;
+  std::vector<PagePool> pools;
+  for (int d = 0; d < plan.attn_dp; ++d) pools.emplace_back(o.num_pages);
+  std::vector<SequenceState> seqs(batch);
+  std::vector<size_t> live;
+  for (int64_t i = 0; i < batch; ++i) {
+    SequenceState& s = seqs[i];
+    s.tokens.assign(context + 1, 0);
+    for (int64_t t = 0; t <= context; ++t)
+      s.tokens[t] = static_cast<int32_t>((i * 7919 + t * 104729) % engine.config().vocab_size);
+    s.prompt_len = context + 1;
+    s.cached = context;
+    s.replica = static_cast<int>(i % plan.attn_dp);
+    live.push_back(static_cast<size_t>(i));
+  }
+  StepOptions so;
+  so.page_size = o.page_size;
+  so.max_pages_per_seq = (context + 1 + o.page_size - 1) / o.page_size;
+  so.attn_dp = plan.attn_dp;
+  so.pp = plan.pp;
+  so.max_micro_batch_size = o.pp_max_micro_batch_size;
+  return build_step(seqs, live, pools, so);
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+#ifdef MOESERVE_WITH_CUDA
+comm::NcclCommunicator* nccl_of(comm::Communicator* c) { return dynamic_cast<comm::NcclCommunicator*>(c); }
+
+// The communicators of a rank by role.
+std::vector<std::pair<std::string, comm::Communicator*>> roles(RankComms& comms) {
+  return {{"attn_tp", comms.attn_tp.get()}, {"moe", comms.moe.get()}, {"pipeline", comms.pipeline.get()}};
+}
+
+// Runs `calls` collectives of one kind and size alone on every rank's communicator of `role`
+// (scratch buffers, back to back, then one synchronise); returns rank 0's wall-clock ms.
+double time_alone(Engine& engine, const std::string& role, comm::Collective collective, double bytes_per_call,
+                  int64_t calls) {
+  double ms = 0;
+  engine.for_each_rank([&](Engine::RankView& r) {
+    comm::Communicator* c = nullptr;
+    for (auto& [name, comm] : roles(r.comms))
+      if (name == role) c = comm;
+    if (c == nullptr || c->size() == 1) return;
+    const int size = c->size();
+    const size_t bytes = static_cast<size_t>(bytes_per_call);
+    ops::BufferPtr a = r.backend.alloc(std::max<size_t>(bytes * size, 256)), b = r.backend.alloc(std::max<size_t>(bytes * size, 256));
+    const int stage = c->rank();
+    auto one = [&] {
+      switch (collective) {
+        case comm::Collective::AllReduce: c->all_reduce_sum(a->data(), bytes, DType::U8); break;
+        case comm::Collective::AllGather: c->all_gather(a->data(), b->data(), bytes, DType::U8); break;
+        case comm::Collective::ReduceScatter: c->reduce_scatter_sum(a->data(), b->data(), bytes / size, DType::U8); break;
+        case comm::Collective::AllToAllV: {
+          const std::vector<size_t> counts(size, bytes / size);
+          c->all_to_all_v(a->data(), counts, b->data(), counts, DType::U8);
+          break;
+        }
+        case comm::Collective::Send:
+          if (stage + 1 < size) c->send(a->data(), bytes, DType::U8, stage + 1);
+          break;
+        case comm::Collective::Recv:
+          if (stage > 0) c->recv(a->data(), bytes, DType::U8, stage - 1);
+          break;
+        default: break;
+      }
+    };
+    one();  // warm-up
+    r.backend.synchronize();
+    c->barrier();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < calls; ++i) one();
+    r.backend.synchronize();
+    if (r.rank == 0) ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  });
+  return ms;
+}
+
+// Time in each (group, collective) per step, inside the step (events on rank 0, graphs off so
+// that every call is its own launch) and alone (time_alone with the same calls and sizes).
+std::vector<CommTiming> time_communication(Engine& engine, const StepPlan& step, const StepBenchOptions& options) {
+  std::map<std::pair<std::string, comm::Collective>, comm::CommStats::Entry> before;
+  engine.for_each_rank([&](Engine::RankView& r) {
+    r.model.set_graphs_enabled(false);
+    if (r.rank != 0) return;
+    for (auto& [name, c] : roles(r.comms)) {
+      if (auto* n = nccl_of(c)) n->set_timing(true);
+      if (c)
+        for (const auto& [collective, entry] : c->stats().by_collective) before[{name, collective}] = entry;
+    }
+  });
+  for (int i = 0; i < options.iterations; ++i) engine.execute(step);
+  std::vector<CommTiming> out;
+  engine.for_each_rank([&](Engine::RankView& r) {
+    r.model.set_graphs_enabled(engine.options().graphs);
+    if (r.rank != 0) return;
+    for (auto& [name, c] : roles(r.comms)) {
+      auto* n = nccl_of(c);
+      if (!n) continue;
+      const auto ms = n->collect_timing();
+      n->set_timing(false);
+      for (const auto& [collective, entry] : c->stats().by_collective) {
+        const comm::CommStats::Entry old = before[{name, collective}];
+        const int64_t calls = entry.calls - old.calls;
+        if (calls == 0 || collective == comm::Collective::Barrier) continue;
+        CommTiming t;
+        t.group = name;
+        t.collective = comm::collective_name(collective);
+        t.calls_per_step = calls / options.iterations;
+        t.bytes_per_call = static_cast<double>(entry.bytes - old.bytes) / static_cast<double>(calls);
+        const auto it = ms.find(collective);
+        t.ms_per_step = it == ms.end() ? 0 : it->second / options.iterations;
+        out.push_back(t);
+      }
+    }
+  });
+  for (CommTiming& t : out) {
+    comm::Collective collective = comm::Collective::AllReduce;
+    for (comm::Collective c : {comm::Collective::AllReduce, comm::Collective::AllGather, comm::Collective::ReduceScatter,
+                               comm::Collective::AllToAllV, comm::Collective::Send, comm::Collective::Recv})
+      if (t.collective == comm::collective_name(c)) collective = c;
+    t.ms_alone_per_step =
+        time_alone(engine, t.group, collective, t.bytes_per_call, t.calls_per_step * options.iterations) /
+        options.iterations;
+  }
+  return out;
+}
+#endif
+
+}  // namespace
+
+std::vector<StepBenchResult> benchmark_decode_steps(Engine& engine, const std::vector<int64_t>& batches,
+                                                    const StepBenchOptions& options) {
+  const ModelConfig& config = engine.config();
+  const parallel::ParallelPlan& plan = engine.options().plan;
+  const int world = plan.world();
+  // Random latents in every cache slot, once.
+  engine.for_each_rank([&](Engine::RankView& r) {
+    const int64_t width = config.kv_lora_rank + config.qk_rope_head_dim;
+    const int64_t slots = r.model.cache_shape().num_pages * r.model.cache_shape().page_size;
+    uint64_t seed = 1000 + static_cast<uint64_t>(r.rank) * 131;
+    for (ops::Buffer* cache : r.model.kv_caches())
+      r.backend.fill_uniform({cache->data(), slots, width, width, 0, 0, seed++, 0.0f, 1.0f});
+    r.backend.synchronize();
+    r.model.set_return_logits(false);
+  });
+
+  std::vector<StepBenchResult> results;
+  for (int64_t batch : batches) {
+    MS_CHECK(batch > 0, "bench-step: batch sizes must be positive, got {}", batch);
+    const StepPlan step = decode_step(engine, batch, options.context);
+    StepBenchResult result;
+    result.batch = batch;
+
+    for (int i = 0; i < options.warmup; ++i) engine.execute(step);
+    std::vector<double> times;
+    for (int i = 0; i < options.iterations; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      engine.execute(step);
+      times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    result.step_ms = median(times);
+    result.tokens_per_s = static_cast<double>(batch) / (result.step_ms * 1e-3);
+
+    // The experts this step routes to, per stage (union over the stage's ranks), for the bytes.
+    std::vector<std::vector<std::vector<int32_t>>> routing(world);  // [rank][moe layer][pairs]
+    engine.for_each_rank([&](Engine::RankView& r) { r.model.set_record_routing(true); });
+    engine.execute(step);
+    engine.for_each_rank([&](Engine::RankView& r) {
+      routing[r.rank] = r.model.last_routing();
+      r.model.set_record_routing(false);
+    });
+    result.cost_per_rank.resize(world);
+    result.experts_hit_per_rank.resize(world);
+    const parallel::ShardDims dims = shard_dims(config);
+    for (int rank = 0; rank < world; ++rank) {
+      const parallel::RankShard shard = parallel::shard_of(plan, dims, rank);
+      std::vector<std::set<int32_t>> hit(routing[rank].size());
+      for (int other = 0; other < world; ++other) {
+        if (parallel::rank_coord(plan, other).stage != shard.coord.stage) continue;
+        for (size_t l = 0; l < std::min(hit.size(), routing[other].size()); ++l)
+          for (int32_t e : routing[other][l])
+            if (shard.experts.contains(e)) hit[l].insert(e);
+      }
+      perf::StepShape shape;
+      // Tokens this rank runs: its replica's share of the batch (all micro-batches).
+      shape.tokens = (batch + plan.attn_dp - 1 - shard.coord.dp_index) / plan.attn_dp;
+      shape.context = options.context;
+      for (const auto& h : hit) shape.experts_hit.push_back(static_cast<int64_t>(h.size()));
+      result.experts_hit_per_rank[rank] = shape.experts_hit;
+      const double elem = engine.options().backend == "cuda" ? 2.0 : 4.0;
+      result.cost_per_rank[rank] = perf::decode_step_cost(config, shard, shape, elem, elem);
+    }
+
+#ifdef MOESERVE_WITH_CUDA
+    const bool on_gpus = engine.options().backend == "cuda";
+    if (on_gpus && options.breakdown) {
+      engine.for_each_rank([&](Engine::RankView& r) {
+        r.model.set_graphs_enabled(false);
+        if (r.rank == 0) static_cast<cuda::OpTimingBackend&>(r.backend).set_enabled(true);
+      });
+      for (int i = 0; i < options.iterations; ++i) engine.execute(step);
+      engine.for_each_rank([&](Engine::RankView& r) {
+        r.model.set_graphs_enabled(engine.options().graphs);
+        if (r.rank != 0) return;
+        auto& timer = static_cast<cuda::OpTimingBackend&>(r.backend);
+        timer.collect();
+        for (const auto& [op, t] : timer.totals())
+          result.op_ms_per_step[op] = {t.calls / options.iterations, t.ms / options.iterations};
+        timer.reset();
+        timer.set_enabled(false);
+      });
+    }
+    if (on_gpus && options.comm && world > 1) result.comm = time_communication(engine, step, options);
+#endif
+    results.push_back(std::move(result));
+  }
+  return results;
+}
+
+}  // namespace moeserve::runtime

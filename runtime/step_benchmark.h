@@ -1,0 +1,52 @@
+// Decode-step benchmark (`moeserve bench-step`): runs a decode step of `batch` sequences at
+// `context` cached tokens each on an engine, many times, and reports the step time, what the
+// step must read and compute (perf/step_cost.h, with the experts the step actually routed
+// to), and, on GPUs, the per-op breakdown and the time spent in each collective beside the
+// same collective's latency measured alone through the same communicators.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "perf/step_cost.h"
+#include "runtime/engine.h"
+
+namespace moeserve::runtime {
+
+struct StepBenchOptions {
+  int64_t context = 1024;
+  int iterations = 20;
+  int warmup = 3;
+  bool breakdown = false;  // per-op times (GPU backends)
+  bool comm = true;        // communication time and NCCL-alone latency (multi-GPU)
+};
+
+struct CommTiming {
+  std::string group;      // attn_tp | moe | pipeline
+  std::string collective;
+  int64_t calls_per_step = 0;
+  double bytes_per_call = 0;
+  double ms_per_step = 0;       // inside the step (CUDA events around each call, rank 0)
+  double ms_alone_per_step = 0; // the same calls and sizes, run alone (all ranks), per step
+};
+
+struct StepBenchResult {
+  int64_t batch = 0;
+  double step_ms = 0;       // median wall-clock time of one step
+  double tokens_per_s = 0;
+  std::vector<perf::StepCost> cost_per_rank;
+  std::vector<std::vector<int64_t>> experts_hit_per_rank;  // [rank][moe layer]
+  std::map<std::string, std::pair<int64_t, double>> op_ms_per_step;  // rank 0: op -> (calls, ms)
+  std::vector<CommTiming> comm;  // rank 0
+  double max_rank_bytes() const;
+  double total_flops() const;
+};
+
+// KV caches of every rank are filled with random latents once (the values do not change
+// the work). The engine needs num_pages >= batch * ceil((context + 1) / page_size) per replica.
+std::vector<StepBenchResult> benchmark_decode_steps(Engine& engine, const std::vector<int64_t>& batches,
+                                                    const StepBenchOptions& options);
+
+}  // namespace moeserve::runtime
