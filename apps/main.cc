@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   moeserve::apps::add_generate_command(app);
   moeserve::apps::add_inspect_command(app);
   moeserve::apps::add_plan_command(app);
+  moeserve::apps::add_serve_command(app);
   moeserve::apps::add_bench_step_command(app);
   moeserve::apps::add_tokenizer_commands(app);
   try {

@@ -1,0 +1,179 @@
+// moeserve serve: the OpenAI-compatible HTTP server (serve/) over the engine (runtime/) with
+// the continuous-batching scheduler (sched/) and the paged, prefix-shared KV cache (kv/).
+// Binds to loopback unless --host says otherwise; SIGTERM or SIGINT drains: no new requests,
+// the ones in flight finish (up to --drain-timeout), then the process exits 0.
+#include <csignal>
+#include <cstdio>
+#include <pthread.h>
+
+#include "apps/commands.h"
+#include "apps/plan_cli.h"
+#include "core/error.h"
+#include "model/model_source.h"
+#include "runtime/engine.h"
+#include "serve/api_error.h"
+#include "serve/api_server.h"
+#include "serve/engine_loop.h"
+#include "serve/http_server.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace moeserve::apps {
+
+namespace {
+
+struct ServeArgs {
+  std::string model = "synthetic:tiny";
+  std::string served_model_name;
+  std::string host = "127.0.0.1";
+  int port = 30000;
+  std::string api_key;
+  std::string backend = "cpu";
+  PlanCliArgs plan;
+  int64_t page_size = 16;
+  int64_t kv_pages = 2048;
+  int64_t chunked_prefill_size = 512;
+  int64_t max_queued_requests = 1024;
+  bool disable_radix_cache = false;
+  int64_t pp_max_micro_batch_size = 0;
+  int64_t pp_async_batch_depth = 0;
+  int64_t max_body_bytes = 8 << 20;
+  double drain_timeout_s = 30;
+  std::string chat_template;
+};
+
+std::unique_ptr<tokenizer::Tokenizer> tokenizer_of(const ModelSource& model) {
+  if (model.synthetic) return tokenizer::make_builtin_tokenizer(model.config.vocab_size);
+  MS_CHECK(!model.directory.empty(), "serve: model '{}' has no directory with tokenizer files", model.spec);
+  return tokenizer::load_tokenizer(model.directory);
+}
+
+void run_serve(const ServeArgs& args) {
+  // Signals are taken by sigwait on this thread only: block them before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  MS_CHECK(args.port >= 0 && args.port <= 65535, "--port {} outside [0, 65535]", args.port);
+  MS_CHECK(args.max_body_bytes > 0, "--max-body-bytes must be positive");
+  const ModelSource model = open_model(args.model);
+  const auto tok = tokenizer_of(model);
+  MS_CHECK(tok->vocab_size() <= model.config.vocab_size,
+           "serve: the tokenizer has {} ids, more than the model's vocabulary of {}", tok->vocab_size(),
+           model.config.vocab_size);
+
+  runtime::EngineOptions engine_options;
+  engine_options.backend = args.backend;
+  engine_options.plan = plan_for_model(args.plan, model.config, /*bytes_per_element=*/args.backend == "cuda" ? 2 : 4);
+  engine_options.page_size = args.page_size;
+  engine_options.num_pages = args.kv_pages;
+  engine_options.pp_max_micro_batch_size = args.pp_max_micro_batch_size;
+  engine_options.pp_async_batch_depth = args.pp_async_batch_depth;
+  const parallel::ParallelPlan plan = engine_options.plan;
+  runtime::Engine engine(model, engine_options);
+
+  serve::EngineLoopOptions loop_options;
+  sched::SchedulerOptions& so = loop_options.scheduler;
+  so.page_size = args.page_size;
+  so.pages_per_replica = args.kv_pages;
+  so.attn_dp = plan.attn_dp;
+  so.pp = plan.pp;
+  so.max_micro_batch_size = args.pp_max_micro_batch_size;
+  so.max_running_requests = args.plan.max_running_requests;
+  so.chunked_prefill_size = args.chunked_prefill_size;
+  so.prefix_cache = !args.disable_radix_cache;
+  loop_options.max_queued_requests = args.max_queued_requests;
+  serve::EngineLoop loop(engine, *tok, loop_options);
+
+  serve::ServedModel served;
+  served.name = args.served_model_name.empty() ? args.model : args.served_model_name;
+  served.vocab_size = model.config.vocab_size;
+  served.context_length =
+      args.plan.context_length > 0 ? std::min(args.plan.context_length, model.config.max_position_embeddings)
+                                   : model.config.max_position_embeddings;
+  served.max_request_tokens = (args.kv_pages - 1) * args.page_size;
+  if (model.config.eos_token_id >= 0) served.eos_id = static_cast<int32_t>(model.config.eos_token_id);
+  try {
+    served.chat_template = tokenizer::chat_template_name_for(*tok, args.chat_template);
+  } catch (const Error& e) {
+    MS_CHECK(args.chat_template.empty(), "--chat-template: {}", e.what());
+    std::fprintf(stderr, "moeserve: no chat template (%s); /v1/chat/completions is off\n", e.what());
+  }
+  served.tokenizer = tok.get();
+  serve::ApiServer api(loop, served, args.api_key);
+
+  serve::HttpServerOptions http_options;
+  http_options.host = args.host;
+  http_options.port = args.port;
+  http_options.max_body_bytes = static_cast<size_t>(args.max_body_bytes);
+  http_options.error_body = [](int status, const std::string& message) {
+    return serve::api_error_json(status, message);
+  };
+  serve::HttpServer http(http_options,
+                         [&api](const serve::HttpRequest& request, serve::HttpExchange& exchange) {
+                           api.handle(request, exchange);
+                         });
+  http.start();
+  const bool ipv6 = args.host.find(':') != std::string::npos;
+  std::printf("moeserve: serving %s (plan %s, %d ranks, %lld KV pages of %lld tokens per replica) on http://%s%s%s:%d\n",
+              served.name.c_str(), plan.name.c_str(), plan.world(),
+              static_cast<long long>(args.kv_pages), static_cast<long long>(args.page_size), ipv6 ? "[" : "",
+              args.host.c_str(), ipv6 ? "]" : "", http.port());
+  std::fflush(stdout);
+
+  int signal = 0;
+  sigwait(&signals, &signal);
+  std::printf("moeserve: %s: draining (%d requests in flight)\n", signal == SIGTERM ? "SIGTERM" : "SIGINT",
+              static_cast<int>(loop.snapshot().running + loop.snapshot().waiting));
+  std::fflush(stdout);
+  http.stop_accepting();
+  const bool drained = loop.drain(std::chrono::milliseconds(static_cast<int64_t>(args.drain_timeout_s * 1000)));
+  loop.stop();
+  http.stop();
+  std::printf("moeserve: stopped%s\n", drained ? "" : " (drain timeout: requests in flight were failed)");
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto args = std::make_shared<ServeArgs>();
+  args->plan.max_running_requests = 128;
+  CLI::App* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
+  cmd->add_option("--model,-m", args->model, "synthetic:NAME[:layers=N][:seed=S], a model directory")
+      ->capture_default_str();
+  cmd->add_option("--served-model-name", args->served_model_name, "The model name clients send (default: --model)");
+  cmd->add_option("--host", args->host, "Address to bind (loopback by default)")->capture_default_str();
+  cmd->add_option("--port", args->port, "Port (0: any free port; the chosen one is printed)")->capture_default_str();
+  cmd->add_option("--api-key", args->api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
+  cmd->add_option("--backend", args->backend, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--plan", args->plan.preset, "Parallel plan preset (single, tp2, ep2, pp2, ep2-dp, ...)");
+  add_plan_flags(cmd, args->plan);  // also --max-running-requests and --context-length
+  cmd->add_option("--page-size", args->page_size, "KV cache page size in tokens")->capture_default_str();
+  cmd->add_option("--kv-pages", args->kv_pages, "KV cache pages per DP replica (one is kept for batch padding)")
+      ->capture_default_str();
+  cmd->add_option("--chunked-prefill-size", args->chunked_prefill_size,
+                  "Prefill tokens per DP replica per step; longer prompts run in chunks")
+      ->capture_default_str();
+  cmd->add_option("--max-queued-requests", args->max_queued_requests,
+                  "Requests waiting beyond --max-running-requests; more are refused with 429")
+      ->capture_default_str();
+  cmd->add_flag("--disable-radix-cache", args->disable_radix_cache, "Do not share KV pages of common prefixes");
+  cmd->add_option("--pp-max-micro-batch-size", args->pp_max_micro_batch_size,
+                  "Sequences per pipeline micro-batch (0: scheduled sequences / pp)")
+      ->capture_default_str();
+  cmd->add_option("--pp-async-batch-depth", args->pp_async_batch_depth,
+                  "Micro-batches a pipeline stage may run ahead of the next, beyond one")
+      ->capture_default_str();
+  cmd->add_option("--max-body-bytes", args->max_body_bytes, "Largest request body accepted (413 beyond)")
+      ->capture_default_str();
+  cmd->add_option("--drain-timeout", args->drain_timeout_s, "Seconds SIGTERM waits for requests in flight")
+      ->capture_default_str();
+  cmd->add_option("--chat-template", args->chat_template, "Chat template name (default: the tokenizer's)");
+  cmd->callback([args] { run_serve(*args); });
+}
+
+}  // namespace moeserve::apps

@@ -1,0 +1,252 @@
+#include "sched/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace moeserve::sched {
+
+Scheduler::Scheduler(const SchedulerOptions& options) : options_(options) {
+  MS_CHECK(options.page_size > 0, "scheduler: page size {} must be positive", options.page_size);
+  MS_CHECK(options.pages_per_replica >= 2, "scheduler: {} KV pages per replica; need at least 2 (one is the padding page)",
+           options.pages_per_replica);
+  MS_CHECK(options.attn_dp >= 1 && options.pp >= 1, "scheduler: attn_dp and pp must be >= 1");
+  MS_CHECK(options.max_running_requests >= 1, "--max-running-requests must be >= 1, got {}",
+           options.max_running_requests);
+  MS_CHECK(options.chunked_prefill_size >= 1, "--chunked-prefill-size must be >= 1, got {}",
+           options.chunked_prefill_size);
+  MS_CHECK(options.max_micro_batch_size >= 0, "--pp-max-micro-batch-size must be >= 0");
+  MS_CHECK(options.admission_headroom >= 0 && options.admission_headroom < 1,
+           "scheduler: admission headroom {} must be in [0, 1)", options.admission_headroom);
+  for (int d = 0; d < options.attn_dp; ++d) {
+    kv_.emplace_back(kv::KvCacheOptions{options.pages_per_replica - 1, options.page_size, options.prefix_cache});
+    scratch_page_.push_back(static_cast<int32_t>(options.pages_per_replica - 1));
+  }
+}
+
+int64_t Scheduler::max_tokens_per_request() const { return (options_.pages_per_replica - 1) * options_.page_size; }
+
+Scheduler::Sequence& Scheduler::seq(RequestId id) {
+  auto it = seqs_.find(id);
+  MS_CHECK(it != seqs_.end(), "scheduler: unknown request {}", id);
+  return it->second;
+}
+
+int64_t Scheduler::cached_prompt_tokens(RequestId id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? 0 : it->second.cached_prompt_tokens;
+}
+
+int64_t Scheduler::generated_tokens(RequestId id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? 0 : static_cast<int64_t>(it->second.tokens.size()) - it->second.prompt_len;
+}
+
+void Scheduler::add(RequestId id, std::vector<int32_t> prompt) {
+  MS_CHECK(!prompt.empty(), "request {}: empty prompt", id);
+  MS_CHECK(static_cast<int64_t>(prompt.size()) <= max_tokens_per_request(),
+           "request {}: {} prompt tokens exceed the {} tokens a KV cache replica holds", id, prompt.size(),
+           max_tokens_per_request());
+  MS_CHECK(!seqs_.count(id), "scheduler: request {} added twice", id);
+  Sequence s;
+  s.id = id;
+  s.prompt_len = static_cast<int64_t>(prompt.size());
+  s.tokens = std::move(prompt);
+  seqs_.emplace(id, std::move(s));
+  waiting_.push_back(id);
+}
+
+void Scheduler::release_pages(Sequence& s) {
+  if (s.replica < 0) return;
+  kv::KvCache& kv = kv_[s.replica];
+  kv.cache_prefix(s.tokens, s.pages, s.computed);
+  kv.release(s.pages);
+  s.pages.clear();
+  s.computed = 0;
+  s.replica = -1;
+}
+
+bool Scheduler::finish(RequestId id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return false;
+  release_pages(it->second);
+  if (auto r = std::find(running_.begin(), running_.end(), id); r != running_.end()) running_.erase(r);
+  if (auto w = std::find(waiting_.begin(), waiting_.end(), id); w != waiting_.end()) waiting_.erase(w);
+  seqs_.erase(it);
+  return true;
+}
+
+int64_t Scheduler::flush_prefix_cache() {
+  int64_t evicted = 0;
+  for (auto& kv : kv_) evicted += kv.flush();
+  return evicted;
+}
+
+void Scheduler::preempt(size_t index) {
+  Sequence& s = seq(running_[index]);
+  release_pages(s);
+  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(index));
+  waiting_.push_front(s.id);
+  ++preemptions_;
+}
+
+bool Scheduler::ensure_pages(size_t index, int64_t tokens) {
+  Sequence& s = seq(running_[index]);
+  kv::KvCache& kv = kv_[s.replica];
+  const int64_t missing = pages_for(tokens) - static_cast<int64_t>(s.pages.size());
+  if (missing <= 0) return true;
+  for (;;) {
+    if (auto pages = kv.allocate(missing)) {
+      s.pages.insert(s.pages.end(), pages->begin(), pages->end());
+      return true;
+    }
+    // The newest running sequence of this replica makes room (running_ is in admission order).
+    size_t victim = running_.size();
+    for (size_t j = running_.size(); j-- > index;)
+      if (seq(running_[j]).replica == s.replica) {
+        victim = j;
+        break;
+      }
+    preempt(victim);
+    if (victim == index) return false;
+  }
+}
+
+int64_t Scheduler::running_on(int replica) const {
+  int64_t n = 0;
+  for (RequestId id : running_) n += seqs_.at(id).replica == replica;
+  return n;
+}
+
+// Admits the head of the waiting queue if a replica can take it; adds its first chunk.
+bool Scheduler::admit(std::vector<int64_t>& budget, std::vector<Pick>& picks) {
+  Sequence& s = seq(waiting_.front());
+  const int64_t len = static_cast<int64_t>(s.tokens.size());
+  int best = -1;
+  int64_t best_cached = -1, best_running = 0;
+  for (int d = 0; d < num_replicas(); ++d) {
+    if (budget[d] <= 0) continue;
+    const int64_t cached = kv_[d].cached_prefix_tokens(s.tokens, len - 1);
+    const int64_t running = running_on(d);
+    if (cached > best_cached || (cached == best_cached && running < best_running)) {
+      best = d;
+      best_cached = cached;
+      best_running = running;
+    }
+  }
+  if (best < 0) return false;
+  kv::KvCache& kv = kv_[best];
+  // The last prompt token always runs: its logits give the first generated token.
+  std::vector<int32_t> prefix = kv.acquire_prefix(s.tokens, len - 1);
+  const int64_t missing = pages_for(len) - static_cast<int64_t>(prefix.size());
+  const int64_t headroom =
+      best_running > 0 ? static_cast<int64_t>(std::ceil(options_.admission_headroom * kv.num_pages())) : 0;
+  if (kv.available_pages() < missing + headroom) {
+    kv.release(prefix);
+    return false;
+  }
+  auto fresh = kv.allocate(missing);
+  MS_CHECK(fresh.has_value(), "scheduler: {} pages counted available, allocation failed", kv.available_pages());
+  s.pages = std::move(prefix);
+  s.pages.insert(s.pages.end(), fresh->begin(), fresh->end());
+  s.computed = static_cast<int64_t>(s.pages.size() - fresh->size()) * options_.page_size;
+  s.replica = best;
+  if (!s.admitted_before) {
+    s.admitted_before = true;
+    s.cached_prompt_tokens = s.computed;
+    kv.count_lookup(len - 1, s.computed);
+  }
+  waiting_.pop_front();
+  running_.push_back(s.id);
+  const int64_t chunk = std::min(len - s.computed, budget[best]);
+  budget[best] -= chunk;
+  picks.push_back({&s, s.computed, s.computed + chunk});
+  return true;
+}
+
+ScheduledStep Scheduler::schedule() {
+  std::vector<int64_t> budget(static_cast<size_t>(num_replicas()), options_.chunked_prefill_size);
+  std::vector<Pick> picks;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Sequence& s = seq(running_[i]);
+    const int64_t len = static_cast<int64_t>(s.tokens.size());
+    const int64_t uncached = len - s.computed;
+    if (uncached <= 0) continue;
+    const int64_t chunk = uncached == 1 ? 1 : std::min(uncached, budget[s.replica]);
+    if (chunk <= 0) continue;
+    if (!ensure_pages(i, s.computed + chunk)) {
+      --i;  // running_[i] was this sequence, now preempted
+      continue;
+    }
+    if (uncached > 1) budget[s.replica] -= chunk;
+    picks.push_back({&s, s.computed, s.computed + chunk});
+  }
+  while (!waiting_.empty() && running() < options_.max_running_requests && admit(budget, picks)) {
+  }
+  return build(picks);
+}
+
+ScheduledStep Scheduler::build(const std::vector<Pick>& picks) const {
+  ScheduledStep step;
+  if (picks.empty()) return step;
+  runtime::StepOptions step_options;
+  step_options.attn_dp = options_.attn_dp;
+  step_options.pp = options_.pp;
+  step_options.max_micro_batch_size = options_.max_micro_batch_size;
+  const size_t per_micro_batch =
+      static_cast<size_t>(runtime::micro_batch_size(static_cast<int64_t>(picks.size()), step_options));
+  for (size_t start = 0; start < picks.size(); start += per_micro_batch) {
+    const size_t end = std::min(picks.size(), start + per_micro_batch);
+    const size_t m = step.plan.micro_batches.size();
+    runtime::MicroBatch mb;
+    mb.replicas.resize(static_cast<size_t>(options_.attn_dp));
+    // Block-table width: the widest sequence, rounded up to a power of two (few step shapes).
+    int64_t widest = 1;
+    for (size_t n = start; n < end; ++n) widest = std::max<int64_t>(widest, picks[n].seq->pages.size());
+    int64_t width = 1;
+    while (width < widest) width *= 2;
+    for (auto& rb : mb.replicas) rb.batch.max_pages_per_seq = width;
+    for (size_t n = start; n < end; ++n) {
+      const Pick& p = picks[n];
+      const Sequence& s = *p.seq;
+      runtime::ReplicaBatch& rb = mb.replicas[s.replica];
+      const bool last = p.end == static_cast<int64_t>(s.tokens.size());
+      ScheduledChunk chunk{s.id, s.replica, m, p.begin, p.end, -1};
+      if (last) chunk.logit_row = static_cast<int64_t>(rb.batch.logit_rows.size());
+      runtime::append_sequence(rb, n, s.tokens, p.begin, p.end, s.pages, options_.page_size,
+                               last ? runtime::LogitRows::kLast : runtime::LogitRows::kNone);
+      if (p.end - p.begin == 1 && last)
+        ++step.decode_tokens;
+      else
+        step.prefill_tokens += p.end - p.begin;
+      step.chunks.push_back(chunk);
+    }
+    if (options_.pad_batches)
+      for (int d = 0; d < options_.attn_dp; ++d) {
+        runtime::ReplicaBatch& rb = mb.replicas[d];
+        runtime::pad_batch(rb, runtime::padded_token_count(rb.batch.num_tokens()), scratch_page_[d],
+                           options_.page_size);
+      }
+    step.plan.micro_batches.push_back(std::move(mb));
+  }
+  return step;
+}
+
+void Scheduler::commit(const ScheduledStep& step, std::span<const int32_t> sampled) {
+  size_t next = 0;
+  for (const ScheduledChunk& chunk : step.chunks) {
+    Sequence& s = seq(chunk.id);
+    MS_CHECK(s.replica == chunk.replica && s.computed == chunk.begin,
+             "scheduler: request {} changed between schedule and commit", chunk.id);
+    s.computed = chunk.end;
+    kv_[s.replica].cache_prefix(s.tokens, s.pages, s.computed);
+    if (chunk.logit_row >= 0) {
+      MS_CHECK(next < sampled.size(), "scheduler: {} sampled tokens for more chunks", sampled.size());
+      s.tokens.push_back(sampled[next++]);
+    }
+  }
+  MS_CHECK(next == sampled.size(), "scheduler: {} sampled tokens for {} chunks with logits", sampled.size(), next);
+}
+
+}  // namespace moeserve::sched

@@ -1,0 +1,142 @@
+// The scheduler of the serving loop: request states, waiting and running queues, KV page
+// admission, continuous batching of prefill and decode, chunked prefill, preemption by
+// recompute, attention-DP replicas and pipeline micro-batches. Pure bookkeeping: it fills
+// runtime StepPlans (token ids, positions, cache slots, block tables) and never touches a
+// tensor; the caller runs the plan (runtime::Engine::execute), samples, and commits.
+//
+// One step (schedule):
+//   1. Running sequences, oldest first. A sequence with one uncached token (decode) always
+//      runs; one with more (a prompt, or a recompute after preemption) runs a chunk of at
+//      most the replica's remaining prefill budget (chunked_prefill_size tokens per replica
+//      per step). A page it needs and cannot get preempts the newest running sequence of the
+//      same replica (possibly itself): its pages are released (whole pages stay in the prefix
+//      cache) and it goes back to the front of the waiting queue, to be recomputed.
+//   2. Waiting requests, first come first served, while fewer than max_running_requests run
+//      and the replica has prefill budget: the replica holding the longest cached prefix of
+//      the prompt (ties: the one with fewer running sequences) takes it if its free and
+//      evictable pages cover the rest of the prompt plus a headroom for running decodes.
+//   3. The chosen chunks, in that order, are cut into pipeline micro-batches (ceil(n / pp)
+//      sequences each unless max_micro_batch_size says otherwise); each replica's batch is
+//      padded to runtime::padded_token_count on its scratch page.
+// A chunk that reaches the end of its sequence's tokens asks for logits: the caller samples
+// the next token and passes it to commit(), which marks the chunk's tokens cached and
+// indexes their whole pages in the prefix cache.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/kv_cache.h"
+#include "runtime/step_builder.h"
+
+namespace moeserve::sched {
+
+using RequestId = uint64_t;
+
+struct SchedulerOptions {
+  int64_t page_size = 16;
+  int64_t pages_per_replica = 0;  // the engine's KV pages per replica (one is the padding page)
+  int attn_dp = 1;
+  int pp = 1;
+  int64_t max_micro_batch_size = 0;   // sequences per pipeline micro-batch (0: ceil(n / pp))
+  int64_t max_running_requests = 64;  // over all replicas
+  int64_t chunked_prefill_size = 512;  // prefill tokens per replica per step
+  bool prefix_cache = true;
+  bool pad_batches = true;
+  // Pages kept free at admission while other sequences run (a fraction of the replica's
+  // pages), so that running decodes rarely need to preempt.
+  double admission_headroom = 0.05;
+};
+
+// One sequence's part of a step.
+struct ScheduledChunk {
+  RequestId id;
+  int replica;
+  size_t micro_batch;
+  int64_t begin, end;    // its tokens [begin, end) run this step
+  int64_t logit_row = -1;  // >= 0: the row of (micro_batch, replica)'s logits to sample from
+};
+
+struct ScheduledStep {
+  runtime::StepPlan plan;
+  std::vector<ScheduledChunk> chunks;
+  int64_t prefill_tokens = 0;  // tokens of chunks with more than one token, or not at the end
+  int64_t decode_tokens = 0;
+  bool empty() const { return chunks.empty(); }
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(const SchedulerOptions& options);
+
+  const SchedulerOptions& options() const { return options_; }
+  // The most tokens (prompt + generated) one request can ever hold in a replica's cache.
+  int64_t max_tokens_per_request() const;
+
+  // Queues a request; its prompt must not be empty and its ids must be valid for the model
+  // (the caller checks them).
+  void add(RequestId id, std::vector<int32_t> prompt);
+  // Ends a request wherever it is (finished, aborted, disconnected): its pages are released
+  // and its whole computed pages stay in the prefix cache. False if the id is unknown.
+  bool finish(RequestId id);
+
+  ScheduledStep schedule();
+  // After the step ran: `sampled[i]` is the next token of the i-th chunk that asked for
+  // logits (chunks order).
+  void commit(const ScheduledStep& step, std::span<const int32_t> sampled);
+
+  int64_t running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  bool idle() const { return running_.empty() && waiting_.empty(); }
+  int64_t preemptions() const { return preemptions_; }
+  // Prompt tokens found in the prefix cache when the request was first admitted (0 before).
+  int64_t cached_prompt_tokens(RequestId id) const;
+  // Generated tokens of a request (committed so far).
+  int64_t generated_tokens(RequestId id) const;
+
+  int num_replicas() const { return static_cast<int>(kv_.size()); }
+  const kv::KvCache& kv(int replica) const { return kv_.at(replica); }
+  kv::KvCache& kv(int replica) { return kv_.at(replica); }
+  // Evicts every cached page of every replica; returns how many.
+  int64_t flush_prefix_cache();
+
+ private:
+  struct Sequence {
+    RequestId id = 0;
+    std::vector<int32_t> tokens;  // prompt, then generated
+    int64_t prompt_len = 0;
+    std::vector<int32_t> pages;   // block table in its replica's pool
+    int64_t computed = 0;         // tokens whose latents are in the cache
+    int replica = -1;             // while running
+    int64_t cached_prompt_tokens = 0;
+    bool admitted_before = false;
+  };
+  struct Pick {
+    Sequence* seq;
+    int64_t begin, end;
+  };
+
+  Sequence& seq(RequestId id);
+  int64_t pages_for(int64_t tokens) const { return (tokens + options_.page_size - 1) / options_.page_size; }
+  // Gives running_[index] pages for its first `tokens` tokens, preempting newer sequences of
+  // its replica as needed; false if it had to preempt itself.
+  bool ensure_pages(size_t index, int64_t tokens);
+  void preempt(size_t index);
+  void release_pages(Sequence& s);
+  bool admit(std::vector<int64_t>& budget, std::vector<Pick>& picks);
+  int64_t running_on(int replica) const;
+  ScheduledStep build(const std::vector<Pick>& picks) const;
+
+  SchedulerOptions options_;
+  std::vector<kv::KvCache> kv_;        // [attn_dp]
+  std::vector<int32_t> scratch_page_;  // [attn_dp] the padding page, outside the kv pool
+  std::unordered_map<RequestId, Sequence> seqs_;
+  std::deque<RequestId> waiting_;
+  std::vector<RequestId> running_;  // admission order
+  int64_t preemptions_ = 0;
+};
+
+}  // namespace moeserve::sched

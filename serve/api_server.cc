@@ -1,0 +1,235 @@
+#include "serve/api_server.h"
+
+#include <chrono>
+#include <ctime>
+
+#include <nlohmann/json.hpp>
+
+#include "serve/api_error.h"
+#include "serve/openai_response.h"
+#include "tokenizer/utf8.h"
+
+namespace moeserve::serve {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+constexpr std::chrono::milliseconds kPollInterval(20);  // how often a waiting handler checks its client
+
+void send_error(HttpExchange& exchange, const ApiError& error) {
+  exchange.respond(error.status(), "application/json", error.json());
+}
+
+void send_json(HttpExchange& exchange, const Json& body) {
+  exchange.respond(200, "application/json", body.dump());
+}
+
+// The engine requests of one HTTP request: a choice per (prompt, n).
+struct Submission {
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  std::vector<std::vector<int32_t>> prompt_ids;  // per choice
+  std::vector<bool> done;
+  EngineLoop* loop = nullptr;
+
+  void cancel_unfinished() {
+    for (size_t i = 0; i < streams.size(); ++i)
+      if (!done[i]) loop->cancel(streams[i]->id());
+  }
+};
+
+Submission submit_all(EngineLoop& loop, const CompletionRequest& request) {
+  Submission sub;
+  sub.loop = &loop;
+  const GenerationParams& p = request.params;
+  try {
+    for (const auto& prompt : request.prompts)
+      for (int k = 0; k < p.n; ++k) {
+        EngineRequest er;
+        er.prompt = prompt;
+        er.sampling = p.sampling;
+        er.sampling.seed = p.sampling.seed + static_cast<uint64_t>(k);  // n choices differ when sampling
+        er.limits = {p.max_tokens, p.stop_token_ids, p.stop, p.skip_special_tokens};
+        er.top_logprobs = p.top_logprobs;
+        sub.streams.push_back(loop.submit(std::move(er)));
+        sub.prompt_ids.push_back(prompt);
+        sub.done.push_back(false);
+      }
+  } catch (...) {
+    sub.cancel_unfinished();
+    throw;
+  }
+  return sub;
+}
+
+}  // namespace
+
+ApiServer::ApiServer(EngineLoop& loop, ServedModel model, std::string api_key)
+    : loop_(loop), model_(std::move(model)), api_key_(std::move(api_key)), created_(std::time(nullptr)) {}
+
+bool ApiServer::authorized(const HttpRequest& request) const {
+  if (api_key_.empty()) return true;
+  const std::string* header = request.header("authorization");
+  const std::string expected = "Bearer " + api_key_;
+  if (header == nullptr || header->size() != expected.size()) return false;
+  unsigned char diff = 0;  // constant time in the key's length
+  for (size_t i = 0; i < expected.size(); ++i) diff |= static_cast<unsigned char>((*header)[i] ^ expected[i]);
+  return diff == 0;
+}
+
+void ApiServer::handle(const HttpRequest& request, HttpExchange& exchange) {
+  try {
+    const std::string& path = request.path;
+    auto only = [&](const char* method) {
+      if (request.method != method)
+        throw ApiError(405, "method " + request.method + " is not allowed on " + path + " (use " + method + ")");
+    };
+    if (path == "/health") {
+      only("GET");
+      const std::string failure = loop_.failure();
+      if (!failure.empty()) throw ApiError(503, "the engine failed: " + failure);
+      if (loop_.draining()) throw ApiError(503, "the server is shutting down");
+      return send_json(exchange, {{"status", "ok"}});
+    }
+    if (!authorized(request)) throw ApiError(401, "invalid or missing API key (Authorization: Bearer KEY)", "", "invalid_api_key");
+    if (path == "/v1/completions" || path == "/v1/chat/completions") {
+      only("POST");
+      return completions(request, exchange, path == "/v1/chat/completions");
+    }
+    if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) {
+      only("GET");
+      return models(request, exchange);
+    }
+    if (path == "/metrics") {
+      only("GET");
+      exchange.respond(200, "text/plain; version=0.0.4; charset=utf-8", loop_.render_metrics());
+      return;
+    }
+    if (path == "/flush_cache") {
+      only("POST");
+      return send_json(exchange, {{"evicted_pages", loop_.flush_prefix_cache()}});
+    }
+    throw ApiError(404, "no route " + request.method + " " + path);
+  } catch (const ApiError& e) {
+    send_error(exchange, e);
+  }
+}
+
+void ApiServer::models(const HttpRequest& request, HttpExchange& exchange) {
+  const Json card = {{"id", model_.name},
+                     {"object", "model"},
+                     {"created", created_},
+                     {"owned_by", "moeserve"},
+                     {"max_model_len", model_.context_length}};
+  if (request.path == "/v1/models") return send_json(exchange, {{"object", "list"}, {"data", Json::array({card})}});
+  const std::string id = request.path.substr(std::string("/v1/models/").size());
+  if (id != model_.name) throw ApiError(404, "The model '" + id + "' does not exist", "model", "model_not_found");
+  send_json(exchange, card);
+}
+
+void ApiServer::completions(const HttpRequest& request, HttpExchange& exchange, bool chat) {
+  if (const size_t bad = tokenizer::first_invalid_utf8(request.body); bad != std::string::npos)
+    throw ApiError(400, "the request body is not valid UTF-8 (byte " + std::to_string(bad) + ")");
+  const CompletionRequest parsed = parse_completion_request(request.body, chat, model_);
+  const GenerationParams& p = parsed.params;
+  ResponseContext ctx;
+  ctx.chat = chat;
+  ctx.id = new_response_id(chat);
+  ctx.created = std::time(nullptr);
+  ctx.model = model_.name;
+  ctx.return_token_ids = p.return_token_ids;
+  ctx.tokenizer = model_.tokenizer;
+
+  Submission sub = submit_all(loop_, parsed);
+  const size_t n = sub.streams.size();
+  std::vector<ChoiceOutput> choices(n);
+  for (auto& c : choices) c.logprobs_requested = p.top_logprobs >= 0;
+  Usage usage;
+  for (const auto& ids : parsed.prompts) usage.prompt_tokens += static_cast<int64_t>(ids.size());
+  std::vector<bool> cached_counted(parsed.prompts.size(), false);
+  auto account = [&](size_t i, const OutputEvent& e) {
+    usage.completion_tokens += e.completion_tokens;
+    const size_t prompt = i / static_cast<size_t>(p.n);
+    if (!cached_counted[prompt]) {
+      usage.cached_tokens += e.cached_tokens;
+      cached_counted[prompt] = true;
+    }
+  };
+  std::string prompt_echo;
+  auto echo_text = [&](size_t i) { return p.echo ? parsed.prompt_texts[i / static_cast<size_t>(p.n)] : std::string(); };
+
+  if (p.stream) {
+    if (!exchange.begin_stream(200, "text/event-stream")) return sub.cancel_unfinished();
+    std::vector<bool> started(n, false);
+    size_t remaining = n;
+    while (remaining > 0) {
+      for (size_t i = 0; i < n; ++i) {
+        if (sub.done[i]) continue;
+        if (!started[i]) {
+          ChoiceOutput head;
+          head.text = echo_text(i);
+          head.logprobs_requested = choices[i].logprobs_requested;
+          if ((chat || !head.text.empty()) && !exchange.send_chunk(stream_chunk(ctx, static_cast<int>(i), head, true)))
+            return sub.cancel_unfinished();
+          started[i] = true;
+        }
+        std::vector<OutputEvent> events;
+        sub.streams[i]->wait(events, n == 1 ? kPollInterval : std::chrono::milliseconds(1));
+        for (const OutputEvent& e : events) {
+          if (e.error_status != 0) {
+            sub.done[i] = true;
+            sub.cancel_unfinished();
+            exchange.send_chunk(stream_error_event(ApiError(e.error_status, e.error).json()));
+            exchange.send_chunk(kStreamDone);
+            exchange.end_stream();
+            return;
+          }
+          ChoiceOutput delta;
+          delta.logprobs_requested = choices[i].logprobs_requested;
+          delta.append(e);
+          if (e.last()) {
+            sub.done[i] = true;
+            --remaining;
+            account(i, e);
+          }
+          const bool worth_sending =
+              !delta.text.empty() || e.last() || ctx.return_token_ids || delta.logprobs_requested;
+          if (worth_sending &&
+              !exchange.send_chunk(stream_chunk(ctx, static_cast<int>(i), delta, false)))
+            return sub.cancel_unfinished();
+        }
+        if (exchange.client_gone()) return sub.cancel_unfinished();
+      }
+    }
+    if (p.include_usage) exchange.send_chunk(stream_usage_chunk(ctx, usage));
+    exchange.send_chunk(kStreamDone);
+    exchange.end_stream();
+    return;
+  }
+
+  size_t remaining = n;
+  for (size_t i = 0; i < n; ++i) choices[i].text = echo_text(i);
+  while (remaining > 0) {
+    for (size_t i = 0; i < n; ++i) {
+      if (sub.done[i]) continue;
+      std::vector<OutputEvent> events;
+      sub.streams[i]->wait(events, kPollInterval);
+      for (const OutputEvent& e : events) {
+        if (e.error_status != 0) {
+          sub.done[i] = true;
+          sub.cancel_unfinished();
+          throw ApiError(e.error_status, e.error);
+        }
+        choices[i].append(e);
+        if (e.last()) {
+          sub.done[i] = true;
+          --remaining;
+          account(i, e);
+        }
+      }
+      if (exchange.client_gone()) return sub.cancel_unfinished();
+    }
+  }
+  exchange.respond(200, "application/json", response_json(ctx, choices, sub.prompt_ids, usage));
+}
+
+}  // namespace moeserve::serve

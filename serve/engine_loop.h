@@ -1,0 +1,113 @@
+// The serving loop: one engine thread owns the scheduler (sched/scheduler.h) and runs
+// step = schedule -> Engine::execute on every rank -> sample each finished row on the leader
+// (temperature, top_p, top_k, min_p, seed; logprobs) -> commit -> detokenize, stop checks
+// -> push output events to each request's stream. HTTP threads submit requests and cancel
+// them (client gone); they never touch the scheduler.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "ops/ops.h"
+#include "runtime/engine.h"
+#include "sched/scheduler.h"
+#include "serve/metrics.h"
+#include "serve/output_processor.h"
+#include "serve/request_stream.h"
+#include "tokenizer/tokenizer.h"
+
+namespace moeserve::serve {
+
+struct EngineRequest {
+  std::vector<int32_t> prompt;
+  ops::SamplingOptions sampling;
+  OutputLimits limits;
+  int top_logprobs = -1;  // -1: none
+};
+
+struct EngineLoopOptions {
+  sched::SchedulerOptions scheduler;
+  int64_t max_queued_requests = 1024;  // beyond max_running_requests; more is 429
+};
+
+// What the engine thread last published (for /metrics and tests).
+struct EngineSnapshot {
+  int64_t running = 0, waiting = 0;
+  int64_t kv_pages_total = 0, kv_pages_used = 0, kv_pages_cached = 0, kv_pages_free = 0;
+  int64_t prefix_query_tokens = 0, prefix_hit_tokens = 0;
+  int64_t preemptions = 0, steps = 0;
+};
+
+class EngineLoop {
+ public:
+  EngineLoop(runtime::Engine& engine, const tokenizer::Tokenizer& tokenizer, EngineLoopOptions options);
+  ~EngineLoop();
+
+  // Queues a request; throws ApiError 429 when the queue is full, 503 when draining or the
+  // engine failed.
+  std::shared_ptr<RequestStream> submit(EngineRequest request);
+  // Ends a request whose client is gone; its pages are freed before the next step.
+  void cancel(uint64_t id);
+  // Evicts every cached KV page (on the engine thread); returns how many.
+  int64_t flush_prefix_cache();
+
+  // Refuses new requests and waits until the ones in flight finish (or the timeout).
+  // Returns true when all finished.
+  bool drain(std::chrono::milliseconds timeout);
+  // Stops the engine thread; requests still in flight fail with 503.
+  void stop();
+
+  bool draining() const { return draining_.load(); }
+  // Empty while the engine works; the failure otherwise.
+  std::string failure() const;
+  EngineSnapshot snapshot() const;
+  std::string render_metrics() const;
+
+ private:
+  struct Active;
+  void run();
+  void step();
+  void finish(uint64_t id, OutputEvent event);
+  void fail_all(int status, const std::string& message);
+  void publish_snapshot();
+  // Runs fn on the engine thread and waits for it.
+  void on_engine_thread(const std::function<void()>& fn);
+
+  runtime::Engine& engine_;
+  const tokenizer::Tokenizer& tokenizer_;
+  EngineLoopOptions options_;
+  sched::Scheduler scheduler_;  // engine thread only
+  std::unordered_map<uint64_t, std::unique_ptr<Active>> active_;  // engine thread only
+
+  mutable std::mutex mutex_;  // guards what follows up to the thread
+  std::condition_variable wake_;
+  std::condition_variable all_done_;
+  std::vector<std::pair<uint64_t, std::unique_ptr<Active>>> incoming_;
+  std::vector<uint64_t> cancels_;
+  std::vector<std::function<void()>> controls_;
+  int64_t in_system_ = 0;  // submitted and not finished
+  uint64_t next_id_ = 1;
+  bool stop_ = false;
+  std::string failure_;
+  EngineSnapshot snapshot_;
+  std::atomic<bool> draining_{false};
+
+  // Counters and histograms (thread-safe).
+  std::atomic<int64_t> prompt_tokens_{0}, generation_tokens_{0}, cancelled_{0}, rejected_queue_full_{0};
+  std::atomic<int64_t> finished_stop_{0}, finished_length_{0}, failed_{0};
+  Histogram ttft_, inter_token_, e2e_, queue_time_, step_time_;
+  std::atomic<double> scheduler_cpu_seconds_{0};
+
+  std::thread thread_;  // last: starts after everything above exists
+};
+
+}  // namespace moeserve::serve

@@ -1,0 +1,308 @@
+#include "serve/openai_request.h"
+
+#include <random>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "serve/api_error.h"
+#include "tokenizer/chat_template.h"
+
+namespace moeserve::serve {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+constexpr int kMaxStopStrings = 16;
+constexpr int kMaxTopLogprobs = 20;
+constexpr int kMaxN = 16;
+constexpr int kMaxChoices = 64;
+
+[[noreturn]] void bad(const std::string& param, const std::string& message) {
+  throw ApiError(400, message, param);
+}
+
+// Typed access to the body's optional fields; null counts as absent.
+class Fields {
+ public:
+  explicit Fields(const Json& body) : body_(body) {}
+
+  const Json* get(const char* name) const {
+    auto it = body_.find(name);
+    return it == body_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  std::optional<double> number(const char* name, double lo, double hi) const {
+    const Json* v = get(name);
+    if (!v) return std::nullopt;
+    if (!v->is_number()) bad(name, fmt::format("{}: expected a number, got {}", name, v->type_name()));
+    const double x = v->get<double>();
+    if (!(x >= lo && x <= hi)) bad(name, fmt::format("{}: {} is outside [{}, {}]", name, x, lo, hi));
+    return x;
+  }
+
+  std::optional<int64_t> integer(const char* name, int64_t lo, int64_t hi) const {
+    const Json* v = get(name);
+    if (!v) return std::nullopt;
+    if (!v->is_number_integer()) bad(name, fmt::format("{}: expected an integer, got {}", name, describe(*v)));
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      bad(name, fmt::format("{}: {} is outside [{}, {}]", name, v->dump(), lo, hi));
+    const int64_t x = v->get<int64_t>();
+    if (x < lo || x > hi) bad(name, fmt::format("{}: {} is outside [{}, {}]", name, x, lo, hi));
+    return x;
+  }
+
+  std::optional<bool> boolean(const char* name) const {
+    const Json* v = get(name);
+    if (!v) return std::nullopt;
+    if (!v->is_boolean()) bad(name, fmt::format("{}: expected a boolean, got {}", name, v->type_name()));
+    return v->get<bool>();
+  }
+
+  static std::string describe(const Json& v) {
+    return v.is_number_float() ? "a non-integer number" : std::string(v.type_name());
+  }
+
+ private:
+  const Json& body_;
+};
+
+std::vector<int32_t> token_ids(const Json& list, const std::string& where, const ServedModel& model) {
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Json& v = list[i];
+    if (!v.is_number_integer())
+      bad(where, fmt::format("{}[{}]: expected a token id (integer), got {}", where, i, Fields::describe(v)));
+    const int64_t id = v.get<int64_t>();
+    if (id < 0 || id >= model.vocab_size)
+      bad(where, fmt::format("{}[{}]: token id {} is outside the vocabulary [0, {})", where, i, id, model.vocab_size));
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  return ids;
+}
+
+std::vector<int32_t> encode(const std::string& text, const std::string& param, const ServedModel& model,
+                            bool allow_special) {
+  try {
+    return model.tokenizer->encode(text, allow_special);
+  } catch (const Error& e) {
+    bad(param, fmt::format("{}: {}", param, e.what()));
+  }
+}
+
+void parse_prompt(const Json& prompt, const ServedModel& model, CompletionRequest& out) {
+  const char* kShapes = "prompt: expected a string, an array of strings, an array of token ids, or an array of "
+                        "arrays of token ids";
+  auto add_text = [&](const Json& s, const std::string& where) {
+    const std::string& text = s.get_ref<const std::string&>();
+    if (text.empty()) bad("prompt", where + ": the prompt is empty");
+    out.prompts.push_back(encode(text, "prompt", model, /*allow_special=*/false));
+    out.prompt_texts.push_back(text);
+  };
+  auto add_ids = [&](const Json& list, const std::string& where) {
+    if (list.empty()) bad("prompt", where + ": the prompt is empty");
+    out.prompts.push_back(token_ids(list, where, model));
+    out.prompt_texts.push_back(model.tokenizer->decode(out.prompts.back()));
+  };
+  if (prompt.is_string()) return add_text(prompt, "prompt");
+  if (!prompt.is_array()) bad("prompt", fmt::format("{}, got {}", kShapes, prompt.type_name()));
+  if (prompt.empty()) bad("prompt", "prompt: the prompt is empty");
+  if (prompt[0].is_number()) return add_ids(prompt, "prompt");
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    const Json& p = prompt[i];
+    const std::string where = fmt::format("prompt[{}]", i);
+    if (p.is_string() && prompt[0].is_string())
+      add_text(p, where);
+    else if (p.is_array() && prompt[0].is_array())
+      add_ids(p, where);
+    else
+      bad("prompt", fmt::format("{}; {} is {}", kShapes, where, p.type_name()));
+  }
+}
+
+void parse_messages(const Json& body, const ServedModel& model, CompletionRequest& out) {
+  auto it = body.find("messages");
+  if (it == body.end() || it->is_null()) bad("messages", "messages: required");
+  const Json& messages = *it;
+  if (!messages.is_array()) bad("messages", fmt::format("messages: expected an array, got {}", messages.type_name()));
+  if (messages.empty()) bad("messages", "messages: must contain at least one message");
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const Json& m = messages[i];
+    const std::string where = fmt::format("messages[{}]", i);
+    if (!m.is_object()) bad("messages", fmt::format("{}: expected an object, got {}", where, m.type_name()));
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) bad("messages", where + ".role: required string");
+    const std::string& r = role->get_ref<const std::string&>();
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool" && r != "developer")
+      bad("messages", fmt::format("{}.role: '{}' is not one of system, user, assistant, tool, developer", where, r));
+    auto content = m.find("content");
+    if (content != m.end() && !content->is_null() && !content->is_string() && !content->is_array())
+      bad("messages", fmt::format("{}.content: expected a string or an array of parts, got {}", where,
+                                  content->type_name()));
+  }
+  if (model.chat_template.empty())
+    throw ApiError(400, "this model's tokenizer has no chat template; use /v1/completions", "messages");
+  tokenizer::ChatRequest chat;
+  chat.messages = messages;
+  // OpenAI's "developer" role is the system role of older models.
+  for (auto& m : chat.messages)
+    if (m["role"] == "developer") m["role"] = "system";
+  if (auto tools = body.find("tools"); tools != body.end() && !tools->is_null()) {
+    if (!tools->is_array()) bad("tools", fmt::format("tools: expected an array, got {}", tools->type_name()));
+    chat.tools = *tools;
+  }
+  std::string text;
+  try {
+    text = tokenizer::render_chat(model.chat_template, chat,
+                                  {model.tokenizer->bos_token(), model.tokenizer->eos_token()});
+  } catch (const Error& e) {
+    bad("messages", fmt::format("messages: {}", e.what()));
+  }
+  out.prompts.push_back(encode(text, "messages", model, /*allow_special=*/true));
+  out.prompt_texts.push_back(text);
+}
+
+void reject_unsupported(const Fields& f) {
+  for (const char* penalty : {"frequency_penalty", "presence_penalty"})
+    if (auto v = f.number(penalty, -2, 2); v && *v != 0) bad(penalty, fmt::format("{}: not supported (only 0)", penalty));
+  if (const Json* bias = f.get("logit_bias"); bias && !(bias->is_object() && bias->empty()))
+    bad("logit_bias", "logit_bias: not supported");
+  if (auto best_of = f.integer("best_of", 1, kMaxN); best_of && *best_of != 1)
+    bad("best_of", "best_of: not supported (only 1)");
+  if (const Json* suffix = f.get("suffix"); suffix) bad("suffix", "suffix: not supported");
+  if (const Json* format = f.get("response_format");
+      format && !(format->is_object() && format->value("type", "") == "text"))
+    bad("response_format", "response_format: only {\"type\": \"text\"} is supported");
+  if (const Json* choice = f.get("tool_choice");
+      choice && !(choice->is_string() && (*choice == "none" || *choice == "auto")))
+    bad("tool_choice", "tool_choice: only \"none\" and \"auto\" are supported");
+}
+
+void parse_stop(const Fields& f, const ServedModel& model, GenerationParams& p) {
+  if (const Json* stop = f.get("stop")) {
+    if (stop->is_string()) {
+      p.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      if (stop->size() > kMaxStopStrings) bad("stop", fmt::format("stop: at most {} strings", kMaxStopStrings));
+      for (size_t i = 0; i < stop->size(); ++i) {
+        if (!(*stop)[i].is_string())
+          bad("stop", fmt::format("stop[{}]: expected a string, got {}", i, (*stop)[i].type_name()));
+        p.stop.push_back((*stop)[i].get<std::string>());
+      }
+    } else {
+      bad("stop", fmt::format("stop: expected a string or an array of strings, got {}", stop->type_name()));
+    }
+    for (const auto& s : p.stop)
+      if (s.empty()) bad("stop", "stop: stop strings must not be empty");
+  }
+  if (const Json* ids = f.get("stop_token_ids")) {
+    if (!ids->is_array())
+      bad("stop_token_ids", fmt::format("stop_token_ids: expected an array of token ids, got {}", ids->type_name()));
+    p.stop_token_ids = token_ids(*ids, "stop_token_ids", model);
+  }
+}
+
+}  // namespace
+
+CompletionRequest parse_completion_request(const std::string& body, bool chat, const ServedModel& model) {
+  Json json;
+  try {
+    json = Json::parse(body);
+  } catch (const Json::parse_error& e) {
+    throw ApiError(400, fmt::format("malformed JSON body: {}", e.what()));
+  }
+  if (!json.is_object())
+    throw ApiError(400, fmt::format("the request body must be a JSON object, got {}", json.type_name()));
+  const Fields f(json);
+  CompletionRequest out;
+  out.chat = chat;
+
+  const Json* name = f.get("model");
+  if (!name) bad("model", "model: required");
+  if (!name->is_string()) bad("model", fmt::format("model: expected a string, got {}", name->type_name()));
+  out.model = name->get<std::string>();
+  if (out.model != model.name)
+    throw ApiError(404, fmt::format("The model '{}' does not exist; this server serves '{}'", out.model, model.name),
+                   "model", "model_not_found");
+
+  reject_unsupported(f);
+  GenerationParams& p = out.params;
+  p.sampling.temperature = static_cast<float>(f.number("temperature", 0, 2).value_or(1.0));
+  p.sampling.top_p = static_cast<float>(f.number("top_p", 0, 1).value_or(1.0));
+  if (p.sampling.top_p <= 0) bad("top_p", "top_p: must be greater than 0");
+  const int64_t top_k = f.integer("top_k", -1, INT32_MAX).value_or(0);
+  p.sampling.top_k = static_cast<int32_t>(top_k < 0 ? 0 : top_k);
+  p.sampling.min_p = static_cast<float>(f.number("min_p", 0, 1).value_or(0.0));
+  if (auto seed = f.integer("seed", INT64_MIN, INT64_MAX))
+    p.sampling.seed = static_cast<uint64_t>(*seed);
+  else
+    p.sampling.seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  p.n = static_cast<int>(f.integer("n", 1, kMaxN).value_or(1));
+  p.stream = f.boolean("stream").value_or(false);
+  if (const Json* options = f.get("stream_options")) {
+    if (!options->is_object())
+      bad("stream_options", fmt::format("stream_options: expected an object, got {}", options->type_name()));
+    if (!p.stream) bad("stream_options", "stream_options: only allowed with stream: true");
+    p.include_usage = Fields(*options).boolean("include_usage").value_or(false);
+  }
+  p.skip_special_tokens = f.boolean("skip_special_tokens").value_or(true);
+  p.return_token_ids = f.boolean("return_token_ids").value_or(false);
+  const bool ignore_eos = f.boolean("ignore_eos").value_or(false);
+  parse_stop(f, model, p);
+  if (!ignore_eos && model.eos_id) p.stop_token_ids.push_back(*model.eos_id);
+
+  std::optional<int64_t> max_tokens;
+  if (chat) {
+    const bool logprobs = f.boolean("logprobs").value_or(false);
+    const auto top = f.integer("top_logprobs", 0, kMaxTopLogprobs);
+    if (top && !logprobs) bad("top_logprobs", "top_logprobs: requires logprobs: true");
+    p.top_logprobs = logprobs ? static_cast<int>(top.value_or(0)) : -1;
+    max_tokens = f.integer("max_completion_tokens", 1, INT64_MAX);
+    if (!max_tokens) max_tokens = f.integer("max_tokens", 1, INT64_MAX);
+    parse_messages(json, model, out);
+  } else {
+    if (auto logprobs = f.integer("logprobs", 0, kMaxTopLogprobs)) p.top_logprobs = static_cast<int>(*logprobs);
+    p.echo = f.boolean("echo").value_or(false);
+    max_tokens = f.integer("max_tokens", 1, INT64_MAX);
+    const Json* prompt = f.get("prompt");
+    if (!prompt) bad("prompt", "prompt: required");
+    parse_prompt(*prompt, model, out);
+  }
+  if (static_cast<int64_t>(out.prompts.size()) * p.n > kMaxChoices)
+    bad("n", fmt::format("n: {} prompts x n = {} choices, more than {}", out.prompts.size(), out.prompts.size() * p.n,
+                         kMaxChoices));
+
+  // Lengths: every prompt plus max_tokens must fit the context and one KV cache replica.
+  const char* prompt_param = chat ? "messages" : "prompt";
+  const int64_t limit = std::min(model.context_length, model.max_request_tokens);
+  int64_t longest = 0;
+  for (const auto& ids : out.prompts) longest = std::max<int64_t>(longest, static_cast<int64_t>(ids.size()));
+  if (longest >= model.context_length)
+    throw ApiError(400,
+                   fmt::format("This model's maximum context length is {} tokens; the prompt has {} tokens",
+                               model.context_length, longest),
+                   prompt_param, "context_length_exceeded");
+  if (longest >= model.max_request_tokens)
+    throw ApiError(400,
+                   fmt::format("the prompt has {} tokens; one request can hold at most {} tokens in the KV cache "
+                               "(raise --kv-pages)",
+                               longest, model.max_request_tokens),
+                   prompt_param, "context_length_exceeded");
+  if (max_tokens) {
+    if (longest + *max_tokens > limit)
+      throw ApiError(400,
+                     fmt::format("max_tokens: the prompt ({} tokens) plus max_tokens ({}) is {} tokens, more than the "
+                                 "{} allowed ({})",
+                                 longest, *max_tokens, longest + *max_tokens, limit,
+                                 limit == model.context_length ? "the model's context length"
+                                                               : "what one request can hold in the KV cache"),
+                     "max_tokens", "context_length_exceeded");
+    p.max_tokens = *max_tokens;
+  } else {
+    p.max_tokens = chat ? limit - longest : std::min<int64_t>(16, limit - longest);
+  }
+  return out;
+}
+
+}  // namespace moeserve::serve

@@ -1,0 +1,138 @@
+#include "serve/openai_response.h"
+
+#include <random>
+
+#include <fmt/format.h>
+
+namespace moeserve::serve {
+
+using Json = nlohmann::ordered_json;
+
+void ChoiceOutput::append(const OutputEvent& event) {
+  text += event.text;
+  token_ids.insert(token_ids.end(), event.token_ids.begin(), event.token_ids.end());
+  logprobs.insert(logprobs.end(), event.logprobs.begin(), event.logprobs.end());
+  text_offsets.insert(text_offsets.end(), event.text_offsets.begin(), event.text_offsets.end());
+  if (!event.finish_reason.empty()) finish_reason = event.finish_reason;
+}
+
+std::string new_response_id(bool chat) {
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  return fmt::format("{}-{:016x}{:08x}", chat ? "chatcmpl" : "cmpl", rng(), static_cast<uint32_t>(rng()));
+}
+
+namespace {
+
+// A token's text for logprobs (lossy: a partial UTF-8 character shows as U+FFFD).
+std::string token_text(const ResponseContext& ctx, int32_t token) {
+  const int32_t ids[1] = {token};
+  return ctx.tokenizer->decode(ids);
+}
+
+Json token_bytes(const ResponseContext& ctx, int32_t token) {
+  Json bytes = Json::array();
+  for (unsigned char c : ctx.tokenizer->token_bytes(token)) bytes.push_back(static_cast<int>(c));
+  return bytes;
+}
+
+Json finish_reason_json(const std::string& reason) { return reason.empty() ? Json(nullptr) : Json(reason); }
+
+}  // namespace
+
+Json logprobs_json(const ResponseContext& ctx, const std::vector<TokenLogprob>& logprobs,
+                   const std::vector<int64_t>& text_offsets, bool requested) {
+  if (!requested) return nullptr;
+  if (ctx.chat) {
+    Json content = Json::array();
+    for (const TokenLogprob& lp : logprobs) {
+      Json top = Json::array();
+      for (const auto& [id, value] : lp.top)
+        top.push_back({{"token", token_text(ctx, id)}, {"logprob", value}, {"bytes", token_bytes(ctx, id)}});
+      content.push_back({{"token", token_text(ctx, lp.token)},
+                         {"logprob", lp.logprob},
+                         {"bytes", token_bytes(ctx, lp.token)},
+                         {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  Json tokens = Json::array(), values = Json::array(), tops = Json::array(), offsets = Json::array();
+  for (size_t i = 0; i < logprobs.size(); ++i) {
+    const TokenLogprob& lp = logprobs[i];
+    tokens.push_back(token_text(ctx, lp.token));
+    values.push_back(lp.logprob);
+    Json top = Json::object();
+    for (const auto& [id, value] : lp.top) top[token_text(ctx, id)] = value;
+    tops.push_back(top);
+    offsets.push_back(i < text_offsets.size() ? text_offsets[i] : 0);
+  }
+  return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+Json usage_json(const Usage& usage) {
+  return {{"prompt_tokens", usage.prompt_tokens},
+          {"completion_tokens", usage.completion_tokens},
+          {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
+}
+
+std::string response_json(const ResponseContext& ctx, const std::vector<ChoiceOutput>& choices,
+                          const std::vector<std::vector<int32_t>>& prompt_ids_per_choice, const Usage& usage) {
+  Json out = {{"id", ctx.id},
+              {"object", ctx.chat ? "chat.completion" : "text_completion"},
+              {"created", ctx.created},
+              {"model", ctx.model}};
+  Json list = Json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const ChoiceOutput& c = choices[i];
+    Json choice = {{"index", i}};
+    if (ctx.chat)
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+    else
+      choice["text"] = c.text;
+    choice["logprobs"] = logprobs_json(ctx, c.logprobs, c.text_offsets, c.logprobs_requested);
+    choice["finish_reason"] = finish_reason_json(c.finish_reason);
+    if (ctx.return_token_ids) {
+      choice["prompt_token_ids"] = prompt_ids_per_choice.at(i);
+      choice["token_ids"] = c.token_ids;
+    }
+    list.push_back(std::move(choice));
+  }
+  out["choices"] = std::move(list);
+  out["usage"] = usage_json(usage);
+  return out.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+std::string stream_chunk(const ResponseContext& ctx, int index, const ChoiceOutput& delta, bool first) {
+  Json out = {{"id", ctx.id},
+              {"object", ctx.chat ? "chat.completion.chunk" : "text_completion"},
+              {"created", ctx.created},
+              {"model", ctx.model}};
+  Json choice = {{"index", index}};
+  if (ctx.chat) {
+    Json d = Json::object();
+    if (first) d["role"] = "assistant";
+    if (!delta.text.empty() || first) d["content"] = delta.text;
+    choice["delta"] = d;
+  } else {
+    choice["text"] = delta.text;
+  }
+  choice["logprobs"] = logprobs_json(ctx, delta.logprobs, delta.text_offsets, delta.logprobs_requested);
+  choice["finish_reason"] = finish_reason_json(delta.finish_reason);
+  if (ctx.return_token_ids) choice["token_ids"] = delta.token_ids;
+  out["choices"] = Json::array({choice});
+  return "data: " + out.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
+}
+
+std::string stream_usage_chunk(const ResponseContext& ctx, const Usage& usage) {
+  Json out = {{"id", ctx.id},
+              {"object", ctx.chat ? "chat.completion.chunk" : "text_completion"},
+              {"created", ctx.created},
+              {"model", ctx.model},
+              {"choices", Json::array()},
+              {"usage", usage_json(usage)}};
+  return "data: " + out.dump() + "\n\n";
+}
+
+std::string stream_error_event(const std::string& error_json) { return "data: " + error_json + "\n\n"; }
+
+}  // namespace moeserve::serve

@@ -1,0 +1,49 @@
+// Turns one request's generated tokens into its output text as they arrive: streaming
+// detokenization (never broken UTF-8), stop token ids, stop strings (the text stops before
+// the match; text that could still become a stop string is held back), and the length limit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tokenizer/detokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace moeserve::serve {
+
+struct OutputLimits {
+  int64_t max_tokens = 16;
+  std::vector<int32_t> stop_token_ids;
+  std::vector<std::string> stop;
+  bool skip_special_tokens = true;
+};
+
+class OutputProcessor {
+ public:
+  OutputProcessor(const tokenizer::Tokenizer& tokenizer, OutputLimits limits);
+
+  struct Update {
+    std::string text;            // text that became final with this token
+    int64_t text_offset = 0;     // where this token's text starts in the whole output
+    std::string finish_reason;   // "" while running, else "stop" or "length"
+  };
+  // Adds the next generated token.
+  Update push(int32_t token);
+
+  int64_t generated() const { return generated_; }
+  bool finished() const { return finished_; }
+
+ private:
+  // The longest suffix of held_ that is a proper prefix of a stop string.
+  size_t held_back_length() const;
+
+  OutputLimits limits_;
+  tokenizer::IncrementalDetokenizer detokenizer_;
+  std::string held_;           // decoded text not yet released
+  int64_t decoded_bytes_ = 0;  // everything decoded so far
+  int64_t generated_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace moeserve::serve

@@ -1,0 +1,333 @@
+// The scheduler without tensors: which tokens of which requests run in each step, on which
+// replica and micro-batch, with which pages; admission, chunked prefill, preemption, prefix
+// reuse, and that every page comes back.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+#include "core/error.h"
+#include "sched/scheduler.h"
+
+namespace moeserve::sched {
+namespace {
+
+SchedulerOptions small_options() {
+  SchedulerOptions o;
+  o.page_size = 4;
+  o.pages_per_replica = 33;  // 32 usable + the padding page
+  o.max_running_requests = 8;
+  o.chunked_prefill_size = 64;
+  o.pad_batches = false;
+  return o;
+}
+
+std::vector<int32_t> prompt_of(int n, int32_t first = 1) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back(first + i);
+  return p;
+}
+
+// Samples token 100 + (tokens so far) for every chunk with logits; returns the step.
+ScheduledStep step_once(Scheduler& s) {
+  ScheduledStep step = s.schedule();
+  std::vector<int32_t> sampled;
+  for (const auto& c : step.chunks)
+    if (c.logit_row >= 0) sampled.push_back(static_cast<int32_t>(100 + c.end));
+  s.commit(step, sampled);
+  return step;
+}
+
+const ScheduledChunk* chunk_of(const ScheduledStep& step, RequestId id) {
+  for (const auto& c : step.chunks)
+    if (c.id == id) return &c;
+  return nullptr;
+}
+
+int64_t used_pages(const Scheduler& s) {
+  int64_t used = 0;
+  for (int d = 0; d < s.num_replicas(); ++d) used += s.kv(d).used_pages();
+  return used;
+}
+
+TEST(Scheduler, PrefillThenDecodeAndNewRequestsJoinRunningBatch) {
+  Scheduler s(small_options());
+  s.add(1, prompt_of(5));
+  s.add(2, prompt_of(3, 50));
+  ScheduledStep step = step_once(s);
+  ASSERT_EQ(step.chunks.size(), 2u);
+  EXPECT_EQ(step.prefill_tokens, 8);
+  const auto& rb = step.plan.micro_batches.at(0).replicas.at(0);
+  EXPECT_EQ(rb.batch.tokens, (std::vector<int32_t>{1, 2, 3, 4, 5, 50, 51, 52}));
+  EXPECT_EQ(rb.batch.logit_rows, (std::vector<int32_t>{4, 7}));
+  EXPECT_EQ(chunk_of(step, 1)->logit_row, 0);
+  EXPECT_EQ(chunk_of(step, 2)->logit_row, 1);
+
+  s.add(3, prompt_of(2, 70));
+  step = step_once(s);  // two decodes and a prefill in one step
+  EXPECT_EQ(step.decode_tokens, 2);
+  EXPECT_EQ(step.prefill_tokens, 2);
+  const auto& mixed = step.plan.micro_batches.at(0).replicas.at(0).batch;
+  EXPECT_EQ(mixed.tokens, (std::vector<int32_t>{105, 103, 70, 71}));
+  EXPECT_EQ(mixed.positions, (std::vector<int32_t>{5, 3, 0, 1}));
+  EXPECT_EQ(s.generated_tokens(1), 2);
+  EXPECT_EQ(s.running(), 3);
+  for (RequestId id : {1, 2, 3}) EXPECT_TRUE(s.finish(id));
+  EXPECT_FALSE(s.finish(1));
+  EXPECT_EQ(used_pages(s), 0);
+  EXPECT_TRUE(s.idle());
+}
+
+TEST(Scheduler, ChunkedPrefillAsksForLogitsOnlyAtTheLastChunk) {
+  SchedulerOptions o = small_options();
+  o.chunked_prefill_size = 4;
+  Scheduler s(o);
+  s.add(1, prompt_of(2, 90));
+  step_once(s);  // request 1 is decoding
+  s.add(2, prompt_of(10));
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  std::vector<int64_t> rows;
+  for (int i = 0; i < 3; ++i) {
+    ScheduledStep step = step_once(s);
+    const ScheduledChunk* c = chunk_of(step, 2);
+    ASSERT_NE(c, nullptr);
+    ranges.emplace_back(c->begin, c->end);
+    rows.push_back(c->logit_row);
+    EXPECT_NE(chunk_of(step, 1), nullptr);  // the decode runs alongside every chunk
+    EXPECT_LE(step.prefill_tokens, 4);
+  }
+  EXPECT_EQ(ranges, (std::vector<std::pair<int64_t, int64_t>>{{0, 4}, {4, 8}, {8, 10}}));
+  EXPECT_EQ(rows[0], -1);
+  EXPECT_EQ(rows[1], -1);
+  EXPECT_GE(rows[2], 0);
+  EXPECT_EQ(s.generated_tokens(2), 1);
+}
+
+TEST(Scheduler, MaxRunningRequestsKeepsTheRestWaiting) {
+  SchedulerOptions o = small_options();
+  o.max_running_requests = 2;
+  Scheduler s(o);
+  for (RequestId id = 1; id <= 3; ++id) s.add(id, prompt_of(3));
+  ScheduledStep step = step_once(s);
+  EXPECT_EQ(step.chunks.size(), 2u);
+  EXPECT_EQ(s.running(), 2);
+  EXPECT_EQ(s.waiting(), 1);
+  s.finish(1);
+  step = step_once(s);
+  EXPECT_NE(chunk_of(step, 3), nullptr);
+  EXPECT_EQ(s.waiting(), 0);
+}
+
+TEST(Scheduler, AdmissionWaitsForPagesAndOversizePromptsAreRejected) {
+  SchedulerOptions o = small_options();
+  o.pages_per_replica = 5;  // 4 usable pages = 16 tokens
+  o.admission_headroom = 0;
+  Scheduler s(o);
+  EXPECT_EQ(s.max_tokens_per_request(), 16);
+  EXPECT_THROW(s.add(9, prompt_of(17)), Error);
+  s.add(1, prompt_of(12));  // 3 pages
+  s.add(2, prompt_of(8));   // 2 pages: must wait
+  step_once(s);
+  EXPECT_EQ(s.running(), 1);
+  EXPECT_EQ(s.waiting(), 1);
+  s.finish(1);
+  step_once(s);
+  EXPECT_EQ(s.running(), 1);
+  EXPECT_EQ(s.waiting(), 0);
+}
+
+TEST(Scheduler, OutOfPagesPreemptsTheNewestWhichIsRecomputedLater) {
+  SchedulerOptions o = small_options();
+  o.pages_per_replica = 5;  // 4 usable pages of 4 tokens
+  o.admission_headroom = 0;
+  o.prefix_cache = false;
+  Scheduler s(o);
+  s.add(1, prompt_of(7));  // 2 pages
+  s.add(2, prompt_of(5));  // 2 pages
+  step_once(s);
+  EXPECT_EQ(s.running(), 2);
+  // Request 1 reaches 8 tokens, then needs a third page at its 9th: request 2 is preempted.
+  step_once(s);
+  ScheduledStep step = step_once(s);
+  EXPECT_EQ(s.preemptions(), 1);
+  EXPECT_EQ(chunk_of(step, 2), nullptr);
+  EXPECT_EQ(s.running(), 1);
+  EXPECT_EQ(s.waiting(), 1);
+  const int64_t generated_before = s.generated_tokens(2);
+  s.finish(1);
+  step = step_once(s);  // request 2 recomputes its prompt and generated tokens, then samples
+  const ScheduledChunk* c = chunk_of(step, 2);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->begin, 0);
+  EXPECT_EQ(c->end, 5 + generated_before);
+  EXPECT_GE(c->logit_row, 0);
+  EXPECT_EQ(s.generated_tokens(2), generated_before + 1);
+}
+
+TEST(Scheduler, RunningAloneTheOldestPreemptsItselfNever) {
+  SchedulerOptions o = small_options();
+  o.pages_per_replica = 3;  // 2 usable pages = 8 tokens
+  Scheduler s(o);
+  s.add(1, prompt_of(3));
+  for (int i = 0; i < 5; ++i) step_once(s);  // grows to 8 tokens
+  EXPECT_EQ(s.preemptions(), 0);
+  EXPECT_EQ(s.generated_tokens(1), 5);
+}
+
+TEST(Scheduler, SharedPrefixReusesCachedPages) {
+  Scheduler s(small_options());
+  const auto shared = prompt_of(12);
+  auto a = shared;
+  a.push_back(200);
+  s.add(1, a);
+  step_once(s);
+  s.finish(1);
+  EXPECT_EQ(s.kv(0).cached_pages(), 3);
+  auto b = shared;
+  b.push_back(300);
+  b.push_back(301);
+  s.add(2, b);
+  ScheduledStep step = step_once(s);
+  const ScheduledChunk* c = chunk_of(step, 2);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->begin, 12);  // three cached pages
+  EXPECT_EQ(s.cached_prompt_tokens(2), 12);
+  EXPECT_EQ(s.kv(0).stats().hit_tokens, 12);
+  EXPECT_EQ(s.kv(0).stats().query_tokens, 12 + 13);  // all but the last prompt token
+}
+
+TEST(Scheduler, ConcurrentRequestsShareAPrefixComputedEarlier) {
+  SchedulerOptions o = small_options();
+  o.chunked_prefill_size = 8;
+  Scheduler s(o);
+  s.add(1, prompt_of(16));
+  step_once(s);  // first 8 tokens: two whole pages now indexed
+  s.add(2, prompt_of(16));
+  ScheduledStep step = step_once(s);
+  const ScheduledChunk* c = chunk_of(step, 2);
+  EXPECT_EQ(c, nullptr);  // request 1's chunk used the whole budget
+  step = step_once(s);
+  c = chunk_of(step, 2);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->begin, 12);  // the three whole pages request 1 computed
+}
+
+TEST(Scheduler, AttentionDpSpreadsRequestsAndFollowsCachedPrefixes) {
+  SchedulerOptions o = small_options();
+  o.attn_dp = 2;
+  Scheduler s(o);
+  s.add(1, prompt_of(9));
+  s.add(2, prompt_of(9, 40));
+  ScheduledStep step = step_once(s);
+  EXPECT_EQ(chunk_of(step, 1)->replica, 0);
+  EXPECT_EQ(chunk_of(step, 2)->replica, 1);
+  EXPECT_EQ(step.plan.micro_batches.at(0).replicas.size(), 2u);
+  s.finish(1);
+  s.finish(2);
+  auto again = prompt_of(9, 40);
+  again.push_back(7);
+  s.add(3, again);  // request 2's prefix is cached on replica 1
+  step = step_once(s);
+  EXPECT_EQ(chunk_of(step, 3)->replica, 1);
+  EXPECT_EQ(s.cached_prompt_tokens(3), 8);
+}
+
+TEST(Scheduler, PipelineCutsTheStepIntoMicroBatches) {
+  SchedulerOptions o = small_options();
+  o.pp = 2;
+  Scheduler s(o);
+  for (RequestId id = 1; id <= 3; ++id) s.add(id, prompt_of(3));
+  ScheduledStep step = step_once(s);
+  ASSERT_EQ(step.plan.micro_batches.size(), 2u);  // ceil(3 / 2) = 2 sequences, then 1
+  EXPECT_EQ(chunk_of(step, 1)->micro_batch, 0u);
+  EXPECT_EQ(chunk_of(step, 2)->micro_batch, 0u);
+  EXPECT_EQ(chunk_of(step, 3)->micro_batch, 1u);
+  EXPECT_EQ(chunk_of(step, 3)->logit_row, 0);
+}
+
+TEST(Scheduler, BatchesArePaddedOnTheScratchPage) {
+  SchedulerOptions o = small_options();
+  o.pad_batches = true;
+  Scheduler s(o);
+  s.add(1, prompt_of(9));
+  ScheduledStep step = step_once(s);
+  const auto& batch = step.plan.micro_batches.at(0).replicas.at(0).batch;
+  EXPECT_EQ(batch.num_tokens(), 10);
+  EXPECT_EQ(batch.slots.back(), (o.pages_per_replica - 1) * o.page_size);
+  EXPECT_EQ(batch.logit_rows, (std::vector<int32_t>{8}));
+}
+
+// Random arrivals, lengths, aborts and a small pool: every planned token sits in a page its
+// sequence holds, positions follow the cached prefix, and all pages come back at the end.
+TEST(Scheduler, RandomWorkloadKeepsEveryInvariant) {
+  for (bool prefix_cache : {true, false}) {
+    std::mt19937 rng(prefix_cache ? 3 : 4);
+    SchedulerOptions o = small_options();
+    o.pages_per_replica = 25;
+    o.attn_dp = 2;
+    o.pp = 2;
+    o.chunked_prefill_size = 9;
+    o.max_running_requests = 6;
+    o.prefix_cache = prefix_cache;
+    o.pad_batches = true;
+    Scheduler s(o);
+    std::map<RequestId, int64_t> limit;  // max new tokens
+    RequestId next_id = 1;
+    int finished = 0;
+    for (int iter = 0; iter < 400; ++iter) {
+      if (rng() % 3 == 0 && next_id < 80) {
+        std::vector<int32_t> p;
+        const int shared = static_cast<int>(rng() % 3) * 4;
+        for (int i = 0; i < shared; ++i) p.push_back(i);
+        const int own = 1 + static_cast<int>(rng() % 30);
+        for (int i = 0; i < own; ++i) p.push_back(static_cast<int32_t>(rng() % 50));
+        limit[next_id] = 1 + static_cast<int64_t>(rng() % 12);
+        s.add(next_id++, p);
+      }
+      if (rng() % 11 == 0 && !limit.empty()) {  // abort
+        auto it = std::next(limit.begin(), static_cast<std::ptrdiff_t>(rng() % limit.size()));
+        s.finish(it->first);
+        limit.erase(it);
+      }
+      ScheduledStep step = s.schedule();
+      for (size_t m = 0; m < step.plan.micro_batches.size(); ++m)
+        for (int d = 0; d < o.attn_dp; ++d) {
+          const auto& b = step.plan.micro_batches[m].replicas[d].batch;
+          for (int64_t t = 0; t < b.num_tokens(); ++t) {
+            const int32_t page = b.slots[t] / o.page_size;
+            const int32_t row = b.seq_of_token[t];
+            EXPECT_EQ(b.block_tables[row * b.max_pages_per_seq + b.positions[t] / o.page_size], page);
+          }
+          EXPECT_EQ(b.num_tokens(), runtime::padded_token_count(b.num_tokens()));
+        }
+      std::vector<int32_t> sampled;
+      for (const auto& c : step.chunks)
+        if (c.logit_row >= 0) sampled.push_back(static_cast<int32_t>(rng() % 50));
+      s.commit(step, sampled);
+      for (const auto& c : step.chunks)
+        if (c.logit_row >= 0 && limit.count(c.id) && s.generated_tokens(c.id) >= limit[c.id]) {
+          s.finish(c.id);
+          limit.erase(c.id);
+          ++finished;
+        }
+      for (int d = 0; d < o.attn_dp; ++d) s.kv(d).check_consistency();
+    }
+    for (int i = 0; i < 2000 && !s.idle(); ++i) {
+      ScheduledStep step = step_once(s);
+      for (const auto& c : step.chunks)
+        if (c.logit_row >= 0 && limit.count(c.id) && s.generated_tokens(c.id) >= limit[c.id]) {
+          s.finish(c.id);
+          limit.erase(c.id);
+          ++finished;
+        }
+    }
+    EXPECT_TRUE(s.idle());
+    EXPECT_GT(finished, 30);
+    EXPECT_EQ(used_pages(s), 0);
+    s.flush_prefix_cache();
+    for (int d = 0; d < o.attn_dp; ++d) EXPECT_EQ(s.kv(d).free_pages(), o.pages_per_replica - 1);
+  }
+}
+
+}  // namespace
+}  // namespace moeserve::sched
