@@ -119,6 +119,8 @@ class CudaBackend final : public Backend {
     cudaSetDevice(device_);
     cudaStreamSynchronize(stream_);
     moe_workspace_.reset();
+    route_workspace_.reset();
+    mla_workspace_.reset();
     cublasDestroy(cublas_);
     cudaFree(cublas_workspace_);
     cudaStreamDestroy(stream_);
@@ -216,25 +218,24 @@ class CudaBackend final : public Backend {
   void kv_write(const KvWriteParams& p) override { launch_kv_write(p.entries, p.slots, p.cache, p.tokens, p.width, stream_); }
 
   void mla_attention(const MlaAttentionParams& p) override {
+    void* ws = workspace(mla_workspace_, mla_workspace_bytes(p.tokens, p.heads, p.latent,
+                                                             p.max_pages_per_seq * p.page_size));
     launch_mla_attention(p.q_latent, p.q_rope, p.cache, p.block_tables, p.seq_of_token, p.positions, p.out, p.tokens,
                          p.heads, p.latent, p.rope, p.q_head_stride, p.rope_offset, p.page_size, p.max_pages_per_seq,
-                         p.scale, stream_);
+                         p.scale, ws, stream_);
   }
 
   void moe_route(const MoeRouteParams& p) override {
+    void* ws = workspace(route_workspace_, route_workspace_bytes(p.tokens, p.experts));
     launch_moe_route(p.x, p.weight, p.bias, p.topk_ids, p.topk_weights, p.tokens, p.hidden, p.experts, p.n_group,
-                     p.topk_group, p.top_k, p.norm_topk_prob, p.routed_scaling_factor, stream_);
+                     p.topk_group, p.top_k, p.norm_topk_prob, p.routed_scaling_factor, ws, stream_);
   }
 
   void moe_experts(const MoeExpertsParams& p) override {
-    const int64_t bytes =
-        moe_workspace_bytes(p.tokens, p.top_k, p.expert_end - p.expert_begin, p.hidden, p.inter);
-    if (!moe_workspace_ || static_cast<int64_t>(moe_workspace_->nbytes()) < bytes) {
-      MS_CUDA(cudaStreamSynchronize(stream_));  // the old workspace may still be in use
-      moe_workspace_ = alloc(static_cast<size_t>(bytes));
-    }
+    void* ws = workspace(moe_workspace_,
+                         moe_workspace_bytes(p.tokens, p.top_k, p.expert_end - p.expert_begin, p.hidden, p.inter));
     launch_moe_experts(p.x, p.topk_ids, p.topk_weights, p.w13, p.w2, p.out, p.tokens, p.top_k, p.hidden, p.inter,
-                       p.expert_begin, p.expert_end, p.accumulate, moe_workspace_->data(), stream_);
+                       p.expert_begin, p.expert_end, p.accumulate, ws, stream_);
   }
 
   void sample(const SampleParams& p) override {
@@ -279,7 +280,17 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
-  BufferPtr moe_workspace_;
+  // Grow-only scratch of one op. Growing waits for the stream (the old block may be in use);
+  // the first run of each shape grows it, so a graph captured afterwards never does.
+  void* workspace(BufferPtr& slot, int64_t bytes) {
+    if (!slot || static_cast<int64_t>(slot->nbytes()) < bytes) {
+      MS_CUDA(cudaStreamSynchronize(stream_));
+      slot = alloc(static_cast<size_t>(std::max<int64_t>(bytes, 256)));
+    }
+    return slot->data();
+  }
+
+  BufferPtr moe_workspace_, route_workspace_, mla_workspace_;
 };
 
 std::unique_ptr<ops::Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }

@@ -31,15 +31,21 @@ void launch_f32_to_bf16(const float* src, void* dst, int64_t count, cudaStream_t
 void launch_bf16_to_f32(const void* src, float* dst, int64_t count, cudaStream_t stream);
 
 // MLA attention over the paged latent cache (mla_attention.cu).
+// Workspace: per (token, head, context split) partial softmax state (mla_workspace_bytes).
+int64_t mla_workspace_bytes(int64_t tokens, int64_t heads, int64_t latent, int64_t max_context);
 void launch_mla_attention(const void* q_latent, const void* q_rope, const void* cache, const int32_t* block_tables,
                           const int32_t* seq_of_token, const int32_t* positions, void* out, int64_t tokens,
                           int64_t heads, int64_t latent, int64_t rope, int64_t q_head_stride, int64_t rope_offset,
-                          int64_t page_size, int64_t max_pages_per_seq, float scale, cudaStream_t stream);
+                          int64_t page_size, int64_t max_pages_per_seq, float scale, void* workspace,
+                          cudaStream_t stream);
 
 // MoE (moe.cu).
+// Workspace: the [tokens, experts] fp32 router logits (route_workspace_bytes).
+int64_t route_workspace_bytes(int64_t tokens, int64_t experts);
 void launch_moe_route(const void* x, const float* weight, const float* bias, int32_t* topk_ids, float* topk_weights,
                       int64_t tokens, int64_t hidden, int64_t experts, int64_t n_group, int64_t topk_group,
-                      int64_t top_k, bool norm_topk_prob, float routed_scaling_factor, cudaStream_t stream);
+                      int64_t top_k, bool norm_topk_prob, float routed_scaling_factor, void* workspace,
+                      cudaStream_t stream);
 
 // Workspace of the grouped expert computation; sized by moe_workspace_bytes().
 int64_t moe_workspace_bytes(int64_t tokens, int64_t top_k, int64_t local_experts, int64_t hidden, int64_t inter);

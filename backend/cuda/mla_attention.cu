@@ -1,13 +1,18 @@
-// MLA attention in the absorbed form over the paged latent cache.
+// MLA attention in the absorbed form over the paged latent cache, split over the context
+// (flash-decoding style) so that a batch of one still spreads over many SMs.
 //
-// One warp per (token, head); a block holds kHeadsPerBlock heads of one token so that the
-// cache rows they share are read once from HBM and then hit L1. Each lane owns latent
-// elements lane, lane + 32, ... (at most kMaxLatent / 32 of them) and rope elements likewise;
-// the softmax is computed online (running max and denominator), so any context length works
-// with constant registers.
+// Kernel 1, grid (tokens, head groups, splits): one warp per head, kHeadsPerBlock heads of a
+// token per block (the cache rows they share are read from HBM once and hit L1 for the
+// others). A split covers a contiguous range of the token's context; its warp scores one
+// cache row at a time, keeps an online
+// softmax (running max m, denominator l) and the unnormalised output, and writes (m, l, acc)
+// for the split. Each lane owns latent elements lane, lane + 32, ... and rope elements likewise.
+// (Scoring several rows per iteration was tried and was slower: register pressure.)
+// Kernel 2, grid (tokens, heads): merges the splits: out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -20,17 +25,44 @@ constexpr int kMaxLatent = 512;
 constexpr int kMaxRope = 128;
 constexpr int kLatentPerLane = kMaxLatent / 32;
 constexpr int kRopePerLane = kMaxRope / 32;
+constexpr int kMinSplitLength = 64;
+constexpr int kMaxSplits = 16;
+constexpr int kTargetBlocks = 256;
+
+// Splits of the context for a launch: enough blocks to fill the GPU, none shorter than
+// kMinSplitLength positions.
+int splits_for(int64_t tokens, int64_t heads, int64_t max_context) {
+  const int64_t head_groups = (heads + kHeadsPerBlock - 1) / kHeadsPerBlock;
+  const int64_t by_length = std::max<int64_t>(1, (max_context + kMinSplitLength - 1) / kMinSplitLength);
+  const int64_t by_occupancy = std::max<int64_t>(1, kTargetBlocks / std::max<int64_t>(1, tokens * head_groups));
+  return static_cast<int>(std::min<int64_t>({kMaxSplits, by_length, by_occupancy}));
+}
+
+struct Partials {
+  float* m;    // [tokens, heads, splits]
+  float* l;    // [tokens, heads, splits]
+  float* acc;  // [tokens, heads, splits, latent]
+};
+
+Partials carve(void* workspace, int64_t tokens, int64_t heads, int64_t splits, int64_t latent) {
+  auto* f = static_cast<float*>(workspace);
+  const int64_t n = tokens * heads * splits;
+  return {f, f + n, f + 2 * n};
+}
 
 __global__ void __launch_bounds__(kHeadsPerBlock * 32)
-mla_attention_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache, const int32_t* block_tables,
-                     const int32_t* seq_of_token, const int32_t* positions, bf16* out, int heads, int latent,
-                     int rope, int64_t q_head_stride, int64_t rope_offset, int page_size, int64_t max_pages_per_seq,
-                     float scale) {
-  const int t = blockIdx.x;
+mla_split_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache, const int32_t* block_tables,
+                 const int32_t* seq_of_token, const int32_t* positions, Partials partials, int heads, int latent,
+                 int rope, int64_t q_head_stride, int64_t rope_offset, int page_size, int64_t max_pages_per_seq,
+                 float scale, int split_length) {
+  const int t = blockIdx.x, split = blockIdx.z, splits = gridDim.z;
   const int lane = threadIdx.x & 31;
   const int h = blockIdx.y * kHeadsPerBlock + (threadIdx.x >> 5);
   if (h >= heads) return;
   const int width = latent + rope;
+  const int length = positions[t] + 1;
+  const int begin = split * split_length;
+  const int end = min(length, begin + split_length);
 
   float q_lat[kLatentPerLane], q_r[kRopePerLane], acc[kLatentPerLane];
   const bf16* ql = q_latent + (static_cast<int64_t>(t) * heads + h) * latent;
@@ -46,11 +78,9 @@ mla_attention_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache
     const int i = lane + 32 * j;
     q_r[j] = i < rope ? to_f(qr[i]) * scale : 0.0f;
   }
-
   const int32_t* table = block_tables + static_cast<int64_t>(seq_of_token[t]) * max_pages_per_seq;
-  const int length = positions[t] + 1;
   float running_max = -INFINITY, denom = 0.0f;
-  for (int pos = 0; pos < length; ++pos) {
+  for (int pos = begin; pos < end; ++pos) {
     const bf16* entry = cache + (static_cast<int64_t>(table[pos / page_size]) * page_size + pos % page_size) * width;
     float partial = 0.0f;
 #pragma unroll
@@ -75,31 +105,66 @@ mla_attention_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache
     }
     running_max = new_max;
   }
-  bf16* o = out + (static_cast<int64_t>(t) * heads + h) * latent;
-  const float inv = 1.0f / denom;
+  const int64_t slot = (static_cast<int64_t>(t) * heads + h) * splits + split;
+  if (lane == 0) {
+    partials.m[slot] = running_max;  // -inf for an empty split
+    partials.l[slot] = denom;
+  }
+  float* out = partials.acc + slot * latent;
 #pragma unroll
   for (int j = 0; j < kLatentPerLane; ++j) {
     const int i = lane + 32 * j;
-    if (i < latent) o[i] = to_bf(acc[j] * inv);
+    if (i < latent) out[i] = acc[j];
+  }
+}
+
+__global__ void mla_merge_kernel(Partials partials, bf16* out, int heads, int latent, int splits) {
+  const int64_t th = static_cast<int64_t>(blockIdx.x) * heads + blockIdx.y;
+  const float* m = partials.m + th * splits;
+  const float* l = partials.l + th * splits;
+  float global_max = -INFINITY;
+  for (int s = 0; s < splits; ++s) global_max = fmaxf(global_max, m[s]);
+  float denom = 0.0f;
+  for (int s = 0; s < splits; ++s)
+    if (m[s] != -INFINITY) denom += __expf(m[s] - global_max) * l[s];
+  const float inv = 1.0f / denom;
+  for (int i = threadIdx.x; i < latent; i += blockDim.x) {
+    float sum = 0.0f;
+    for (int s = 0; s < splits; ++s)
+      if (m[s] != -INFINITY) sum += __expf(m[s] - global_max) * partials.acc[(th * splits + s) * latent + i];
+    out[th * latent + i] = to_bf(sum * inv);
   }
 }
 
 }  // namespace
 
+int64_t mla_workspace_bytes(int64_t tokens, int64_t heads, int64_t latent, int64_t max_context) {
+  const int64_t splits = splits_for(tokens, heads, max_context);
+  return 4 * tokens * heads * splits * (latent + 2);
+}
+
 void launch_mla_attention(const void* q_latent, const void* q_rope, const void* cache, const int32_t* block_tables,
                           const int32_t* seq_of_token, const int32_t* positions, void* out, int64_t tokens,
                           int64_t heads, int64_t latent, int64_t rope, int64_t q_head_stride, int64_t rope_offset,
-                          int64_t page_size, int64_t max_pages_per_seq, float scale, cudaStream_t stream) {
+                          int64_t page_size, int64_t max_pages_per_seq, float scale, void* workspace,
+                          cudaStream_t stream) {
   if (latent > kMaxLatent || rope > kMaxRope)
     throw std::invalid_argument("mla_attention: unsupported kv_lora_rank " + std::to_string(latent) +
                                 " / qk_rope_head_dim " + std::to_string(rope) + " (max 512 / 128)");
   if (tokens == 0) return;
-  const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((heads + kHeadsPerBlock - 1) / kHeadsPerBlock));
-  mla_attention_kernel<<<grid, kHeadsPerBlock * 32, 0, stream>>>(
+  const int64_t max_context = max_pages_per_seq * page_size;
+  const int splits = splits_for(tokens, heads, max_context);
+  const int split_length = static_cast<int>((max_context + splits - 1) / splits);
+  const Partials partials = carve(workspace, tokens, heads, splits, latent);
+  const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((heads + kHeadsPerBlock - 1) / kHeadsPerBlock),
+                  static_cast<unsigned>(splits));
+  mla_split_kernel<<<grid, kHeadsPerBlock * 32, 0, stream>>>(
       static_cast<const bf16*>(q_latent), static_cast<const bf16*>(q_rope), static_cast<const bf16*>(cache),
-      block_tables, seq_of_token, positions, static_cast<bf16*>(out), static_cast<int>(heads),
-      static_cast<int>(latent), static_cast<int>(rope), q_head_stride, rope_offset, static_cast<int>(page_size),
-      max_pages_per_seq, scale);
+      block_tables, seq_of_token, positions, partials, static_cast<int>(heads), static_cast<int>(latent),
+      static_cast<int>(rope), q_head_stride, rope_offset, static_cast<int>(page_size), max_pages_per_seq, scale,
+      split_length);
+  mla_merge_kernel<<<dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(heads)), 128, 0, stream>>>(
+      partials, static_cast<bf16*>(out), static_cast<int>(heads), static_cast<int>(latent), splits);
 }
 
 }  // namespace moeserve::cuda

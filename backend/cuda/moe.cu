@@ -11,6 +11,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -18,7 +19,6 @@ namespace moeserve::cuda {
 
 namespace {
 
-constexpr int kRouteThreads = 256;
 constexpr int kWarpsPerBlock = 4;
 constexpr int kRowsPerWarp = 4;
 constexpr int kTokensPerPass = 4;
@@ -47,31 +47,56 @@ __device__ int warp_argmax(const float* values, const bool* taken, int n) {
   return best_i;
 }
 
-__global__ void route_kernel(const bf16* x, const float* weight, const float* bias, int32_t* topk_ids,
-                             float* topk_weights, int hidden, int experts, int n_group, int topk_group, int top_k,
-                             bool norm_topk_prob, float scaling) {
+// Router logits [T, E] = x [T, H] @ W [E, H]^T in fp32: one warp per expert and up to
+// kRouteTokens tokens, so the fp32 router weight streams from memory once per token tile
+// with every SM busy.
+constexpr int kRouteTokens = 8;
+constexpr int kRouteWarps = 4;
+
+__global__ void __launch_bounds__(kRouteWarps * 32)
+router_logits_kernel(const bf16* x, const float* weight, float* logits, int tokens, int hidden, int experts) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int e = blockIdx.x * kRouteWarps + warp;
+  const int t0 = blockIdx.y * kRouteTokens;
+  if (e >= experts) return;
+  const int count = min(kRouteTokens, tokens - t0);
+  const float* w = weight + static_cast<int64_t>(e) * hidden;
+  float acc[kRouteTokens];
+#pragma unroll
+  for (int j = 0; j < kRouteTokens; ++j) acc[j] = 0.0f;
+  // Four consecutive weights per lane per step (16-byte loads; hidden % 4 == 0 is checked).
+  for (int i = lane * 4; i < hidden; i += 32 * 4) {
+    const float4 wv = *reinterpret_cast<const float4*>(w + i);
+#pragma unroll
+    for (int j = 0; j < kRouteTokens; ++j) {
+      if (j >= count) break;
+      const bf16* xr = x + static_cast<int64_t>(t0 + j) * hidden + i;
+      acc[j] += wv.x * to_f(xr[0]) + wv.y * to_f(xr[1]) + wv.z * to_f(xr[2]) + wv.w * to_f(xr[3]);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kRouteTokens; ++j) {
+    const float total = warp_sum(acc[j]);
+    if (lane == 0 && j < count) logits[static_cast<int64_t>(t0 + j) * experts + e] = total;
+  }
+}
+
+// Selection, one warp per token: sigmoid scores, biased choice scores, group-limited top-k.
+__global__ void route_select_kernel(const float* logits, const float* bias, int32_t* topk_ids, float* topk_weights,
+                                    int experts, int n_group, int topk_group, int top_k, bool norm_topk_prob,
+                                    float scaling) {
   extern __shared__ float shared[];
-  float* xs = shared;                     // [hidden]
-  float* scores = xs + hidden;            // [experts]
+  float* scores = shared;                 // [experts]
   float* choice = scores + experts;       // [experts]
   float* group_scores = choice + experts; // [n_group]
   bool* taken = reinterpret_cast<bool*>(group_scores + n_group);  // [max(experts, n_group)]
   const int t = blockIdx.x;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-  for (int i = threadIdx.x; i < hidden; i += blockDim.x) xs[i] = to_f(x[static_cast<int64_t>(t) * hidden + i]);
-  __syncthreads();
-  for (int e = warp; e < experts; e += warps) {
-    const float* w = weight + static_cast<int64_t>(e) * hidden;
-    float partial = 0.0f;
-    for (int i = lane; i < hidden; i += 32) partial += w[i] * xs[i];
-    const float logit = warp_sum(partial);
-    if (lane == 0) {
-      scores[e] = 1.0f / (1.0f + expf(-logit));
-      choice[e] = scores[e] + bias[e];
-    }
+  const int lane = threadIdx.x & 31;
+  for (int e = lane; e < experts; e += 32) {
+    scores[e] = 1.0f / (1.0f + expf(-logits[static_cast<int64_t>(t) * experts + e]));
+    choice[e] = scores[e] + bias[e];
   }
-  __syncthreads();
-  if (warp != 0) return;
+  __syncwarp();
   const int group_size = experts / n_group;
   // Group score: the sum of the group's two best biased scores.
   for (int g = lane; g < n_group; g += 32) {
@@ -125,6 +150,8 @@ __global__ void route_kernel(const bf16* x, const float* weight, const float* bi
 }
 
 struct MoeWorkspace {
+  int32_t* active;   // [local_experts]: the local experts with rows, then unused entries
+  int32_t* num_active;  // [1]
   int32_t* counts;   // [local_experts]
   int32_t* offsets;  // [local_experts + 1]
   int32_t* cursor;   // [local_experts]
@@ -139,6 +166,10 @@ int64_t align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 MoeWorkspace carve(void* base, int64_t pairs, int64_t local_experts, int64_t hidden, int64_t inter) {
   auto* p = static_cast<char*>(base);
   MoeWorkspace w;
+  w.active = reinterpret_cast<int32_t*>(p);
+  p += align256(4 * local_experts);
+  w.num_active = reinterpret_cast<int32_t*>(p);
+  p += align256(4);
   w.counts = reinterpret_cast<int32_t*>(p);
   p += align256(4 * local_experts);
   w.offsets = reinterpret_cast<int32_t*>(p);
@@ -162,15 +193,17 @@ __global__ void count_kernel(const int32_t* ids, int64_t pairs, int expert_begin
   if (e >= expert_begin && e < expert_end) atomicAdd(&counts[e - expert_begin], 1);
 }
 
-__global__ void scan_kernel(const int32_t* counts, int32_t* offsets, int32_t* cursor, int local_experts) {
+__global__ void scan_kernel(MoeWorkspace ws, int local_experts) {
   if (threadIdx.x != 0) return;
-  int32_t running = 0;
+  int32_t running = 0, active = 0;
   for (int e = 0; e < local_experts; ++e) {
-    offsets[e] = running;
-    cursor[e] = running;
-    running += counts[e];
+    ws.offsets[e] = running;
+    ws.cursor[e] = running;
+    running += ws.counts[e];
+    if (ws.counts[e] > 0) ws.active[active++] = e;
   }
-  offsets[local_experts] = running;
+  ws.offsets[local_experts] = running;
+  *ws.num_active = active;
 }
 
 __global__ void scatter_kernel(const int32_t* ids, int64_t pairs, int expert_begin, int expert_end, int32_t* cursor,
@@ -192,29 +225,38 @@ __global__ void scatter_kernel(const int32_t* ids, int64_t pairs, int expert_beg
 template <int kRows>
 __device__ __forceinline__ void rows_dot_tokens(const bf16* const (&w)[kRows], const bf16* const* x_rows,
                                                 int num_tokens, int inner, float (&acc)[kRows][kTokensPerPass]) {
+  // kUnroll 16-byte chunks per row are loaded before any is used: enough bytes in flight per
+  // warp to stream weights near HBM speed even when only a few experts are active.
+  constexpr int kUnroll = 4;
+  constexpr int kStride = 32 * 8;  // elements per chunk across the warp
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
     for (int j = 0; j < kTokensPerPass; ++j) acc[r][j] = 0.0f;
-  for (int base = lane * 8; base < inner; base += 32 * 8) {
-    float wv[kRows][8];
+  for (int base = lane * 8; base < inner; base += kStride * kUnroll) {
+    uint4 wp[kRows][kUnroll];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const uint4 packed = *reinterpret_cast<const uint4*>(w[r] + base);
-      const bf16* v = reinterpret_cast<const bf16*>(&packed);
+    for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-      for (int q = 0; q < 8; ++q) wv[r][q] = to_f(v[q]);
-    }
+      for (int r = 0; r < kRows; ++r)
+        wp[r][u] = base + u * kStride < inner ? *reinterpret_cast<const uint4*>(w[r] + base + u * kStride)
+                                              : make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int j = 0; j < kTokensPerPass; ++j) {
       if (j >= num_tokens) break;
-      const uint4 packed = *reinterpret_cast<const uint4*>(x_rows[j] + base);
-      const bf16* v = reinterpret_cast<const bf16*>(&packed);
 #pragma unroll
-      for (int r = 0; r < kRows; ++r)
+      for (int u = 0; u < kUnroll; ++u) {
+        if (base + u * kStride >= inner) break;
+        const uint4 xp = *reinterpret_cast<const uint4*>(x_rows[j] + base + u * kStride);
+        const bf16* xv = reinterpret_cast<const bf16*>(&xp);
 #pragma unroll
-        for (int q = 0; q < 8; ++q) acc[r][j] += wv[r][q] * to_f(v[q]);
+        for (int r = 0; r < kRows; ++r) {
+          const bf16* wv = reinterpret_cast<const bf16*>(&wp[r][u]);
+#pragma unroll
+          for (int q = 0; q < 8; ++q) acc[r][j] += to_f(wv[q]) * to_f(xv[q]);
+        }
+      }
     }
   }
 #pragma unroll
@@ -223,10 +265,12 @@ __device__ __forceinline__ void rows_dot_tokens(const bf16* const (&w)[kRows], c
     for (int j = 0; j < kTokensPerPass; ++j) acc[r][j] = warp_sum(acc[r][j]);
 }
 
-// grid (local_experts, ceil(inter / (kWarpsPerBlock * kRowsPerWarp)))
+// grid (max active experts, ceil(inter / (kWarpsPerBlock * kRowsPerWarp))): block x serves the
+// x-th active expert, so a decode step launches blocks for the experts it routes to only.
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 gate_up_kernel(const bf16* x, const void* const* w13, MoeWorkspace ws, int top_k, int hidden, int inter) {
-  const int e = blockIdx.x;
+  if (static_cast<int>(blockIdx.x) >= *ws.num_active) return;
+  const int e = ws.active[blockIdx.x];
   const int begin = ws.offsets[e], end = ws.offsets[e + 1];
   if (begin == end) return;
   const bf16* weights = static_cast<const bf16*>(w13[e]);  // [2 * inter, hidden]
@@ -254,10 +298,11 @@ gate_up_kernel(const bf16* x, const void* const* w13, MoeWorkspace ws, int top_k
   }
 }
 
-// grid (local_experts, ceil(hidden / (kWarpsPerBlock * kRowsPerWarp)))
+// grid (max active experts, ceil(hidden / (kWarpsPerBlock * kRowsPerWarp)))
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 down_kernel(const void* const* w2, MoeWorkspace ws, int hidden, int inter) {
-  const int e = blockIdx.x;
+  if (static_cast<int>(blockIdx.x) >= *ws.num_active) return;
+  const int e = ws.active[blockIdx.x];
   const int begin = ws.offsets[e], end = ws.offsets[e + 1];
   if (begin == end) return;
   const bf16* weights = static_cast<const bf16*>(w2[e]);  // [hidden, inter]
@@ -294,22 +339,30 @@ __global__ void combine_kernel(const float* topk_weights, MoeWorkspace ws, bf16*
 
 }  // namespace
 
+int64_t route_workspace_bytes(int64_t tokens, int64_t experts) { return align256(4 * tokens * experts); }
+
 void launch_moe_route(const void* x, const float* weight, const float* bias, int32_t* topk_ids, float* topk_weights,
                       int64_t tokens, int64_t hidden, int64_t experts, int64_t n_group, int64_t topk_group,
-                      int64_t top_k, bool norm_topk_prob, float routed_scaling_factor, cudaStream_t stream) {
+                      int64_t top_k, bool norm_topk_prob, float routed_scaling_factor, void* workspace,
+                      cudaStream_t stream) {
   if (n_group > 64) throw std::invalid_argument("moe_route: n_group " + std::to_string(n_group) + " > 64");
+  if (hidden % 4 != 0) throw std::invalid_argument("moe_route: hidden " + std::to_string(hidden) + " is not a multiple of 4");
   if (tokens == 0) return;
-  const size_t shared = sizeof(float) * (hidden + 2 * experts + n_group) + (experts > n_group ? experts : n_group);
-  if (shared > 48 * 1024) cudaFuncSetAttribute(route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
-  route_kernel<<<tokens, kRouteThreads, shared, stream>>>(
-      static_cast<const bf16*>(x), weight, bias, topk_ids, topk_weights, static_cast<int>(hidden),
-      static_cast<int>(experts), static_cast<int>(n_group), static_cast<int>(topk_group), static_cast<int>(top_k),
-      norm_topk_prob, routed_scaling_factor);
+  float* logits = static_cast<float*>(workspace);  // [tokens, experts]
+  const dim3 grid(static_cast<unsigned>((experts + kRouteWarps - 1) / kRouteWarps),
+                  static_cast<unsigned>((tokens + kRouteTokens - 1) / kRouteTokens));
+  router_logits_kernel<<<grid, kRouteWarps * 32, 0, stream>>>(static_cast<const bf16*>(x), weight, logits,
+                                                              static_cast<int>(tokens), static_cast<int>(hidden),
+                                                              static_cast<int>(experts));
+  const size_t shared = sizeof(float) * (2 * experts + n_group) + (experts > n_group ? experts : n_group);
+  route_select_kernel<<<tokens, 32, shared, stream>>>(logits, bias, topk_ids, topk_weights, static_cast<int>(experts),
+                                                     static_cast<int>(n_group), static_cast<int>(topk_group),
+                                                     static_cast<int>(top_k), norm_topk_prob, routed_scaling_factor);
 }
 
 int64_t moe_workspace_bytes(int64_t tokens, int64_t top_k, int64_t local_experts, int64_t hidden, int64_t inter) {
   const int64_t pairs = tokens * top_k;
-  return align256(4 * local_experts) * 2 + align256(4 * (local_experts + 1)) + 2 * align256(4 * pairs) +
+  return align256(4 * local_experts) * 3 + align256(4) + align256(4 * (local_experts + 1)) + 2 * align256(4 * pairs) +
          align256(2 * pairs * inter) + align256(4 * pairs * hidden);
 }
 
@@ -327,16 +380,17 @@ void launch_moe_experts(const void* x, const int32_t* topk_ids, const float* top
   cudaMemsetAsync(ws.counts, 0, 4 * local, stream);
   count_kernel<<<blocks_for(pairs, 256), 256, 0, stream>>>(topk_ids, pairs, static_cast<int>(expert_begin),
                                                             static_cast<int>(expert_end), ws.counts);
-  scan_kernel<<<1, 32, 0, stream>>>(ws.counts, ws.offsets, ws.cursor, static_cast<int>(local));
+  scan_kernel<<<1, 32, 0, stream>>>(ws, static_cast<int>(local));
   scatter_kernel<<<blocks_for(pairs, 256), 256, 0, stream>>>(topk_ids, pairs, static_cast<int>(expert_begin),
                                                               static_cast<int>(expert_end), ws.cursor,
                                                               ws.pair_of_slot, ws.slot_of_pair);
   const int rows_per_block = kWarpsPerBlock * kRowsPerWarp;
-  const dim3 gate_grid(static_cast<unsigned>(local), static_cast<unsigned>((inter + rows_per_block - 1) / rows_per_block));
+  const int64_t max_active = std::min(local, pairs);
+  const dim3 gate_grid(static_cast<unsigned>(max_active), static_cast<unsigned>((inter + rows_per_block - 1) / rows_per_block));
   gate_up_kernel<<<gate_grid, kWarpsPerBlock * 32, 0, stream>>>(static_cast<const bf16*>(x), w13, ws,
                                                                  static_cast<int>(top_k), static_cast<int>(hidden),
                                                                  static_cast<int>(inter));
-  const dim3 down_grid(static_cast<unsigned>(local), static_cast<unsigned>((hidden + rows_per_block - 1) / rows_per_block));
+  const dim3 down_grid(static_cast<unsigned>(max_active), static_cast<unsigned>((hidden + rows_per_block - 1) / rows_per_block));
   down_kernel<<<down_grid, kWarpsPerBlock * 32, 0, stream>>>(w2, ws, static_cast<int>(hidden), static_cast<int>(inter));
   combine_kernel<<<tokens, 256, 0, stream>>>(topk_weights, ws, static_cast<bf16*>(out), static_cast<int>(top_k),
                                              static_cast<int>(hidden), accumulate);

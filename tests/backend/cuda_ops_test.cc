@@ -213,6 +213,26 @@ TEST_F(CudaOps, MlaAbsorbAttentionAndValueUp) {
   expect_close(from_gpu_bf16(*d_out, out.size()), out, "mla_v_up");
 }
 
+TEST_F(CudaOps, MlaAttentionLongContextOverManySplits) {
+  // One decoding token at position 1000 (16 context splits) and one at 3 (most splits empty).
+  const int64_t heads = 8, latent = 512, rope = 64, qk = 192, nope = 128, page_size = 64, max_pages = 16;
+  std::vector<int32_t> positions = {1000, 3}, seq_of = {0, 1};
+  std::vector<int32_t> tables(2 * max_pages);
+  for (int64_t i = 0; i < 2 * max_pages; ++i) tables[i] = static_cast<int32_t>((i * 11) % (2 * max_pages));
+  const int64_t tokens = 2;
+  auto q_lat = random(tokens * heads * latent), q = random(tokens * heads * qk);
+  auto cache = random(2 * max_pages * page_size * (latent + rope));
+  std::vector<float> att(tokens * heads * latent);
+  cpu->mla_attention({q_lat.data(), q.data(), cache.data(), tables.data(), seq_of.data(), positions.data(), att.data(),
+                      tokens, heads, latent, rope, qk, nope, page_size, max_pages, 0.05f});
+  auto d_ql = to_gpu_bf16(q_lat), d_q = to_gpu_bf16(q), d_c = to_gpu_bf16(cache), d_out = poisoned_bf16(att.size());
+  auto d_t = to_gpu_raw(tables), d_s = to_gpu_raw(seq_of), d_p = to_gpu_raw(positions);
+  gpu->mla_attention({d_ql->data(), d_q->data(), d_c->data(), static_cast<int32_t*>(d_t->data()),
+                      static_cast<int32_t*>(d_s->data()), static_cast<int32_t*>(d_p->data()), d_out->data(), tokens,
+                      heads, latent, rope, qk, nope, page_size, max_pages, 0.05f});
+  expect_close(from_gpu_bf16(*d_out, att.size()), att, "mla_attention (long context)");
+}
+
 TEST_F(CudaOps, KvWriteToPagedSlots) {
   const int64_t width = 576, tokens = 4;
   auto entries = random(tokens * width);
