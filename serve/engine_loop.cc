@@ -120,6 +120,11 @@ EngineSnapshot EngineLoop::snapshot() const {
   return snapshot_;
 }
 
+EngineSnapshot EngineLoop::current_snapshot() {
+  on_engine_thread([&] { publish_snapshot(); });
+  return snapshot();
+}
+
 void EngineLoop::publish_snapshot() {
   EngineSnapshot s;
   s.running = scheduler_.running();

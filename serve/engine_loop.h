@@ -69,7 +69,10 @@ class EngineLoop {
   bool draining() const { return draining_.load(); }
   // Empty while the engine works; the failure otherwise.
   std::string failure() const;
+  // What the engine thread last published (cheap; may lag a step behind).
   EngineSnapshot snapshot() const;
+  // The state now, taken on the engine thread between steps.
+  EngineSnapshot current_snapshot();
   std::string render_metrics() const;
 
  private:

@@ -1,0 +1,182 @@
+// The serving loop on synthetic:tiny under several plans: whatever the scheduler does
+// (continuous batching, chunked prefill, padding, preemption, prefix reuse, DP replicas,
+// PP micro-batches), every request's greedy tokens equal Engine::generate's for it, and every
+// KV page comes back.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "parallel/plan_parse.h"
+#include "serve/api_error.h"
+#include "serve/engine_loop.h"
+
+namespace moeserve::serve {
+namespace {
+
+const std::vector<std::vector<int32_t>> kPrompts = {
+    {5, 17, 42, 99, 3, 250, 7, 1, 64, 128, 33, 2, 91, 14, 15, 16, 17, 18, 19, 20},
+    {200, 4},
+    {5, 17, 42, 99, 3, 250, 7, 1, 64, 128, 33, 2, 91, 14, 15, 16, 17, 300, 301},  // shares 17 tokens with [0]
+    {300},
+    {8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18},
+    {5, 17, 42, 99, 3, 250, 7, 1, 64, 128, 33, 2, 91, 14, 15, 16, 17, 18, 19, 20},  // same as [0]
+};
+constexpr int64_t kNewTokens = 10;
+
+const std::vector<std::vector<int32_t>>& reference() {
+  static const auto tokens = [] {
+    runtime::EngineOptions o;
+    o.plan = parallel::parse_plan("single");
+    o.page_size = 8;
+    o.num_pages = 64;
+    runtime::Engine engine(open_model("synthetic:tiny"), o);
+    std::vector<runtime::GenerateRequest> requests;
+    for (const auto& p : kPrompts) {
+      runtime::GenerateRequest r;
+      r.prompt = p;
+      r.max_new_tokens = kNewTokens;
+      requests.push_back(r);
+    }
+    std::vector<std::vector<int32_t>> out;
+    for (const auto& r : engine.generate(requests, false)) out.push_back(r.tokens);
+    return out;
+  }();
+  return tokens;
+}
+
+struct Case {
+  std::string plan;
+  int64_t page_size;
+  int64_t pages;  // per replica
+  int64_t chunk;
+  bool prefix_cache;
+  int64_t max_running;
+};
+
+std::string name_of(const testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  std::string name = c.plan + "_p" + std::to_string(c.pages) + "_c" + std::to_string(c.chunk) +
+                     (c.prefix_cache ? "_radix" : "_noradix") + "_r" + std::to_string(c.max_running);
+  for (char& ch : name)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return name;
+}
+
+class ServeLoop : public ::testing::TestWithParam<Case> {};
+
+TEST_P(ServeLoop, GreedyTokensEqualGenerateAndPagesComeBack) {
+  const Case& c = GetParam();
+  const ModelSource model = open_model("synthetic:tiny");
+  runtime::EngineOptions eo;
+  eo.plan = parallel::parse_plan(c.plan);
+  eo.page_size = c.page_size;
+  eo.num_pages = c.pages;
+  runtime::Engine engine(model, eo);
+  const auto tokenizer = tokenizer::make_builtin_tokenizer(model.config.vocab_size);
+  EngineLoopOptions lo;
+  lo.scheduler.page_size = c.page_size;
+  lo.scheduler.pages_per_replica = c.pages;
+  lo.scheduler.attn_dp = eo.plan.attn_dp;
+  lo.scheduler.pp = eo.plan.pp;
+  lo.scheduler.chunked_prefill_size = c.chunk;
+  lo.scheduler.prefix_cache = c.prefix_cache;
+  lo.scheduler.max_running_requests = c.max_running;
+  EngineLoop loop(engine, *tokenizer, lo);
+
+  // Two waves, so that the second finds the first's prefixes cached.
+  for (int wave = 0; wave < 2; ++wave) {
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const auto& p : kPrompts) {
+      EngineRequest r;
+      r.prompt = p;
+      r.limits.max_tokens = kNewTokens;
+      streams.push_back(loop.submit(r));
+    }
+    for (size_t i = 0; i < streams.size(); ++i) {
+      std::vector<int32_t> tokens;
+      bool done = false;
+      while (!done) {
+        std::vector<OutputEvent> events;
+        streams[i]->wait(events, std::chrono::milliseconds(1000));
+        for (const auto& e : events) {
+          ASSERT_EQ(e.error_status, 0) << e.error;
+          tokens.insert(tokens.end(), e.token_ids.begin(), e.token_ids.end());
+          if (e.last()) {
+            done = true;
+            EXPECT_EQ(e.finish_reason, "length");
+            EXPECT_EQ(e.completion_tokens, kNewTokens);
+            EXPECT_EQ(e.prompt_tokens, static_cast<int64_t>(kPrompts[i].size()));
+          }
+        }
+      }
+      EXPECT_EQ(tokens, reference()[i]) << "wave " << wave << " request " << i;
+    }
+  }
+  const EngineSnapshot s = loop.current_snapshot();
+  EXPECT_EQ(s.kv_pages_used, 0);
+  EXPECT_EQ(s.running + s.waiting, 0);
+  if (c.pages <= 12) {
+    EXPECT_GT(s.preemptions, 0) << "the small pool should force preemption";
+  }
+  if (c.prefix_cache) {
+    EXPECT_GT(s.prefix_hit_tokens, 0);
+  } else {
+    EXPECT_EQ(s.kv_pages_free, s.kv_pages_total);
+  }
+  loop.flush_prefix_cache();
+  const EngineSnapshot flushed = loop.current_snapshot();
+  EXPECT_EQ(flushed.kv_pages_free, flushed.kv_pages_total);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Plans, ServeLoop,
+    ::testing::Values(Case{"single", 8, 64, 512, true, 64},    // one batch, prefix reuse
+                      Case{"single", 4, 64, 3, true, 64},      // chunked prefill
+                      Case{"single", 4, 12, 512, false, 64},   // few pages: preemption, recompute
+                      Case{"single", 4, 12, 5, true, 2},       // everything at once
+                      Case{"tp2", 8, 64, 7, true, 64},
+                      Case{"ep2", 8, 64, 7, true, 64},
+                      Case{"pp2", 8, 64, 7, true, 64},
+                      Case{"ep2-dp", 4, 16, 6, true, 64},      // DP replicas with their own pools
+                      Case{"tp2pp2", 4, 64, 5, false, 3}),
+    name_of);
+
+TEST(ServeLoopLimits, QueueFullIsA429AndCancelFreesPages) {
+  const ModelSource model = open_model("synthetic:tiny");
+  runtime::EngineOptions eo;
+  eo.plan = parallel::parse_plan("single");
+  eo.page_size = 4;
+  eo.num_pages = 64;
+  runtime::Engine engine(model, eo);
+  const auto tokenizer = tokenizer::make_builtin_tokenizer(model.config.vocab_size);
+  EngineLoopOptions lo;
+  lo.scheduler.page_size = 4;
+  lo.scheduler.pages_per_replica = 64;
+  lo.scheduler.max_running_requests = 1;
+  lo.max_queued_requests = 1;
+  EngineLoop loop(engine, *tokenizer, lo);
+  EngineRequest long_request;
+  long_request.prompt = {1, 2, 3};
+  long_request.limits.max_tokens = 200;
+  auto a = loop.submit(long_request);
+  auto b = loop.submit(long_request);
+  try {
+    loop.submit(long_request);
+    FAIL() << "expected a 429";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 429);
+  }
+  loop.cancel(a->id());
+  loop.cancel(b->id());
+  EXPECT_TRUE(loop.drain(std::chrono::milliseconds(10000)));
+  EXPECT_EQ(loop.current_snapshot().kv_pages_used, 0);
+  try {
+    loop.submit(long_request);
+    FAIL() << "expected a 503 while draining";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 503);
+  }
+}
+
+}  // namespace
+}  // namespace moeserve::serve

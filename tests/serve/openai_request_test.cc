@@ -1,0 +1,145 @@
+#include <gtest/gtest.h>
+
+#include "serve/api_error.h"
+#include "serve/openai_request.h"
+#include "tokenizer/chat_template.h"
+
+namespace moeserve::serve {
+namespace {
+
+const ServedModel& model() {
+  static const auto tok = tokenizer::make_builtin_tokenizer(512);
+  static const ServedModel m = [] {
+    ServedModel m;
+    m.name = "synthetic:tiny";
+    m.vocab_size = 512;
+    m.context_length = 256;
+    m.max_request_tokens = 200;
+    m.eos_id = 257;
+    m.chat_template = tokenizer::chat_template_name_for(*tok);
+    m.tokenizer = tok.get();
+    return m;
+  }();
+  return m;
+}
+
+// The ApiError a body gives.
+ApiError error_of(const std::string& body, bool chat = false) {
+  try {
+    parse_completion_request(body, chat, model());
+  } catch (const ApiError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "accepted: " << body;
+  return ApiError(0, "");
+}
+
+TEST(OpenAiRequest, CompletionWithTextAndIds) {
+  auto r = parse_completion_request(
+      R"({"model":"synthetic:tiny","prompt":"hi","max_tokens":5,"temperature":0,"stop":["x","y"],"seed":3,
+          "stop_token_ids":[300],"logprobs":2,"stream":true,"stream_options":{"include_usage":true}})",
+      false, model());
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0], (std::vector<int32_t>{'h', 'i'}));
+  EXPECT_EQ(r.params.max_tokens, 5);
+  EXPECT_EQ(r.params.sampling.temperature, 0.0f);
+  EXPECT_EQ(r.params.sampling.seed, 3u);
+  EXPECT_EQ(r.params.stop, (std::vector<std::string>{"x", "y"}));
+  EXPECT_EQ(r.params.stop_token_ids, (std::vector<int32_t>{300, 257}));  // EOS added
+  EXPECT_EQ(r.params.top_logprobs, 2);
+  EXPECT_TRUE(r.params.stream && r.params.include_usage);
+
+  r = parse_completion_request(R"({"model":"synthetic:tiny","prompt":[[1,2],[3]],"ignore_eos":true})", false, model());
+  EXPECT_EQ(r.prompts, (std::vector<std::vector<int32_t>>{{1, 2}, {3}}));
+  EXPECT_TRUE(r.params.stop_token_ids.empty());
+  EXPECT_EQ(r.params.max_tokens, 16);  // OpenAI's default for completions
+}
+
+TEST(OpenAiRequest, ChatRendersTheTemplate) {
+  auto r = parse_completion_request(
+      R"({"model":"synthetic:tiny","messages":[{"role":"user","content":"hey"}],"logprobs":true,"top_logprobs":3})",
+      true, model());
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_NE(r.prompt_texts[0].find("hey"), std::string::npos);
+  EXPECT_EQ(r.params.top_logprobs, 3);
+  EXPECT_EQ(r.params.max_tokens, 200 - static_cast<int64_t>(r.prompts[0].size()));  // up to the KV limit
+}
+
+struct BadCase {
+  const char* body;
+  bool chat;
+  int status;
+  const char* param;
+};
+
+TEST(OpenAiRequest, BadInputNamesTheParameter) {
+  const BadCase cases[] = {
+      {R"({"model":"synthetic:tiny","prompt":"a",)", false, 400, ""},
+      {R"([1,2])", false, 400, ""},
+      {R"({"prompt":"a"})", false, 400, "model"},
+      {R"({"model":"gpt-4","prompt":"a"})", false, 404, "model"},
+      {R"({"model":"synthetic:tiny"})", false, 400, "prompt"},
+      {R"({"model":"synthetic:tiny","prompt":""})", false, 400, "prompt"},
+      {R"({"model":"synthetic:tiny","prompt":[]})", false, 400, "prompt"},
+      {R"({"model":"synthetic:tiny","prompt":[1,"a"]})", false, 400, "prompt"},
+      {R"({"model":"synthetic:tiny","prompt":[1,512]})", false, 400, "prompt"},
+      {R"({"model":"synthetic:tiny","prompt":{"a":1}})", false, 400, "prompt"},
+      {R"({"model":"synthetic:tiny","prompt":"a","max_tokens":"5"})", false, 400, "max_tokens"},
+      {R"({"model":"synthetic:tiny","prompt":"a","max_tokens":0})", false, 400, "max_tokens"},
+      {R"({"model":"synthetic:tiny","prompt":"a","max_tokens":2.5})", false, 400, "max_tokens"},
+      {R"({"model":"synthetic:tiny","prompt":"a","max_tokens":300})", false, 400, "max_tokens"},
+      {R"({"model":"synthetic:tiny","prompt":"a","temperature":3})", false, 400, "temperature"},
+      {R"({"model":"synthetic:tiny","prompt":"a","temperature":"hot"})", false, 400, "temperature"},
+      {R"({"model":"synthetic:tiny","prompt":"a","top_p":0})", false, 400, "top_p"},
+      {R"({"model":"synthetic:tiny","prompt":"a","top_k":-2})", false, 400, "top_k"},
+      {R"({"model":"synthetic:tiny","prompt":"a","min_p":1.5})", false, 400, "min_p"},
+      {R"({"model":"synthetic:tiny","prompt":"a","seed":"x"})", false, 400, "seed"},
+      {R"({"model":"synthetic:tiny","prompt":"a","n":0})", false, 400, "n"},
+      {R"({"model":"synthetic:tiny","prompt":"a","stop":[""]})", false, 400, "stop"},
+      {R"({"model":"synthetic:tiny","prompt":"a","stop":7})", false, 400, "stop"},
+      {R"({"model":"synthetic:tiny","prompt":"a","stop_token_ids":[-1]})", false, 400, "stop_token_ids"},
+      {R"({"model":"synthetic:tiny","prompt":"a","logprobs":21})", false, 400, "logprobs"},
+      {R"({"model":"synthetic:tiny","prompt":"a","stream":"yes"})", false, 400, "stream"},
+      {R"({"model":"synthetic:tiny","prompt":"a","stream_options":{"include_usage":true}})", false, 400,
+       "stream_options"},
+      {R"({"model":"synthetic:tiny","prompt":"a","frequency_penalty":0.5})", false, 400, "frequency_penalty"},
+      {R"({"model":"synthetic:tiny","prompt":"a","logit_bias":{"1":5}})", false, 400, "logit_bias"},
+      {R"({"model":"synthetic:tiny","messages":[]})", true, 400, "messages"},
+      {R"({"model":"synthetic:tiny"})", true, 400, "messages"},
+      {R"({"model":"synthetic:tiny","messages":"hi"})", true, 400, "messages"},
+      {R"({"model":"synthetic:tiny","messages":[{"content":"hi"}]})", true, 400, "messages"},
+      {R"({"model":"synthetic:tiny","messages":[{"role":"wizard","content":"hi"}]})", true, 400, "messages"},
+      {R"({"model":"synthetic:tiny","messages":[{"role":"user","content":5}]})", true, 400, "messages"},
+      {R"({"model":"synthetic:tiny","messages":[{"role":"user","content":"a"}],"top_logprobs":2})", true, 400,
+       "top_logprobs"},
+      {R"({"model":"synthetic:tiny","messages":[{"role":"user","content":"a"}],"logprobs":1})", true, 400,
+       "logprobs"},
+  };
+  for (const BadCase& c : cases) {
+    const ApiError e = error_of(c.body, c.chat);
+    EXPECT_EQ(e.status(), c.status) << c.body << ": " << e.what();
+    EXPECT_EQ(e.param(), c.param) << c.body << ": " << e.what();
+    const auto json = nlohmann::json::parse(e.json());
+    EXPECT_TRUE(json["error"]["message"].is_string());
+    EXPECT_TRUE(json["error"]["type"].is_string());
+  }
+}
+
+TEST(OpenAiRequest, PromptLongerThanTheContextOrTheKvCacheIsNamed) {
+  std::string ids = "[";
+  for (int i = 0; i < 256; ++i) ids += (i ? ",1" : "1");
+  ids += "]";
+  const ApiError e = error_of(R"({"model":"synthetic:tiny","prompt":)" + ids + "}");
+  EXPECT_EQ(e.status(), 400);
+  EXPECT_EQ(e.code(), "context_length_exceeded");
+  EXPECT_NE(std::string(e.what()).find("maximum context length is 256"), std::string::npos) << e.what();
+  std::string kv_ids = "[";
+  for (int i = 0; i < 201; ++i) kv_ids += (i ? ",1" : "1");
+  kv_ids += "]";
+  const ApiError kv = error_of(R"({"model":"synthetic:tiny","prompt":)" + kv_ids + "}");
+  EXPECT_EQ(kv.param(), "prompt");
+  EXPECT_NE(std::string(kv.what()).find("at most 200 tokens in the KV cache"), std::string::npos) << kv.what();
+}
+
+}  // namespace
+}  // namespace moeserve::serve
