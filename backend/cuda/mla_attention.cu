@@ -6,8 +6,9 @@
 // others). A split covers a contiguous range of the token's context; its warp scores one
 // cache row at a time, keeps an online
 // softmax (running max m, denominator l) and the unnormalised output, and writes (m, l, acc)
-// for the split. Each lane owns latent elements lane, lane + 32, ... and rope elements likewise.
-// (Scoring several rows per iteration was tried and was slower: register pressure.)
+// for the split. Each lane owns latent elements lane, lane + 32, ... and rope elements likewise
+// (zero beyond latent / rope, so padded lanes add nothing). Scoring several rows per
+// iteration was tried and was slower (register pressure); prefetching the next row is not.
 // Kernel 2, grid (tokens, heads): merges the splits: out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
@@ -25,9 +26,9 @@ constexpr int kMaxLatent = 512;
 constexpr int kMaxRope = 128;
 constexpr int kLatentPerLane = kMaxLatent / 32;
 constexpr int kRopePerLane = kMaxRope / 32;
-constexpr int kMinSplitLength = 64;
+constexpr int kMinSplitLength = 16;
 constexpr int kMaxSplits = 16;
-constexpr int kTargetBlocks = 256;
+constexpr int kTargetBlocks = 2048;
 
 // Splits of the context for a launch: enough blocks to fill the GPU, none shorter than
 // kMinSplitLength positions.
@@ -80,30 +81,42 @@ mla_split_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache, co
   }
   const int32_t* table = block_tables + static_cast<int64_t>(seq_of_token[t]) * max_pages_per_seq;
   float running_max = -INFINITY, denom = 0.0f;
-  for (int pos = begin; pos < end; ++pos) {
+  // Software pipeline: the next row's values are loaded while the current row is scored, so
+  // a warp always has a row's loads in flight.
+  float cur_lat[kLatentPerLane], cur_rope[kRopePerLane], nxt_lat[kLatentPerLane], nxt_rope[kRopePerLane];
+  auto load_row = [&](int pos, float (&lat)[kLatentPerLane], float (&rp)[kRopePerLane]) {
     const bf16* entry = cache + (static_cast<int64_t>(table[pos / page_size]) * page_size + pos % page_size) * width;
-    float partial = 0.0f;
 #pragma unroll
     for (int j = 0; j < kLatentPerLane; ++j) {
       const int i = lane + 32 * j;
-      if (i < latent) partial += q_lat[j] * to_f(entry[i]);
+      lat[j] = i < latent ? to_f(entry[i]) : 0.0f;
     }
 #pragma unroll
     for (int j = 0; j < kRopePerLane; ++j) {
       const int i = lane + 32 * j;
-      if (i < rope) partial += q_r[j] * to_f(entry[latent + i]);
+      rp[j] = i < rope ? to_f(entry[latent + i]) : 0.0f;
     }
+  };
+  if (begin < end) load_row(begin, cur_lat, cur_rope);
+  for (int pos = begin; pos < end; ++pos) {
+    if (pos + 1 < end) load_row(pos + 1, nxt_lat, nxt_rope);
+    float partial = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kLatentPerLane; ++j) partial += q_lat[j] * cur_lat[j];
+#pragma unroll
+    for (int j = 0; j < kRopePerLane; ++j) partial += q_r[j] * cur_rope[j];
     const float score = warp_sum(partial);
     const float new_max = fmaxf(running_max, score);
     const float correction = __expf(running_max - new_max);
     const float p = __expf(score - new_max);
     denom = denom * correction + p;
 #pragma unroll
-    for (int j = 0; j < kLatentPerLane; ++j) {
-      const int i = lane + 32 * j;
-      if (i < latent) acc[j] = acc[j] * correction + p * to_f(entry[i]);
-    }
+    for (int j = 0; j < kLatentPerLane; ++j) acc[j] = acc[j] * correction + p * cur_lat[j];
     running_max = new_max;
+#pragma unroll
+    for (int j = 0; j < kLatentPerLane; ++j) cur_lat[j] = nxt_lat[j];
+#pragma unroll
+    for (int j = 0; j < kRopePerLane; ++j) cur_rope[j] = nxt_rope[j];
   }
   const int64_t slot = (static_cast<int64_t>(t) * heads + h) * splits + split;
   if (lane == 0) {

@@ -64,14 +64,26 @@ router_logits_kernel(const bf16* x, const float* weight, float* logits, int toke
   float acc[kRouteTokens];
 #pragma unroll
   for (int j = 0; j < kRouteTokens; ++j) acc[j] = 0.0f;
-  // Four consecutive weights per lane per step (16-byte loads; hidden % 4 == 0 is checked).
-  for (int i = lane * 4; i < hidden; i += 32 * 4) {
-    const float4 wv = *reinterpret_cast<const float4*>(w + i);
+  // Four consecutive weights per lane per load (16 bytes; hidden % 4 == 0 is checked), four
+  // loads in flight per lane before they are used.
+  constexpr int kUnroll = 4;
+  for (int base = lane * 4; base < hidden; base += 32 * 4 * kUnroll) {
+    float4 wv[kUnroll];
 #pragma unroll
-    for (int j = 0; j < kRouteTokens; ++j) {
-      if (j >= count) break;
-      const bf16* xr = x + static_cast<int64_t>(t0 + j) * hidden + i;
-      acc[j] += wv.x * to_f(xr[0]) + wv.y * to_f(xr[1]) + wv.z * to_f(xr[2]) + wv.w * to_f(xr[3]);
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * 32 * 4;
+      wv[u] = i < hidden ? *reinterpret_cast<const float4*>(w + i) : make_float4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * 32 * 4;
+      if (i >= hidden) break;
+#pragma unroll
+      for (int j = 0; j < kRouteTokens; ++j) {
+        if (j >= count) break;
+        const bf16* xr = x + static_cast<int64_t>(t0 + j) * hidden + i;
+        acc[j] += wv[u].x * to_f(xr[0]) + wv[u].y * to_f(xr[1]) + wv[u].z * to_f(xr[2]) + wv[u].w * to_f(xr[3]);
+      }
     }
   }
 #pragma unroll
