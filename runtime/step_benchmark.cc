@@ -94,11 +94,10 @@ double time_alone(Engine& engine, const std::string& role, comm::Collective coll
           c->all_to_all_v(a->data(), counts, b->data(), counts, DType::U8);
           break;
         }
-        case comm::Collective::Send:
-          if (stage + 1 < size) c->send(a->data(), bytes, DType::U8, stage + 1);
-          break;
+        case comm::Collective::Send:  // a pipeline hop: every stage sends on and receives, paired
         case comm::Collective::Recv:
-          if (stage > 0) c->recv(a->data(), bytes, DType::U8, stage - 1);
+          if (stage + 1 < size) c->send(a->data(), bytes, DType::U8, stage + 1);
+          if (stage > 0) c->recv(b->data(), bytes, DType::U8, stage - 1);
           break;
         default: break;
       }

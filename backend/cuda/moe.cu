@@ -246,7 +246,18 @@ __device__ __forceinline__ void rows_dot_tokens(const bf16* const (&w)[kRows], c
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
     for (int j = 0; j < kTokensPerPass; ++j) acc[r][j] = 0.0f;
-  for (int base = lane * 8; base < inner; base += kStride * kUnroll) {
+  if (inner % 8 != 0) {
+    // Rows not 16-byte aligned (a small MoE-TP slice): element by element.
+    for (int i = lane; i < inner; i += 32)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const float wv = to_f(w[r][i]);
+#pragma unroll
+        for (int j = 0; j < kTokensPerPass; ++j)
+          if (j < num_tokens) acc[r][j] += wv * to_f(x_rows[j][i]);
+      }
+  }
+  for (int base = lane * 8; inner % 8 == 0 && base < inner; base += kStride * kUnroll) {
     uint4 wp[kRows][kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
@@ -382,9 +393,6 @@ void launch_moe_experts(const void* x, const int32_t* topk_ids, const float* top
                         const void* const* w2, void* out, int64_t tokens, int64_t top_k, int64_t hidden,
                         int64_t inter, int64_t expert_begin, int64_t expert_end, bool accumulate, void* workspace,
                         cudaStream_t stream) {
-  if (hidden % 8 != 0 || inter % 8 != 0)
-    throw std::invalid_argument("moe_experts: hidden (" + std::to_string(hidden) + ") and expert intermediate (" +
-                                std::to_string(inter) + ") must be multiples of 8");
   if (tokens == 0) return;
   const int64_t pairs = tokens * top_k;
   const int64_t local = expert_end - expert_begin;

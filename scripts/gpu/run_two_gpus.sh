@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Issue 5 on two H200s: plans equal one GPU (greedy), and bench-step for tp2, ep2, ep2-dp and
+# pp2 on a 6-layer K2.6-shaped model with communication time beside NCCL alone. Logs in $OUT.
+set -u
+export NCCL_NVLS_ENABLE=0
+BIN=${MOESERVE_BIN:-carry/moeserve}
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+nvidia-smi topo -m > "$OUT/topo.txt" 2>&1; head -5 "$OUT/topo.txt"
+timeout 240 python3 scripts/gpu/plans_equal_single_gpu.py --moeserve "$BIN" --out "$OUT/plans_2gpu.json" 2>&1 | tail -9
+for plan in tp2 ep2 ep2-dp pp2; do
+  timeout 150 "$BIN" bench-step --model synthetic:kimi-k2.6 --layers 6 --plan $plan --batch 1,64 --context 1024 \
+    --iterations 10 --json "$OUT/bench2_${plan}.json" > "$OUT/bench2_${plan}.txt" 2>&1
+  echo "rc=$? $plan"; cat "$OUT/bench2_${plan}.txt" | cut -c1-160
+done
