@@ -2,6 +2,7 @@
 // the continuous-batching scheduler (sched/) and the paged, prefix-shared KV cache (kv/).
 // Binds to loopback unless --host says otherwise; SIGTERM or SIGINT drains: no new requests,
 // the ones in flight finish (up to --drain-timeout), then the process exits 0.
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <pthread.h>
@@ -35,6 +36,7 @@ struct ServeArgs {
   int64_t chunked_prefill_size = 512;
   int64_t max_queued_requests = 1024;
   bool disable_radix_cache = false;
+  bool skip_warmup = false;
   int64_t pp_max_micro_batch_size = 0;
   int64_t pp_async_batch_depth = 0;
   int64_t max_body_bytes = 8 << 20;
@@ -86,7 +88,13 @@ void run_serve(const ServeArgs& args) {
   so.chunked_prefill_size = args.chunked_prefill_size;
   so.prefix_cache = !args.disable_radix_cache;
   loop_options.max_queued_requests = args.max_queued_requests;
+  loop_options.warmup = !args.skip_warmup;
+  const auto warmup_start = std::chrono::steady_clock::now();
   serve::EngineLoop loop(engine, *tok, loop_options);
+  if (!args.skip_warmup)
+    std::printf("moeserve: warmed up step sizes 1..%lld in %.2f s\n",
+                static_cast<long long>(args.chunked_prefill_size + args.plan.max_running_requests),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - warmup_start).count());
 
   serve::ServedModel served;
   served.name = args.served_model_name.empty() ? args.model : args.served_model_name;
@@ -96,6 +104,7 @@ void run_serve(const ServeArgs& args) {
                                    : model.config.max_position_embeddings;
   served.max_request_tokens = (args.kv_pages - 1) * args.page_size;
   if (model.config.eos_token_id >= 0) served.eos_id = static_cast<int32_t>(model.config.eos_token_id);
+  served.end_of_turn_id = tok->added_token_id("<|im_end|>");
   try {
     served.chat_template = tokenizer::chat_template_name_for(*tok, args.chat_template);
   } catch (const Error& e) {
@@ -162,6 +171,8 @@ void add_serve_command(CLI::App& app) {
                   "Requests waiting beyond --max-running-requests; more are refused with 429")
       ->capture_default_str();
   cmd->add_flag("--disable-radix-cache", args->disable_radix_cache, "Do not share KV pages of common prefixes");
+  cmd->add_flag("--skip-warmup", args->skip_warmup,
+                "Do not run every padded step size once at start-up (workspaces then grow while serving)");
   cmd->add_option("--pp-max-micro-batch-size", args->pp_max_micro_batch_size,
                   "Sequences per pipeline micro-batch (0: scheduled sequences / pp)")
       ->capture_default_str();

@@ -233,6 +233,26 @@ ScheduledStep Scheduler::build(const std::vector<Pick>& picks) const {
   return step;
 }
 
+std::vector<runtime::StepPlan> Scheduler::warmup_steps() const {
+  std::vector<runtime::StepPlan> steps;
+  int64_t last = 0;
+  for (int64_t t = 1; t <= max_step_tokens(); ++t) {
+    const int64_t tokens = options_.pad_batches ? runtime::padded_token_count(t) : t;
+    if (tokens == last) continue;
+    last = tokens;
+    runtime::MicroBatch mb;
+    mb.replicas.resize(static_cast<size_t>(options_.attn_dp));
+    for (int d = 0; d < options_.attn_dp; ++d) {
+      mb.replicas[d].batch.max_pages_per_seq = 1;
+      runtime::pad_batch(mb.replicas[d], tokens, scratch_page_[d], options_.page_size);
+    }
+    runtime::StepPlan plan;
+    plan.micro_batches.push_back(std::move(mb));
+    steps.push_back(std::move(plan));
+  }
+  return steps;
+}
+
 void Scheduler::commit(const ScheduledStep& step, std::span<const int32_t> sampled) {
   size_t next = 0;
   for (const ScheduledChunk& chunk : step.chunks) {

@@ -97,6 +97,13 @@ class Scheduler {
   // Generated tokens of a request (committed so far).
   int64_t generated_tokens(RequestId id) const;
 
+  // The largest step one replica can run: a prefill budget plus a decode token per request.
+  int64_t max_step_tokens() const { return options_.chunked_prefill_size + options_.max_running_requests; }
+  // Steps of padding only (on the scratch pages), one per padded token count up to
+  // max_step_tokens(): running them once at start-up sizes every per-shape workspace (and
+  // on GPUs captures every graph), so that memory does not grow while serving.
+  std::vector<runtime::StepPlan> warmup_steps() const;
+
   int num_replicas() const { return static_cast<int>(kv_.size()); }
   const kv::KvCache& kv(int replica) const { return kv_.at(replica); }
   kv::KvCache& kv(int replica) { return kv_.at(replica); }

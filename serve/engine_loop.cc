@@ -35,6 +35,8 @@ EngineLoop::EngineLoop(runtime::Engine& engine, const tokenizer::Tokenizer& toke
       queue_time_(latency_buckets_seconds()),
       step_time_(latency_buckets_seconds()) {
   MS_CHECK(options_.max_queued_requests >= 0, "--max-queued-requests must be >= 0");
+  if (options_.warmup)
+    for (const runtime::StepPlan& plan : scheduler_.warmup_steps()) engine_.execute(plan);
   publish_snapshot();
   thread_ = std::thread([this] { run(); });
 }

@@ -37,6 +37,8 @@ struct EngineRequest {
 struct EngineLoopOptions {
   sched::SchedulerOptions scheduler;
   int64_t max_queued_requests = 1024;  // beyond max_running_requests; more is 429
+  // Run every padded step size once before serving (Scheduler::warmup_steps).
+  bool warmup = true;
 };
 
 // What the engine thread last published (for /metrics and tests).
@@ -49,6 +51,7 @@ struct EngineSnapshot {
 
 class EngineLoop {
  public:
+  // Warms up (options.warmup) on the calling thread, then starts the engine thread.
   EngineLoop(runtime::Engine& engine, const tokenizer::Tokenizer& tokenizer, EngineLoopOptions options);
   ~EngineLoop();
 

@@ -251,6 +251,7 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat, c
   const bool ignore_eos = f.boolean("ignore_eos").value_or(false);
   parse_stop(f, model, p);
   if (!ignore_eos && model.eos_id) p.stop_token_ids.push_back(*model.eos_id);
+  if (!ignore_eos && chat && model.end_of_turn_id) p.stop_token_ids.push_back(*model.end_of_turn_id);
 
   std::optional<int64_t> max_tokens;
   if (chat) {

@@ -23,6 +23,7 @@ struct ServedModel {
   int64_t context_length = 0;     // prompt + generated tokens
   int64_t max_request_tokens = 0; // what one request can hold in a KV cache replica
   std::optional<int32_t> eos_id;
+  std::optional<int32_t> end_of_turn_id;  // "<|im_end|>": chat completions also stop there
   std::string chat_template;      // the template name ("" if the tokenizer has none)
   const tokenizer::Tokenizer* tokenizer = nullptr;
 };

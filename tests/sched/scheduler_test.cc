@@ -257,6 +257,28 @@ TEST(Scheduler, BatchesArePaddedOnTheScratchPage) {
   EXPECT_EQ(batch.logit_rows, (std::vector<int32_t>{8}));
 }
 
+TEST(Scheduler, WarmupCoversEveryPaddedStepSizeOnTheScratchPages) {
+  SchedulerOptions o = small_options();
+  o.pad_batches = true;
+  o.attn_dp = 2;
+  o.chunked_prefill_size = 20;
+  o.max_running_requests = 4;  // steps of up to 24 tokens per replica
+  Scheduler s(o);
+  std::vector<int64_t> sizes;
+  for (const auto& plan : s.warmup_steps()) {
+    ASSERT_EQ(plan.micro_batches.size(), 1u);
+    const auto& replicas = plan.micro_batches[0].replicas;
+    ASSERT_EQ(replicas.size(), 2u);
+    for (const auto& rb : replicas) {
+      EXPECT_EQ(rb.batch.num_tokens(), replicas[0].batch.num_tokens());
+      for (int32_t slot : rb.batch.slots) EXPECT_EQ(slot, (o.pages_per_replica - 1) * o.page_size);
+      EXPECT_TRUE(rb.sequences.empty());
+    }
+    sizes.push_back(replicas[0].batch.num_tokens());
+  }
+  EXPECT_EQ(sizes, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24}));
+}
+
 // Random arrivals, lengths, aborts and a small pool: every planned token sits in a page its
 // sequence holds, positions follow the cached prefix, and all pages come back at the end.
 TEST(Scheduler, RandomWorkloadKeepsEveryInvariant) {
