@@ -2,9 +2,44 @@
 
 Each named config exercises one feature of the architecture. `build_checkpoint` saves a
 model with well-scaled random weights (std 1/sqrt(fan_in), non-zero router bias) so that
-logits are O(1) and greedy decoding is not dominated by ties, then rewrites the saved
+logits are O(10) and greedy decoding is not dominated by ties, then rewrites the saved
 directory into the published layouts where needed (kimi_k2 model_type, K2.5-style nested
 config with `language_model.` tensor prefix, published-style `rope_scaling`).
+
+bf16 conditioning. The same checkpoints are compared in bf16 on the GPU against an fp32
+reference, so they are built so that bf16 rounding does not flip a routing choice or an
+argmax on the prompts of scripts/gpu/parity_vs_transformers.py and their 32-token greedy
+continuations (tests/python/bf16_conditioning.py measures this). What was done, and why:
+  1. Every saved tensor (parameters and e_score_correction_bias) is exactly representable in
+     bf16 (rounded to bf16, stored as fp32), so the fp32 reference and a bf16 runtime use
+     identical weights; only activation rounding differs.
+  2. The routed experts' down_proj is scaled by ROUTED_SCALE (0.3). The routed output is
+     multiplied by routed_scaling_factor (2.5-2.8), so with 1/sqrt(fan_in) experts it
+     dominated the residual stream and a routing near-tie flipped by bf16 noise moved the
+     hidden state by ~60%. Scaled down, the routed branch is O(1) like the others, a flip
+     costs less (bf16 logit error 2-3x smaller, argmax flips ~1.5x fewer, measured on random
+     prompts), and a wrong expert or weight still moves fp32 logits by far more than the 1e-4
+     parity tolerance.
+  3. lm_head rows have log-normal norms (LM_HEAD_ROW_SIGMA = 1, RMS-normalised), so the
+     next-token distribution is peaked: a minority of "loud" tokens compete and the top-2
+     gap is typically several times larger than for i.i.d. Gaussian logits, where bf16's
+     rounding of the logits alone flips ~1% of argmaxes. Logits stay O(10) (max ~10-30).
+  Not done, because it cannot help: scaling router weights or lm_head up. bf16 noise is
+  relative, so margins and noise grow together (measured: no change); the router already
+  runs in fp32 on the bf16 hidden state. Shrinking all residual branches (or growing the
+  embeddings) does cut flips, but only by making each prediction depend on the current token
+  alone (context sensitivity 95% -> 30%), which would weaken the KV-cache/decode checks.
+  4. Even so, bf16 activation noise (~1-3% relative after a few layers) leaves a ~1-3% chance
+     per decision of a flip (a routing flip, even with 2., moves a token's hidden state a lot),
+     and the GPU check needs 129 decisions per config (33 prompt positions, 96 greedy steps)
+     to agree. So each config has a fixed seed (SEEDS): the smallest one for which transformers
+     bf16 agrees with fp32 on every one of those decisions with both eager and SDPA attention
+     (two different bf16 roundings) and every decision's fp32 top-2 gap is at least
+     bf16_conditioning.MIN_MARGIN (0.2) times the largest bf16 logit error at that position --
+     margin against a third rounding (the GPU's, moeserve's). Found with
+     `python3 tests/python/bf16_conditioning.py --search` (a few minutes on one core); it picks
+     the random draw only, not the architecture, scales or layouts, and the fp32 suites do not
+     depend on it. Changing anything above invalidates SEEDS: rerun the search.
 """
 import json
 import math
@@ -37,6 +72,19 @@ CONFIGS = {
 }
 
 
+# Per-config seed of the random draw: the smallest bf16-conditioned one (see module docstring).
+SEEDS = {
+    "no_q_lora_dense1": 0,
+    "q_lora_grouped_dense0": 201,
+    "dense3_yarn": 28,
+    "kimi_k2_shared2": 16,
+    "kimi_k25_nested": 61,
+    "yarn_mscale_no_interleave": 70,
+}
+ROUTED_SCALE = 0.3
+LM_HEAD_ROW_SIGMA = 1.0
+
+
 def _reinit(model, seed):
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -46,27 +94,39 @@ def _reinit(model, seed):
             elif p.dim() >= 2:
                 fan_in = p.shape[-1]
                 p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(fan_in))
+                if name.endswith("mlp.experts.down_proj"):
+                    p.mul_(ROUTED_SCALE)
             else:
                 p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+        rows = torch.exp(LM_HEAD_ROW_SIGMA * torch.randn(model.lm_head.weight.shape[0], 1, generator=gen))
+        model.lm_head.weight.mul_(rows / rows.pow(2).mean().sqrt())
         for name, b in model.named_buffers():
             if name.endswith("e_score_correction_bias"):
                 b.copy_(0.05 * torch.randn(b.shape, generator=gen))
+        # bf16-exact: the fp32 reference and a bf16 runtime see identical weights.
+        for name, p in model.named_parameters():
+            p.copy_(p.to(torch.bfloat16).float())
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(b.to(torch.bfloat16).float())
 
 
-def make_model(name, seed=0):
+def make_model(name, seed=None):
+    """The fp32 transformers model of config `name`; `seed` defaults to SEEDS[name]."""
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
     overrides, _ = CONFIGS[name]
     kwargs = dict(BASE)
     kwargs.update(overrides)
     config = DeepseekV3Config(**kwargs)
     config._attn_implementation = "eager"
+    seed = SEEDS[name] if seed is None else seed
     torch.manual_seed(seed)
     model = DeepseekV3ForCausalLM(config).float().eval()
     _reinit(model, seed)
     return model
 
 
-def build_checkpoint(name, directory, seed=0):
+def build_checkpoint(name, directory, seed=None):
     """Saves checkpoint `name` to `directory`; returns the transformers model."""
     directory = pathlib.Path(directory)
     model = make_model(name, seed)
