@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 with_tests=0
 [[ "${1:-}" == "--test" ]] && with_tests=1
 
-packages=(cmake g++ make pkg-config libcli11-dev nlohmann-json3-dev libpcre2-dev libfmt-dev)
+packages=(cmake g++ make pkg-config curl libcli11-dev nlohmann-json3-dev libpcre2-dev libfmt-dev)
 (( with_tests )) && packages+=(libgtest-dev)
 missing=()
 for p in "${packages[@]}"; do
