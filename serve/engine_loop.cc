@@ -197,8 +197,16 @@ void EngineLoop::run() {
       }
     }
     for (auto& [id, active] : incoming) {
-      scheduler_.add(id, active->request.prompt);
       active_.emplace(id, std::move(active));
+      try {
+        scheduler_.add(id, active_.at(id)->request.prompt);
+      } catch (const std::exception& e) {  // the HTTP side checks sizes first; never take the loop down
+        OutputEvent event;
+        event.error_status = 400;
+        event.error = e.what();
+        ++failed_;
+        finish(id, std::move(event));
+      }
     }
     if (stop_) break;
     for (auto& control : controls) control();
@@ -219,7 +227,15 @@ void EngineLoop::run() {
       fail_all(500, "the engine failed: " + failure());
       continue;
     }
-    if (!scheduler_.idle()) step();
+    try {
+      if (!scheduler_.idle()) step();
+    } catch (const std::exception& e) {  // a bookkeeping bug: stop serving rather than serve wrong tokens
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        failure_ = e.what();
+      }
+      fail_all(500, std::string("the engine loop failed: ") + e.what());
+    }
     publish_snapshot();
   }
   fail_all(503, "the server is shutting down");

@@ -53,6 +53,11 @@ struct Case {
   int64_t max_running;
 };
 
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.plan << ", page " << c.page_size << ", " << c.pages << " pages, chunk " << c.chunk
+      << (c.prefix_cache ? ", radix" : ", no radix") << ", max running " << c.max_running;
+}
+
 std::string name_of(const testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   std::string name = c.plan + "_p" + std::to_string(c.pages) + "_c" + std::to_string(c.chunk) +

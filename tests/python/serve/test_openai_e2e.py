@@ -1,7 +1,8 @@
 """Issue 6, acceptance 1: the official `openai` client against `moeserve serve` on CPU ranks
-under single, tp2, ep2 and pp2: completions and chat, streaming and not. Greedy outputs
-through the server equal `moeserve generate` for the same prompts under the same plan (token
-ids for completions, text for both), and streaming returns exactly what non-streaming does.
+under single, tp2, ep2, pp2 (and ep2-dp: attention DP): completions and chat, streaming and
+not. Greedy outputs through the server equal `moeserve generate` for the same prompts under
+the same plan (token ids for completions, text for both), and streaming returns exactly what
+non-streaming does.
 """
 import json
 import pathlib
@@ -19,7 +20,7 @@ PROMPTS = [[5, 17, 42, 99, 3, 250, 7, 1, 64, 128, 33, 2, 91], [200, 4], [11, 12,
 NEW_TOKENS = 12
 CHATS = [[{"role": "user", "content": "Hello!"}],
          [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]]
-PLANS = ["single", "tp2", "ep2", "pp2"]
+PLANS = ["single", "tp2", "ep2", "pp2", "ep2-dp"]
 
 
 def generate_chat_text(chat, plan):
