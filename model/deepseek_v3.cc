@@ -45,7 +45,10 @@ struct DeepseekV3::Activations {
   BufferPtr ids, positions, seq_of_token, slots, block_tables, logit_rows;  // int32 metadata
   BufferPtr hidden;     // [T, hidden] residual stream
   BufferPtr normed;     // [T, hidden]
-  BufferPtr branch;     // [T, hidden] output of attention / MLP before the residual add
+  // [T, hidden] fp32: output of attention / MLP before the residual add. Partial sums over
+  // heads, columns and experts are added across ranks in fp32 and rounded to the activation
+  // dtype once, in the residual add: every plan rounds where one GPU does.
+  BufferPtr branch;
   BufferPtr q_a;        // [T, q_lora]
   BufferPtr q_a_normed; // [T, q_lora]
   BufferPtr q;          // [T, heads_local, qk_head_dim]
@@ -226,10 +229,11 @@ void DeepseekV3::load(WeightSource& source) {
   }
 }
 
-void DeepseekV3::all_reduce(comm::Communicator* group, ops::Buffer& buffer, int64_t count, const char* site) {
+void DeepseekV3::all_reduce(comm::Communicator* group, ops::Buffer& buffer, int64_t count, const char* site,
+                            DType dtype) {
   if (group == nullptr || group->size() == 1) return;
   group->set_site(site);
-  group->all_reduce_sum(buffer.data(), static_cast<size_t>(count), backend_.activation_dtype());
+  group->all_reduce_sum(buffer.data(), static_cast<size_t>(count), dtype);
 }
 
 DeepseekV3::Activations& DeepseekV3::workspace(int64_t T) {
@@ -252,7 +256,7 @@ DeepseekV3::Activations& DeepseekV3::workspace(int64_t T) {
   a->logit_rows = alloc(T, 4);
   a->hidden = alloc(T * c.hidden_size, act);
   a->normed = alloc(T * c.hidden_size, act);
-  a->branch = alloc(T * c.hidden_size, act);
+  a->branch = alloc(T * c.hidden_size, 4);
   a->q_a = alloc(T * c.q_lora_rank, act);
   a->q_a_normed = alloc(T * c.q_lora_rank, act);
   a->q = alloc(T * heads_local * c.qk_head_dim(), act);
@@ -364,7 +368,7 @@ void DeepseekV3::run(Activations& a, int64_t logit_rows, int64_t max_pages_per_s
     // [T, hidden]: each attention-TP rank embeds its vocab rows; the sum is the embedding.
     backend_.embedding({static_cast<const int32_t*>(ptr(a.ids)), ptr(embed_), ptr(a.hidden), T, hidden,
                         shard_.vocab.begin, shard_.vocab.end});
-    all_reduce(groups_.attn_tp, *a.hidden, T * hidden, "embedding");
+    all_reduce(groups_.attn_tp, *a.hidden, T * hidden, "embedding", backend_.activation_dtype());
   }
   if (record_routing_) last_routing_.clear();
   int64_t moe_layer = 0;
@@ -372,14 +376,14 @@ void DeepseekV3::run(Activations& a, int64_t logit_rows, int64_t max_pages_per_s
     const Layer& layer = *layers_[i];
     backend_.rms_norm({ptr(a.hidden), ptr(layer.input_norm), ptr(a.normed), T, hidden, hidden, hidden, eps});
     attention(layer, static_cast<int64_t>(i), a, max_pages_per_seq);
-    backend_.add({ptr(a.hidden), ptr(a.branch), T * hidden});
+    backend_.add({ptr(a.hidden), ptr(a.branch), T * hidden, /*x_f32=*/true});
     backend_.rms_norm({ptr(a.hidden), ptr(layer.post_attention_norm), ptr(a.normed), T, hidden, hidden, hidden, eps});
     if (layer.is_moe) {
       moe(layer, moe_layer++, a);
     } else {
       dense_mlp(layer, a);
     }
-    backend_.add({ptr(a.hidden), ptr(a.branch), T * hidden});
+    backend_.add({ptr(a.hidden), ptr(a.branch), T * hidden, /*x_f32=*/true});
   }
   if (shard_.last_stage) lm_head(a, logit_rows);
 }
@@ -474,9 +478,11 @@ void DeepseekV3::attention(const Layer& layer, int64_t local_layer, Activations&
   backend_.mla_attention(attn);
   backend_.mla_v_up({ptr(a.attn_latent), ptr(layer.kv_b_proj), ptr(a.attn_v), T, heads, nope, c.v_head_dim, latent});
   // [T, hidden] partial over this rank's heads, summed over attention TP.
-  backend_.linear({ptr(a.attn_v), ptr(layer.o_proj), ptr(a.branch), T, heads * c.v_head_dim, hidden,
-                   heads * c.v_head_dim, hidden});
-  all_reduce(groups_.attn_tp, *a.branch, T * hidden, "attention");
+  ops::LinearParams o_proj{ptr(a.attn_v), ptr(layer.o_proj), ptr(a.branch), T, heads * c.v_head_dim, hidden,
+                          heads * c.v_head_dim, hidden};
+  o_proj.y_f32 = true;
+  backend_.linear(o_proj);
+  all_reduce(groups_.attn_tp, *a.branch, T * hidden, "attention", DType::F32);
 }
 
 void DeepseekV3::dense_mlp(const Layer& layer, Activations& a) {
@@ -484,8 +490,10 @@ void DeepseekV3::dense_mlp(const Layer& layer, Activations& a) {
   // [T, 2 * inter] -> [T, inter] -> [T, hidden] partial over this rank's columns.
   backend_.linear({ptr(a.normed), ptr(layer.mlp_w13), ptr(a.gate_up), T, hidden, 2 * inter, hidden, 2 * inter});
   backend_.silu_mul({ptr(a.gate_up), ptr(a.act), T, inter});
-  backend_.linear({ptr(a.act), ptr(layer.mlp_w2), ptr(a.branch), T, inter, hidden, inter, hidden});
-  all_reduce(groups_.attn_tp, *a.branch, T * hidden, "dense_mlp");
+  ops::LinearParams down{ptr(a.act), ptr(layer.mlp_w2), ptr(a.branch), T, inter, hidden, inter, hidden};
+  down.y_f32 = true;
+  backend_.linear(down);
+  all_reduce(groups_.attn_tp, *a.branch, T * hidden, "dense_mlp", DType::F32);
 }
 
 void DeepseekV3::shared_experts(const Layer& layer, Activations& a) {
@@ -496,6 +504,7 @@ void DeepseekV3::shared_experts(const Layer& layer, Activations& a) {
   backend_.silu_mul({ptr(a.gate_up), ptr(a.act), T, inter});
   ops::LinearParams down{ptr(a.act), ptr(layer.mlp_w2), ptr(a.branch), T, inter, hidden, inter, hidden};
   down.accumulate = true;
+  down.y_f32 = true;
   backend_.linear(down);
 }
 
@@ -531,9 +540,10 @@ void DeepseekV3::moe(const Layer& layer, int64_t moe_layer, Activations& a) {
   experts.inter = shard_.expert_intermediate.size();
   experts.expert_begin = shard_.experts.begin;
   experts.expert_end = shard_.experts.end;
+  experts.out_f32 = true;
   backend_.moe_experts(experts);
   shared_experts(layer, a);
-  all_reduce(groups_.moe, *a.branch, T * hidden, "moe");
+  all_reduce(groups_.moe, *a.branch, T * hidden, "moe", DType::F32);
 }
 
 // Attention DP: each replica holds its own tokens, so routed tokens travel to the ranks that
@@ -680,11 +690,13 @@ void DeepseekV3::moe_dispatch_combine(const Layer& layer, Activations& a) {
   BufferPtr offsets_buffer = upload_i32(offsets), rows_buffer = upload_i32(rows_of);
   BufferPtr weights_buffer = alloc(static_cast<int64_t>(weights_of.size()), 4);
   if (!weights_of.empty()) backend_.upload(*weights_buffer, 0, weights_of.data(), weights_of.size() * 4);
-  backend_.row_combine({combined->data(), static_cast<const int32_t*>(offsets_buffer->data()),
-                        static_cast<const int32_t*>(rows_buffer->data()), static_cast<const float*>(weights_buffer->data()),
-                        ptr(a.branch), T, hidden});
+  ops::RowCombineParams combine{combined->data(), static_cast<const int32_t*>(offsets_buffer->data()),
+                                static_cast<const int32_t*>(rows_buffer->data()),
+                                static_cast<const float*>(weights_buffer->data()), ptr(a.branch), T, hidden};
+  combine.out_f32 = true;
+  backend_.row_combine(combine);
   shared_experts(layer, a);
-  all_reduce(groups_.attn_tp, *a.branch, T * hidden, "moe");
+  all_reduce(groups_.attn_tp, *a.branch, T * hidden, "moe", DType::F32);
   backend_.synchronize();  // the exchange buffers above are freed on return
 }
 

@@ -105,7 +105,7 @@ class DeepseekV3 {
   void lm_head(Activations& a, int64_t rows);
   Tensor logits_to_host(Activations& a, int64_t rows);
   Tensor finish(Activations& a, int64_t rows);  // the step's result, after the device work
-  void all_reduce(comm::Communicator* group, ops::Buffer& buffer, int64_t count, const char* site);
+  void all_reduce(comm::Communicator* group, ops::Buffer& buffer, int64_t count, const char* site, DType dtype);
 
   ModelConfig config_;
   parallel::ParallelPlan plan_;

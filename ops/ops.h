@@ -49,11 +49,13 @@ struct RmsNormParams {
   float eps;
 };
 
-// acc[i] += x[i]
+// acc[i] += x[i]; with x_f32, x is fp32 and is rounded to the activation dtype first (the
+// residual add of a branch that was summed across ranks in fp32).
 struct AddParams {
   void* acc;
   const void* x;
   int64_t count;
+  bool x_f32 = false;
 };
 
 // y[t, n] (+)= sum_k x[t, k] * weight[n, k]   (x @ weight^T, torch's F.linear)
@@ -148,9 +150,10 @@ struct MoeExpertsParams {
   const float* topk_weights;   // [tokens, top_k]
   const void* const* w13;      // [expert_end - expert_begin]
   const void* const* w2;       // [expert_end - expert_begin]
-  void* out;                   // [tokens, hidden]
+  void* out;                   // [tokens, hidden]; fp32 when out_f32
   int64_t tokens, top_k, hidden, inter, expert_begin, expert_end;
   bool accumulate = false;
+  bool out_f32 = false;
 };
 
 // out[r, c] = offset + amplitude * uniform_pm1(seed, (row0 + r) * full_cols + col0 + c), in
@@ -180,9 +183,10 @@ struct RowCombineParams {
   const int32_t* offsets;    // [rows + 1]
   const int32_t* src_rows;   // [offsets[rows]]
   const float* weights;      // [offsets[rows]]
-  void* out;                 // [rows, width]
+  void* out;                 // [rows, width]; fp32 when out_f32
   int64_t rows, width;
   bool accumulate = false;
+  bool out_f32 = false;
 };
 
 // Per-row sampling options. temperature 0 = greedy.

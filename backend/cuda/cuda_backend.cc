@@ -169,7 +169,7 @@ class CudaBackend final : public Backend {
   void rms_norm(const RmsNormParams& p) override {
     launch_rms_norm(p.x, p.weight, p.y, p.rows, p.dim, p.x_stride, p.y_stride, p.eps, stream_);
   }
-  void add(const AddParams& p) override { launch_add(p.acc, p.x, p.count, stream_); }
+  void add(const AddParams& p) override { launch_add(p.acc, p.x, p.x_f32, p.count, stream_); }
 
   void linear(const LinearParams& p) override {
     if (p.rows == 0) return;
@@ -235,7 +235,7 @@ class CudaBackend final : public Backend {
     void* ws = workspace(moe_workspace_,
                          moe_workspace_bytes(p.tokens, p.top_k, p.expert_end - p.expert_begin, p.hidden, p.inter));
     launch_moe_experts(p.x, p.topk_ids, p.topk_weights, p.w13, p.w2, p.out, p.tokens, p.top_k, p.hidden, p.inter,
-                       p.expert_begin, p.expert_end, p.accumulate, ws, stream_);
+                       p.expert_begin, p.expert_end, p.accumulate, p.out_f32, ws, stream_);
   }
 
   void sample(const SampleParams& p) override {
@@ -253,7 +253,8 @@ class CudaBackend final : public Backend {
     launch_gather_rows(p.src, p.rows, p.dst, p.num_rows, p.width, stream_);
   }
   void row_combine(const RowCombineParams& p) override {
-    launch_row_combine(p.src, p.offsets, p.src_rows, p.weights, p.out, p.rows, p.width, p.accumulate, stream_);
+    launch_row_combine(p.src, p.offsets, p.src_rows, p.weights, p.out, p.out_f32, p.rows, p.width, p.accumulate,
+                       stream_);
   }
 
   bool supports_graphs() const override { return true; }

@@ -34,9 +34,12 @@ __global__ void rms_norm_kernel(const bf16* x, const bf16* weight, bf16* y, int6
     yr[i] = to_bf(to_f(weight[i]) * to_f(to_bf(to_f(xr[i]) * inv)));
 }
 
-__global__ void add_kernel(bf16* acc, const bf16* x, int64_t count) {
+__global__ void add_kernel(bf16* acc, const void* x, bool x_f32, int64_t count) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < count) acc[i] = to_bf(to_f(acc[i]) + to_f(x[i]));
+  if (i >= count) return;
+  // An fp32 branch is rounded to bf16 first, as a bf16 branch would have been.
+  const float xv = x_f32 ? to_f(to_bf(static_cast<const float*>(x)[i])) : to_f(static_cast<const bf16*>(x)[i]);
+  acc[i] = to_bf(to_f(acc[i]) + xv);
 }
 
 __global__ void rope_kernel(bf16* x, const int32_t* positions, const float* inv_freq, int64_t heads,
@@ -79,13 +82,20 @@ __global__ void copy_rows_kernel(const bf16* src, const int32_t* src_rows, const
 }
 
 __global__ void row_combine_kernel(const bf16* src, const int32_t* offsets, const int32_t* src_rows,
-                                   const float* weights, bf16* out, int64_t width, bool accumulate) {
+                                   const float* weights, void* out, bool out_f32, int64_t width, bool accumulate) {
   const int64_t r = blockIdx.x;
+  auto* out32 = static_cast<float*>(out);
+  auto* out16 = static_cast<bf16*>(out);
   for (int64_t n = threadIdx.x; n < width; n += blockDim.x) {
-    float sum = accumulate ? to_f(out[r * width + n]) : 0.0f;
+    const int64_t o = r * width + n;
+    float sum = accumulate ? (out_f32 ? out32[o] : to_f(out16[o])) : 0.0f;
     for (int32_t i = offsets[r]; i < offsets[r + 1]; ++i)
       sum += weights[i] * to_f(src[static_cast<int64_t>(src_rows[i]) * width + n]);
-    out[r * width + n] = to_bf(sum);
+    if (out_f32) {
+      out32[o] = sum;
+    } else {
+      out16[o] = to_bf(sum);
+    }
   }
 }
 
@@ -131,9 +141,9 @@ void launch_rms_norm(const void* x, const void* weight, void* y, int64_t rows, i
                                                 static_cast<bf16*>(y), dim, x_stride, y_stride, eps);
 }
 
-void launch_add(void* acc, const void* x, int64_t count, cudaStream_t stream) {
+void launch_add(void* acc, const void* x, bool x_f32, int64_t count, cudaStream_t stream) {
   if (count == 0) return;
-  add_kernel<<<blocks_for(count, 256), 256, 0, stream>>>(static_cast<bf16*>(acc), static_cast<const bf16*>(x), count);
+  add_kernel<<<blocks_for(count, 256), 256, 0, stream>>>(static_cast<bf16*>(acc), x, x_f32, count);
 }
 
 void launch_rope(void* x, const int32_t* positions, const float* inv_freq, int64_t tokens, int64_t heads,
@@ -165,10 +175,10 @@ void launch_gather_rows(const void* src, const int32_t* rows, void* dst, int64_t
 }
 
 void launch_row_combine(const void* src, const int32_t* offsets, const int32_t* src_rows, const float* weights,
-                        void* out, int64_t rows, int64_t width, bool accumulate, cudaStream_t stream) {
+                        void* out, bool out_f32, int64_t rows, int64_t width, bool accumulate, cudaStream_t stream) {
   if (rows == 0) return;
-  row_combine_kernel<<<rows, 256, 0, stream>>>(static_cast<const bf16*>(src), offsets, src_rows, weights,
-                                               static_cast<bf16*>(out), width, accumulate);
+  row_combine_kernel<<<rows, 256, 0, stream>>>(static_cast<const bf16*>(src), offsets, src_rows, weights, out, out_f32,
+                                               width, accumulate);
 }
 
 void launch_fill_uniform(void* out, bool out_f32, int64_t rows, int64_t cols, int64_t full_cols, int64_t row0,

@@ -13,7 +13,7 @@ void launch_embedding(const int32_t* ids, const void* table, void* out, int64_t 
                       int64_t vocab_begin, int64_t vocab_end, cudaStream_t stream);
 void launch_rms_norm(const void* x, const void* weight, void* y, int64_t rows, int64_t dim, int64_t x_stride,
                      int64_t y_stride, float eps, cudaStream_t stream);
-void launch_add(void* acc, const void* x, int64_t count, cudaStream_t stream);
+void launch_add(void* acc, const void* x, bool x_f32, int64_t count, cudaStream_t stream);
 void launch_rope(void* x, const int32_t* positions, const float* inv_freq, int64_t tokens, int64_t heads,
                  int64_t token_stride, int64_t head_stride, int64_t rope_dim, float attention_factor,
                  bool interleaved, cudaStream_t stream);
@@ -23,7 +23,7 @@ void launch_kv_write(const void* entries, const int32_t* slots, void* cache, int
 void launch_gather_rows(const void* src, const int32_t* rows, void* dst, int64_t num_rows, int64_t width,
                         cudaStream_t stream);
 void launch_row_combine(const void* src, const int32_t* offsets, const int32_t* src_rows, const float* weights,
-                        void* out, int64_t rows, int64_t width, bool accumulate, cudaStream_t stream);
+                        void* out, bool out_f32, int64_t rows, int64_t width, bool accumulate, cudaStream_t stream);
 // out[r, c] = bf16(offset + amplitude * uniform_pm1(stream_seed, (row0 + r) * full_cols + col0 + c))
 void launch_fill_uniform(void* out, bool out_f32, int64_t rows, int64_t cols, int64_t full_cols, int64_t row0,
                          int64_t col0, uint64_t stream_seed, float offset, float amplitude, cudaStream_t stream);
@@ -51,8 +51,8 @@ void launch_moe_route(const void* x, const float* weight, const float* bias, int
 int64_t moe_workspace_bytes(int64_t tokens, int64_t top_k, int64_t local_experts, int64_t hidden, int64_t inter);
 void launch_moe_experts(const void* x, const int32_t* topk_ids, const float* topk_weights, const void* const* w13,
                         const void* const* w2, void* out, int64_t tokens, int64_t top_k, int64_t hidden,
-                        int64_t inter, int64_t expert_begin, int64_t expert_end, bool accumulate, void* workspace,
-                        cudaStream_t stream);
+                        int64_t inter, int64_t expert_begin, int64_t expert_end, bool accumulate, bool out_f32,
+                        void* workspace, cudaStream_t stream);
 
 // Sampling (sample.cu): greedy rows on device.
 void launch_argmax_rows(const float* logits, int32_t* tokens, int64_t rows, int64_t vocab, cudaStream_t stream);

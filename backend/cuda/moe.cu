@@ -347,16 +347,23 @@ down_kernel(const void* const* w2, MoeWorkspace ws, int hidden, int inter) {
   }
 }
 
-__global__ void combine_kernel(const float* topk_weights, MoeWorkspace ws, bf16* out, int top_k, int hidden,
-                               bool accumulate) {
+__global__ void combine_kernel(const float* topk_weights, MoeWorkspace ws, void* out, bool out_f32, int top_k,
+                               int hidden, bool accumulate) {
   const int64_t t = blockIdx.x;
+  auto* out32 = static_cast<float*>(out);
+  auto* out16 = static_cast<bf16*>(out);
   for (int n = threadIdx.x; n < hidden; n += blockDim.x) {
-    float sum = accumulate ? to_f(out[t * hidden + n]) : 0.0f;
+    const int64_t o = t * hidden + n;
+    float sum = accumulate ? (out_f32 ? out32[o] : to_f(out16[o])) : 0.0f;
     for (int k = 0; k < top_k; ++k) {
       const int32_t slot = ws.slot_of_pair[t * top_k + k];
       if (slot >= 0) sum += topk_weights[t * top_k + k] * ws.partial[static_cast<int64_t>(slot) * hidden + n];
     }
-    out[t * hidden + n] = to_bf(sum);
+    if (out_f32) {
+      out32[o] = sum;
+    } else {
+      out16[o] = to_bf(sum);
+    }
   }
 }
 
@@ -391,8 +398,8 @@ int64_t moe_workspace_bytes(int64_t tokens, int64_t top_k, int64_t local_experts
 
 void launch_moe_experts(const void* x, const int32_t* topk_ids, const float* topk_weights, const void* const* w13,
                         const void* const* w2, void* out, int64_t tokens, int64_t top_k, int64_t hidden,
-                        int64_t inter, int64_t expert_begin, int64_t expert_end, bool accumulate, void* workspace,
-                        cudaStream_t stream) {
+                        int64_t inter, int64_t expert_begin, int64_t expert_end, bool accumulate, bool out_f32,
+                        void* workspace, cudaStream_t stream) {
   if (tokens == 0) return;
   const int64_t pairs = tokens * top_k;
   const int64_t local = expert_end - expert_begin;
@@ -412,7 +419,7 @@ void launch_moe_experts(const void* x, const int32_t* topk_ids, const float* top
                                                                  static_cast<int>(inter));
   const dim3 down_grid(static_cast<unsigned>(max_active), static_cast<unsigned>((hidden + rows_per_block - 1) / rows_per_block));
   down_kernel<<<down_grid, kWarpsPerBlock * 32, 0, stream>>>(w2, ws, static_cast<int>(hidden), static_cast<int>(inter));
-  combine_kernel<<<tokens, 256, 0, stream>>>(topk_weights, ws, static_cast<bf16*>(out), static_cast<int>(top_k),
+  combine_kernel<<<tokens, 256, 0, stream>>>(topk_weights, ws, out, out_f32, static_cast<int>(top_k),
                                              static_cast<int>(hidden), accumulate);
 }
 

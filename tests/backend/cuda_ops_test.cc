@@ -128,6 +128,11 @@ TEST_F(CudaOps, AddAndSiluMul) {
   gpu->add({d_acc->data(), d_x->data(), tokens * inter});
   expect_close(from_gpu_bf16(*d_acc, ref.size()), ref, "add");
 
+  // fp32 branch: rounded to bf16, then added.
+  auto d_acc2 = to_gpu_bf16(acc), d_x32 = to_gpu_raw(x);
+  gpu->add({d_acc2->data(), d_x32->data(), tokens * inter, /*x_f32=*/true});
+  expect_close(from_gpu_bf16(*d_acc2, ref.size()), ref, "add (fp32 x)");
+
   auto gate_up = random(tokens * 2 * inter, 4.0f);
   std::vector<float> act(tokens * inter);
   cpu->silu_mul({gate_up.data(), act.data(), tokens, inter});
@@ -308,6 +313,12 @@ TEST_F(CudaOps, MoeExpertsOwnedRangeAndAccumulate) {
   g.accumulate = true;
   gpu->moe_experts(g);
   expect_close(from_gpu_bf16(*d_out, ref.size()), ref, inter == 12 ? "moe_experts (unaligned)" : "moe_experts");
+  // fp32 output (the branch that is summed across ranks in fp32).
+  auto d_out32 = to_gpu_raw(out0);
+  g.out = d_out32->data();
+  g.out_f32 = true;
+  gpu->moe_experts(g);
+  expect_close(from_gpu_f32(*d_out32, ref.size()), ref, "moe_experts (fp32 out)");
   }
 }
 
