@@ -10,12 +10,13 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 nvidia-smi topo -m > "$OUT/topo.txt" 2>&1; head -5 "$OUT/topo.txt"
 phase=${1:-all}
 if [[ $phase == all || $phase == exact ]]; then
+timeout 120 carry/cuda_backend_tests > "$OUT/cuda_tests.txt" 2>&1; echo "cuda tests rc=$?"; tail -3 "$OUT/cuda_tests.txt"
 timeout 300 python3 scripts/gpu/parity_vs_transformers.py --moeserve "$BIN" --out "$OUT/gpu_parity.json" 2>&1 \
   | grep -v "Writing model" | tail -8
 timeout 240 python3 scripts/gpu/plans_equal_single_gpu.py --moeserve "$BIN" --out "$OUT/plans_2gpu.json" 2>&1 | tail -9
 fi
 plans="tp2 ep2 ep2-dp pp2"
-[[ $phase == exact ]] && plans="pp2"
+[[ $phase == exact ]] && plans="tp2"
 for plan in $plans; do
   timeout 150 "$BIN" bench-step --model synthetic:kimi-k2.6 --layers 6 --plan $plan --batch 1,64 --context 1024 \
     --iterations 10 --json "$OUT/bench2_${plan}.json" > "$OUT/bench2_${plan}.txt" 2>&1
