@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Issue 6 acceptance 5 on one H200: output tok/s through HTTP at concurrency 64 beside
+# bench-step's offline step for the same model and batch. Logs in $OUT.
+set -u
+export NCCL_NVLS_ENABLE=0
+BIN=${MOESERVE_BIN:-carry/moeserve}
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+MODEL=synthetic:kimi-k2.6:layers=3
+"$BIN" serve --model $MODEL --backend cuda --port 30000 --max-running-requests 64 --context-length 512 \
+  > "$OUT/serve.log" 2>&1 &
+server=$!
+for i in $(seq 1 120); do curl -s localhost:30000/health > /dev/null 2>&1 && break; sleep 1; done
+head -3 "$OUT/serve.log"
+timeout 300 python3 scripts/gpu/serve_load.py --concurrency 64 --requests 128 --input-len 128 --output-len 128 \
+  | tee "$OUT/serve_load.json"
+kill -TERM $server; wait $server
+timeout 200 "$BIN" bench-step --model synthetic:kimi-k2.6 --layers 3 --batch 64 --context 192 --iterations 10 \
+  | tee "$OUT/bench_step_b64_c192.txt"
