@@ -67,30 +67,42 @@ void run_serve(const ServeArgs& args) {
            "serve: the tokenizer has {} ids, more than the model's vocabulary of {}", tok->vocab_size(),
            model.config.vocab_size);
 
-  runtime::EngineOptions engine_options;
-  engine_options.backend = args.backend;
-  engine_options.plan = plan_for_model(args.plan, model.config, /*bytes_per_element=*/args.backend == "cuda" ? 2 : 4);
-  engine_options.page_size = args.page_size;
-  engine_options.num_pages = args.kv_pages;
-  engine_options.pp_max_micro_batch_size = args.pp_max_micro_batch_size;
-  engine_options.pp_async_batch_depth = args.pp_async_batch_depth;
-  const parallel::ParallelPlan plan = engine_options.plan;
-  runtime::Engine engine(model, engine_options);
+  const int64_t bytes_per_element = args.backend == "cuda" ? 2 : 4;
+  // What an engine and its scheduler need under a plan: the start-up plan and every re-plan
+  // (POST /admin/replan) go through here.
+  auto target_for = [&model, &args](const parallel::ParallelPlan& plan) {
+    runtime::EngineOptions engine_options;
+    engine_options.backend = args.backend;
+    engine_options.plan = plan;
+    engine_options.page_size = args.page_size;
+    engine_options.num_pages = args.kv_pages;
+    engine_options.pp_max_micro_batch_size = args.pp_max_micro_batch_size;
+    engine_options.pp_async_batch_depth = args.pp_async_batch_depth;
+    serve::ReplanTarget target;
+    target.plan_name = plan.name;
+    sched::SchedulerOptions& so = target.scheduler;
+    so.page_size = args.page_size;
+    so.pages_per_replica = args.kv_pages;
+    so.attn_dp = plan.attn_dp;
+    so.pp = plan.pp;
+    so.max_micro_batch_size = args.pp_max_micro_batch_size;
+    so.max_running_requests = args.plan.max_running_requests;
+    so.chunked_prefill_size = args.chunked_prefill_size;
+    so.prefix_cache = !args.disable_radix_cache;
+    target.build_engine = [&model, engine_options] { return std::make_unique<runtime::Engine>(model, engine_options); };
+    return target;
+  };
+  const parallel::ParallelPlan plan = plan_for_model(args.plan, model.config, bytes_per_element);
+  serve::ReplanTarget start = target_for(plan);
 
   serve::EngineLoopOptions loop_options;
-  sched::SchedulerOptions& so = loop_options.scheduler;
-  so.page_size = args.page_size;
-  so.pages_per_replica = args.kv_pages;
-  so.attn_dp = plan.attn_dp;
-  so.pp = plan.pp;
-  so.max_micro_batch_size = args.pp_max_micro_batch_size;
-  so.max_running_requests = args.plan.max_running_requests;
-  so.chunked_prefill_size = args.chunked_prefill_size;
-  so.prefix_cache = !args.disable_radix_cache;
+  loop_options.scheduler = start.scheduler;
+  loop_options.plan_name = start.plan_name;
+  loop_options.rebuild_engine = start.build_engine;
   loop_options.max_queued_requests = args.max_queued_requests;
   loop_options.warmup = !args.skip_warmup;
   const auto warmup_start = std::chrono::steady_clock::now();
-  serve::EngineLoop loop(engine, *tok, loop_options);
+  serve::EngineLoop loop(start.build_engine(), *tok, loop_options);
   if (!args.skip_warmup)
     std::printf("moeserve: warmed up step sizes 1..%lld in %.2f s\n",
                 static_cast<long long>(args.chunked_prefill_size + args.plan.max_running_requests),
@@ -113,6 +125,14 @@ void run_serve(const ServeArgs& args) {
   }
   served.tokenizer = tok.get();
   serve::ApiServer api(loop, served, args.api_key);
+  // A re-plan keeps every flag but the plan: the memory check (--mem-per-rank, with
+  // --context-length and --max-running-requests) applies to the new plan too.
+  api.enable_replan([&](const std::string& spec) {
+    PlanCliArgs plan_args = args.plan;
+    plan_args.preset = spec;
+    plan_args.flags = {};
+    return target_for(plan_for_model(plan_args, model.config, bytes_per_element));
+  });
 
   serve::HttpServerOptions http_options;
   http_options.host = args.host;

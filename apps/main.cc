@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
   moeserve::apps::add_plan_command(app);
   moeserve::apps::add_serve_command(app);
   moeserve::apps::add_bench_step_command(app);
+  moeserve::apps::add_bench_command(app);
+  moeserve::apps::add_restart_command(app);
   moeserve::apps::add_tokenizer_commands(app);
   try {
     app.parse(argc, argv);

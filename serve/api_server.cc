@@ -88,7 +88,7 @@ void ApiServer::handle(const HttpRequest& request, HttpExchange& exchange) {
       const std::string failure = loop_.failure();
       if (!failure.empty()) throw ApiError(503, "the engine failed: " + failure);
       if (loop_.draining()) throw ApiError(503, "the server is shutting down");
-      return send_json(exchange, {{"status", "ok"}});
+      return send_json(exchange, {{"status", "ok"}, {"plan", loop_.plan_name()}, {"replans", loop_.replans()}});
     }
     if (!authorized(request)) throw ApiError(401, "invalid or missing API key (Authorization: Bearer KEY)", "", "invalid_api_key");
     if (path == "/v1/completions" || path == "/v1/chat/completions") {
@@ -104,6 +104,10 @@ void ApiServer::handle(const HttpRequest& request, HttpExchange& exchange) {
       exchange.respond(200, "text/plain; version=0.0.4; charset=utf-8", loop_.render_metrics());
       return;
     }
+    if (path == "/admin/replan") {
+      only("POST");
+      return replan(request, exchange);
+    }
     if (path == "/flush_cache") {
       only("POST");
       return send_json(exchange, {{"evicted_pages", loop_.flush_prefix_cache()}});
@@ -112,6 +116,39 @@ void ApiServer::handle(const HttpRequest& request, HttpExchange& exchange) {
   } catch (const ApiError& e) {
     send_error(exchange, e);
   }
+}
+
+void ApiServer::enable_replan(std::function<ReplanTarget(const std::string& plan)> prepare) {
+  prepare_replan_ = std::move(prepare);
+}
+
+void ApiServer::replan(const HttpRequest& request, HttpExchange& exchange) {
+  if (!prepare_replan_) throw ApiError(404, "re-plan is not enabled on this server");
+  Json body;
+  try {
+    body = Json::parse(request.body);
+  } catch (const std::exception& e) {
+    throw ApiError(400, std::string("malformed JSON: ") + e.what());
+  }
+  if (!body.is_object() || !body.contains("plan") || !body["plan"].is_string() ||
+      body["plan"].get<std::string>().empty())
+    throw ApiError(400, "plan: required, a plan preset such as \"ep2\"", "plan");
+  const std::string plan = body["plan"].get<std::string>();
+  ReplanTarget target;
+  try {
+    target = prepare_replan_(plan);
+  } catch (const std::exception& e) {  // refused before anything stops: the old plan serves on
+    throw ApiError(400, "plan '" + plan + "' refused: " + e.what(), "plan");
+  }
+  const ReplanReport report = loop_.replan(std::move(target));
+  send_json(exchange, {{"plan", report.plan},
+                       {"previous_plan", report.previous_plan},
+                       {"time_to_ready_s", report.ready_s},
+                       {"drain_s", report.drain_s},
+                       {"build_s", report.build_s},
+                       {"warmup_s", report.warmup_s},
+                       {"requests_waited", report.requests_waited},
+                       {"replans", loop_.replans()}});
 }
 
 void ApiServer::models(const HttpRequest& request, HttpExchange& exchange) {

@@ -2,11 +2,13 @@
 //   POST /v1/completions, POST /v1/chat/completions (SSE with "stream": true)
 //   GET  /v1/models, /v1/models/{id}, /health, /metrics (Prometheus text)
 //   POST /flush_cache (evicts the prefix cache's unused pages)
+//   POST /admin/replan {"plan": "ep2"}: live re-plan (EngineLoop::replan), when enabled
 // With an API key, every route but /health needs "Authorization: Bearer KEY". Each request
 // runs on its connection's thread: parse and tokenize, submit, then wait for the engine's
 // events and write them out; a client that hangs up cancels its requests.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "serve/engine_loop.h"
@@ -21,15 +23,22 @@ class ApiServer {
 
   void handle(const HttpRequest& request, HttpExchange& exchange);
 
+  // Enables POST /admin/replan. `prepare` validates a plan spec against the model and the
+  // memory budget and returns how to build it; it throws (an Error naming the problem) for a
+  // plan that is invalid or does not fit, which is answered 400 before anything stops.
+  void enable_replan(std::function<ReplanTarget(const std::string& plan)> prepare);
+
  private:
   void completions(const HttpRequest& request, HttpExchange& exchange, bool chat);
   void models(const HttpRequest& request, HttpExchange& exchange);
   bool authorized(const HttpRequest& request) const;
+  void replan(const HttpRequest& request, HttpExchange& exchange);
 
   EngineLoop& loop_;
   ServedModel model_;
   std::string api_key_;
   int64_t created_;
+  std::function<ReplanTarget(const std::string& plan)> prepare_replan_;
 };
 
 }  // namespace moeserve::serve

@@ -24,11 +24,18 @@ struct EngineLoop::Active {
   bool admitted = false;
 };
 
+EngineLoop::EngineLoop(std::unique_ptr<runtime::Engine> engine, const tokenizer::Tokenizer& tokenizer,
+                       EngineLoopOptions options)
+    : EngineLoop(*engine, tokenizer, std::move(options)) {
+  // The engine thread already runs, but it only reads engine_, which stays the same object.
+  owned_engine_ = std::move(engine);
+}
+
 EngineLoop::EngineLoop(runtime::Engine& engine, const tokenizer::Tokenizer& tokenizer, EngineLoopOptions options)
-    : engine_(engine),
+    : engine_(&engine),
       tokenizer_(tokenizer),
       options_(std::move(options)),
-      scheduler_(options_.scheduler),
+      scheduler_(std::make_unique<sched::Scheduler>(options_.scheduler)),
       ttft_(latency_buckets_seconds()),
       inter_token_(latency_buckets_seconds()),
       e2e_(latency_buckets_seconds()),
@@ -36,7 +43,7 @@ EngineLoop::EngineLoop(runtime::Engine& engine, const tokenizer::Tokenizer& toke
       step_time_(latency_buckets_seconds()) {
   MS_CHECK(options_.max_queued_requests >= 0, "--max-queued-requests must be >= 0");
   if (options_.warmup)
-    for (const runtime::StepPlan& plan : scheduler_.warmup_steps()) engine_.execute(plan);
+    for (const runtime::StepPlan& plan : scheduler_->warmup_steps()) engine_->execute(plan);
   publish_snapshot();
   thread_ = std::thread([this] { run(); });
 }
@@ -91,7 +98,7 @@ void EngineLoop::on_engine_thread(const std::function<void()>& fn) {
 int64_t EngineLoop::flush_prefix_cache() {
   int64_t evicted = 0;
   on_engine_thread([&] {
-    evicted = scheduler_.flush_prefix_cache();
+    evicted = scheduler_->flush_prefix_cache();
     publish_snapshot();
   });
   return evicted;
@@ -129,10 +136,10 @@ EngineSnapshot EngineLoop::current_snapshot() {
 
 void EngineLoop::publish_snapshot() {
   EngineSnapshot s;
-  s.running = scheduler_.running();
-  s.waiting = scheduler_.waiting();
-  for (int d = 0; d < scheduler_.num_replicas(); ++d) {
-    const kv::KvCache& kv = scheduler_.kv(d);
+  s.running = scheduler_->running();
+  s.waiting = scheduler_->waiting();
+  for (int d = 0; d < scheduler_->num_replicas(); ++d) {
+    const kv::KvCache& kv = scheduler_->kv(d);
     s.kv_pages_total += kv.num_pages();
     s.kv_pages_used += kv.used_pages();
     s.kv_pages_cached += kv.cached_pages();
@@ -140,7 +147,7 @@ void EngineLoop::publish_snapshot() {
     s.prefix_query_tokens += kv.stats().query_tokens;
     s.prefix_hit_tokens += kv.stats().hit_tokens;
   }
-  s.preemptions = scheduler_.preemptions();
+  s.preemptions = scheduler_->preemptions();
   std::lock_guard<std::mutex> lock(mutex_);
   s.steps = snapshot_.steps;
   s.waiting += static_cast<int64_t>(incoming_.size());
@@ -150,7 +157,7 @@ void EngineLoop::publish_snapshot() {
 void EngineLoop::finish(uint64_t id, OutputEvent event) {
   auto it = active_.find(id);
   if (it == active_.end()) return;
-  scheduler_.finish(id);
+  scheduler_->finish(id);
   if (event.error_status == 0) {
     event.prompt_tokens = static_cast<int64_t>(it->second->request.prompt.size());
     event.completion_tokens = it->second->output.generated();
@@ -184,14 +191,14 @@ void EngineLoop::run() {
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] {
-        return stop_ || !incoming_.empty() || !cancels_.empty() || !controls_.empty() ||
-               (!scheduler_.idle() && failure_.empty());
+        return stop_ || (!incoming_.empty() && !pending_replan_) || !cancels_.empty() || !controls_.empty() ||
+               (!scheduler_->idle() && failure_.empty()) || (pending_replan_ && scheduler_->idle());
       });
       if (stop_) {
         incoming = std::move(incoming_);
         incoming_.clear();
       } else {
-        incoming.swap(incoming_);
+        if (!pending_replan_) incoming.swap(incoming_);  // while switching, new requests wait
         cancels.swap(cancels_);
         controls.swap(controls_);
       }
@@ -199,7 +206,7 @@ void EngineLoop::run() {
     for (auto& [id, active] : incoming) {
       active_.emplace(id, std::move(active));
       try {
-        scheduler_.add(id, active_.at(id)->request.prompt);
+        scheduler_->add(id, active_.at(id)->request.prompt);
       } catch (const std::exception& e) {  // the HTTP side checks sizes first; never take the loop down
         OutputEvent event;
         event.error_status = 400;
@@ -211,7 +218,20 @@ void EngineLoop::run() {
     if (stop_) break;
     for (auto& control : controls) control();
     for (uint64_t id : cancels) {
-      if (!active_.count(id)) continue;
+      if (!active_.count(id)) {  // still waiting out a re-plan in the incoming queue?
+        std::unique_ptr<Active> waiting;
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          for (auto it = incoming_.begin(); it != incoming_.end(); ++it)
+            if (it->first == id) {
+              waiting = std::move(it->second);
+              incoming_.erase(it);
+              break;
+            }
+        }
+        if (!waiting) continue;
+        active_.emplace(id, std::move(waiting));
+      }
       ++cancelled_;
       OutputEvent event;
       event.error_status = 499;  // nobody reads it: the client is gone
@@ -227,8 +247,18 @@ void EngineLoop::run() {
       fail_all(500, "the engine failed: " + failure());
       continue;
     }
+    bool switch_now;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      switch_now = pending_replan_ && scheduler_->idle();
+    }
+    if (switch_now) {
+      switch_plan();
+      publish_snapshot();
+      continue;
+    }
     try {
-      if (!scheduler_.idle()) step();
+      if (!scheduler_->idle()) step();
     } catch (const std::exception& e) {  // a bookkeeping bug: stop serving rather than serve wrong tokens
       {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -240,11 +270,109 @@ void EngineLoop::run() {
   }
   fail_all(503, "the server is shutting down");
   publish_snapshot();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (pending_replan_) {
+    pending_replan_.reset();
+    replan_error_ = "the server is shutting down";
+    replan_finished_ = true;
+    replan_done_.notify_all();
+  }
+}
+
+ReplanReport EngineLoop::replan(ReplanTarget target) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!options_.rebuild_engine) throw ApiError(400, "this server cannot re-plan (no engine factory)", "plan");
+  if (!failure_.empty()) throw ApiError(503, "the engine failed: " + failure_);
+  if (draining_.load() || stop_) throw ApiError(503, "the server is shutting down");
+  if (pending_replan_) throw ApiError(409, "a re-plan is already in progress", "plan");
+  MS_CHECK(target.build_engine, "replan: the target plan '{}' has no engine factory", target.plan_name);
+  pending_replan_ = std::make_unique<ReplanTarget>(std::move(target));
+  replan_requested_ = Clock::now();
+  replan_finished_ = false;
+  replan_error_.clear();
+  wake_.notify_one();
+  replan_done_.wait(lock, [&] { return replan_finished_; });
+  if (!replan_error_.empty()) throw ApiError(500, replan_error_, "plan");
+  return replan_report_;
+}
+
+std::string EngineLoop::plan_name() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return options_.plan_name;
+}
+
+void EngineLoop::install(const ReplanTarget& target, double& build_s, double& warmup_s) {
+  // Free the old engine first: on GPUs both would not fit.
+  owned_engine_.reset();
+  engine_ = nullptr;
+  auto scheduler = std::make_unique<sched::Scheduler>(target.scheduler);
+  const auto build_start = Clock::now();
+  std::unique_ptr<runtime::Engine> engine = target.build_engine();
+  MS_CHECK(engine != nullptr, "replan: building the engine for plan '{}' gave nothing", target.plan_name);
+  const auto warmup_start = Clock::now();
+  build_s = seconds_between(build_start, warmup_start);
+  if (options_.warmup)
+    for (const runtime::StepPlan& plan : scheduler->warmup_steps()) engine->execute(plan);
+  warmup_s = seconds_between(warmup_start, Clock::now());
+  owned_engine_ = std::move(engine);
+  engine_ = owned_engine_.get();
+  scheduler_ = std::move(scheduler);
+  std::lock_guard<std::mutex> lock(mutex_);
+  options_.scheduler = target.scheduler;
+  options_.plan_name = target.plan_name;
+}
+
+void EngineLoop::switch_plan() {
+  // pending_replan_ stays set until the end: it is what keeps new requests in incoming_.
+  std::unique_ptr<ReplanTarget> target;
+  ReplanTarget previous;
+  ReplanReport report;
+  Clock::time_point requested;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    target = std::make_unique<ReplanTarget>(*pending_replan_);
+    requested = replan_requested_;
+    previous = {options_.plan_name, options_.scheduler, options_.rebuild_engine};
+  }
+  report.plan = target->plan_name;
+  report.previous_plan = previous.plan_name;
+  report.drain_s = seconds_between(requested, Clock::now());
+  std::string error;
+  try {
+    install(*target, report.build_s, report.warmup_s);
+    std::lock_guard<std::mutex> lock(mutex_);
+    options_.rebuild_engine = target->build_engine;
+  } catch (const std::exception& e) {
+    error = fmt::format("re-plan to '{}' failed ({}); back on plan '{}'", target->plan_name, e.what(),
+                        previous.plan_name);
+    ++replans_failed_;
+    try {
+      double build_s = 0, warmup_s = 0;
+      install(previous, build_s, warmup_s);
+    } catch (const std::exception& e2) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      failure_ = fmt::format("re-plan to '{}' failed ({}) and rebuilding plan '{}' failed too ({})",
+                             target->plan_name, e.what(), previous.plan_name, e2.what());
+      error = failure_;
+    }
+  }
+  report.ready_s = seconds_between(requested, Clock::now());
+  if (error.empty()) {
+    ++replans_;
+    last_replan_ready_s_ = report.ready_s;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  report.requests_waited = static_cast<int64_t>(incoming_.size());
+  pending_replan_.reset();
+  replan_report_ = report;
+  replan_error_ = error;
+  replan_finished_ = true;
+  replan_done_.notify_all();
 }
 
 void EngineLoop::step() {
   const auto start = Clock::now();
-  sched::ScheduledStep step = scheduler_.schedule();
+  sched::ScheduledStep step = scheduler_->schedule();
   if (step.empty()) {
     // Nothing can run (the waiting head does not fit yet and nothing runs to free pages):
     // cannot happen for requests that passed the size checks; fail them rather than spin.
@@ -261,7 +389,7 @@ void EngineLoop::step() {
   const auto host_before_forward = Clock::now();
   std::vector<std::vector<Tensor>> logits;
   try {
-    logits = engine_.execute(step.plan);
+    logits = engine_->execute(step.plan);
   } catch (const std::exception& e) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -271,7 +399,7 @@ void EngineLoop::step() {
     return;
   }
   const auto after_forward = Clock::now();
-  const int64_t vocab = engine_.config().vocab_size;
+  const int64_t vocab = engine_->config().vocab_size;
   std::vector<int32_t> sampled;
   std::vector<TokenLogprob> logprobs;
   for (const auto& chunk : step.chunks) {
@@ -286,7 +414,7 @@ void EngineLoop::step() {
     logprobs.push_back(a.request.top_logprobs >= 0 ? token_logprob(row, vocab, token, a.request.top_logprobs)
                                                    : TokenLogprob{token, 0, {}});
   }
-  scheduler_.commit(step, sampled);
+  scheduler_->commit(step, sampled);
   const auto now = Clock::now();
   size_t next = 0;
   for (const auto& chunk : step.chunks) {
@@ -310,7 +438,7 @@ void EngineLoop::step() {
       continue;
     }
     event.finish_reason = update.finish_reason;
-    event.cached_tokens = scheduler_.cached_prompt_tokens(chunk.id);
+    event.cached_tokens = scheduler_->cached_prompt_tokens(chunk.id);
     finish(chunk.id, std::move(event));
   }
   const auto end = Clock::now();
@@ -365,6 +493,14 @@ std::string EngineLoop::render_metrics() const {
   render_metric("moeserve_scheduler_cpu_seconds_total", "counter",
                 "Leader host time per step outside the forward (schedule, sample, commit, detokenize).",
                 scheduler_cpu_seconds_.load(), out);
+  render_labeled("moeserve_plan_info", "gauge", "The parallel plan being served (label plan).",
+                 {{plan_name(), 1.0}}, "plan", out);
+  render_metric("moeserve_replans_total", "counter", "Successful live re-plans (POST /admin/replan).",
+                static_cast<double>(replans_.load()), out);
+  render_metric("moeserve_replans_failed_total", "counter", "Re-plans that failed and fell back to the old plan.",
+                static_cast<double>(replans_failed_.load()), out);
+  render_metric("moeserve_last_replan_ready_seconds", "gauge",
+                "Time from the last successful re-plan's request to serving again.", last_replan_ready_s_.load(), out);
   ttft_.render("moeserve_time_to_first_token_seconds", "Arrival to first generated token.", out);
   inter_token_.render("moeserve_inter_token_latency_seconds", "Time between consecutive tokens of a request.", out);
   e2e_.render("moeserve_e2e_request_latency_seconds", "Arrival to the last token.", out);

@@ -34,8 +34,28 @@ struct EngineRequest {
   int top_logprobs = -1;  // -1: none
 };
 
+// What a re-plan switches to: the plan's name, the scheduler's options under it (DP replicas,
+// pipeline stages) and how to build its engine (called on the engine thread).
+struct ReplanTarget {
+  std::string plan_name;
+  sched::SchedulerOptions scheduler;
+  std::function<std::unique_ptr<runtime::Engine>()> build_engine;
+};
+
+// How a re-plan went, in seconds from the call: until the requests in flight finished
+// (drain), building the new engine, warming it up, and until serving again (ready).
+struct ReplanReport {
+  std::string plan, previous_plan;
+  double drain_s = 0, build_s = 0, warmup_s = 0, ready_s = 0;
+  int64_t requests_waited = 0;  // requests that arrived while switching and waited in the queue
+};
+
 struct EngineLoopOptions {
   sched::SchedulerOptions scheduler;
+  // The plan being served (for /health and /metrics), and how to build its engine again: a
+  // re-plan whose new engine fails to build falls back to it. Without it, replan is refused.
+  std::string plan_name = "single";
+  std::function<std::unique_ptr<runtime::Engine>()> rebuild_engine;
   int64_t max_queued_requests = 1024;  // beyond max_running_requests; more is 429
   // Run every padded step size once before serving (Scheduler::warmup_steps).
   bool warmup = true;
@@ -53,7 +73,21 @@ class EngineLoop {
  public:
   // Warms up (options.warmup) on the calling thread, then starts the engine thread.
   EngineLoop(runtime::Engine& engine, const tokenizer::Tokenizer& tokenizer, EngineLoopOptions options);
+  // The same, owning the engine (a re-plan then frees it before building the next one).
+  EngineLoop(std::unique_ptr<runtime::Engine> engine, const tokenizer::Tokenizer& tokenizer,
+             EngineLoopOptions options);
   ~EngineLoop();
+
+  // Live re-plan: stops admitting (new requests wait in the queue), lets every admitted
+  // request finish, frees the engine, builds and warms up `target`'s, and resumes. When that
+  // throws, the previous plan's engine is rebuilt and an ApiError 500 names what failed (if
+  // even that fails, the loop is failed). ApiError 409 while another re-plan runs, 503 when
+  // draining or failed, 400 without options.rebuild_engine. Validate the plan before calling:
+  // nothing is checked here before the server stops admitting.
+  ReplanReport replan(ReplanTarget target);
+  // The plan being served and the number of successful switches.
+  std::string plan_name() const;
+  int64_t replans() const { return replans_.load(); }
 
   // Queues a request; throws ApiError 429 when the queue is full, 503 when draining or the
   // engine failed.
@@ -87,11 +121,16 @@ class EngineLoop {
   void publish_snapshot();
   // Runs fn on the engine thread and waits for it.
   void on_engine_thread(const std::function<void()>& fn);
+  // Engine thread: switches once nothing runs (pending_replan_).
+  void switch_plan();
+  // Engine thread: frees the engine, builds `target`'s and warms it up.
+  void install(const ReplanTarget& target, double& build_s, double& warmup_s);
 
-  runtime::Engine& engine_;
+  runtime::Engine* engine_;
+  std::unique_ptr<runtime::Engine> owned_engine_;  // null when the caller owns the engine
   const tokenizer::Tokenizer& tokenizer_;
-  EngineLoopOptions options_;
-  sched::Scheduler scheduler_;  // engine thread only
+  EngineLoopOptions options_;  // scheduler options and plan name change under mutex_ on a re-plan
+  std::unique_ptr<sched::Scheduler> scheduler_;  // engine thread only
   std::unordered_map<uint64_t, std::unique_ptr<Active>> active_;  // engine thread only
 
   mutable std::mutex mutex_;  // guards what follows up to the thread
@@ -106,6 +145,15 @@ class EngineLoop {
   std::string failure_;
   EngineSnapshot snapshot_;
   std::atomic<bool> draining_{false};
+  // Re-plan: admission paused while pending; the caller waits for the report or the error.
+  std::condition_variable replan_done_;
+  std::unique_ptr<ReplanTarget> pending_replan_;
+  std::chrono::steady_clock::time_point replan_requested_;
+  bool replan_finished_ = false;
+  ReplanReport replan_report_;
+  std::string replan_error_;
+  std::atomic<int64_t> replans_{0}, replans_failed_{0};
+  std::atomic<double> last_replan_ready_s_{0};
 
   // Counters and histograms (thread-safe).
   std::atomic<int64_t> prompt_tokens_{0}, generation_tokens_{0}, cancelled_{0}, rejected_queue_full_{0};

@@ -145,7 +145,7 @@ def test_a_client_that_hangs_up_cancels_its_request(server, stream):
 
 
 def test_health_and_models(server):
-    assert server.request("GET", "/health") == (200, {"status": "ok"})
+    assert server.request("GET", "/health") == (200, {"status": "ok", "plan": "single", "replans": 0})
     status, body = server.request("GET", "/v1/models/" + MODEL)
     assert status == 200 and body["id"] == MODEL and body["max_model_len"] == 4096
 
