@@ -35,6 +35,7 @@ struct DeepseekV3::Layer {
   std::vector<BufferPtr> expert_w13;     // each [2 * expert_inter_local, hidden]
   std::vector<BufferPtr> expert_w2;      // each [hidden, expert_inter_local]
   BufferPtr expert_w13_table, expert_w2_table;  // [local experts] pointers, in backend memory
+  std::vector<const void*> expert_w13_ptrs, expert_w2_ptrs;  // the same pointers on the host
 };
 
 // A step's buffers for T tokens. Kept per T, so that a captured graph replays with the same
@@ -224,6 +225,8 @@ void DeepseekV3::load(WeightSource& source) {
       }
       layer->expert_w13_table = pointer_table(layer->expert_w13);
       layer->expert_w2_table = pointer_table(layer->expert_w2);
+      for (const auto& b : layer->expert_w13) layer->expert_w13_ptrs.push_back(b->data());
+      for (const auto& b : layer->expert_w2) layer->expert_w2_ptrs.push_back(b->data());
     }
     layers_.push_back(std::move(layer));
   }
@@ -533,6 +536,8 @@ void DeepseekV3::moe(const Layer& layer, int64_t moe_layer, Activations& a) {
   experts.topk_weights = static_cast<const float*>(ptr(a.topk_weights));
   experts.w13 = static_cast<const void* const*>(ptr(layer.expert_w13_table));
   experts.w2 = static_cast<const void* const*>(ptr(layer.expert_w2_table));
+  experts.w13_host = layer.expert_w13_ptrs.data();
+  experts.w2_host = layer.expert_w2_ptrs.data();
   experts.out = ptr(a.branch);
   experts.tokens = T;
   experts.top_k = c.num_experts_per_tok;
@@ -658,6 +663,8 @@ void DeepseekV3::moe_dispatch_combine(const Layer& layer, Activations& a) {
   experts.topk_weights = static_cast<const float*>(ones_buffer->data());
   experts.w13 = static_cast<const void* const*>(ptr(layer.expert_w13_table));
   experts.w2 = static_cast<const void* const*>(ptr(layer.expert_w2_table));
+  experts.w13_host = layer.expert_w13_ptrs.data();
+  experts.w2_host = layer.expert_w2_ptrs.data();
   experts.out = expert_out->data();
   experts.tokens = received;
   experts.top_k = 1;

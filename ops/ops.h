@@ -148,12 +148,16 @@ struct MoeExpertsParams {
   const void* x;               // [tokens, hidden]
   const int32_t* topk_ids;     // [tokens, top_k]
   const float* topk_weights;   // [tokens, top_k]
-  const void* const* w13;      // [expert_end - expert_begin]
-  const void* const* w2;       // [expert_end - expert_begin]
+  const void* const* w13;      // [expert_end - expert_begin], in backend memory
+  const void* const* w2;       // [expert_end - expert_begin], in backend memory
   void* out;                   // [tokens, hidden]; fp32 when out_f32
   int64_t tokens, top_k, hidden, inter, expert_begin, expert_end;
   bool accumulate = false;
   bool out_f32 = false;
+  // w13 / w2 again in host memory, for backends that launch per-expert work from the host
+  // (null when not available).
+  const void* const* w13_host = nullptr;
+  const void* const* w2_host = nullptr;
 };
 
 // out[r, c] = offset + amplitude * uniform_pm1(seed, (row0 + r) * full_cols + col0 + c), in

@@ -232,10 +232,23 @@ class CudaBackend final : public Backend {
   }
 
   void moe_experts(const MoeExpertsParams& p) override {
-    void* ws = workspace(moe_workspace_,
-                         moe_workspace_bytes(p.tokens, p.top_k, p.expert_end - p.expert_begin, p.hidden, p.inter));
-    launch_moe_experts(p.x, p.topk_ids, p.topk_weights, p.w13, p.w2, p.out, p.tokens, p.top_k, p.hidden, p.inter,
-                       p.expert_begin, p.expert_end, p.accumulate, p.out_f32, ws, stream_);
+    if (p.tokens == 0) return;
+    const int64_t local = p.expert_end - p.expert_begin, pairs = p.tokens * p.top_k;
+    void* ws = workspace(moe_workspace_, moe_workspace_bytes(p.tokens, p.top_k, local, p.hidden, p.inter));
+    launch_moe_sort(p.topk_ids, pairs, p.expert_begin, p.expert_end, p.hidden, p.inter, ws, stream_);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    MS_CUDA(cudaStreamIsCapturing(stream_, &capture));
+    // Many rows per expert (prefill): tensor-core GEMMs per active expert, which needs the row
+    // counts on the host. Few rows (decode): the streaming kernels, no synchronisation.
+    const bool gemm_path = capture == cudaStreamCaptureStatusNone && p.w13_host != nullptr &&
+                           pairs >= kGemmRowsPerExpert * local;
+    if (gemm_path) {
+      expert_gemms(p, ws, pairs, local);
+    } else {
+      launch_moe_expert_kernels(p.x, p.w13, p.w2, pairs, p.top_k, local, p.hidden, p.inter, ws, stream_);
+    }
+    launch_moe_combine(p.topk_weights, p.out, p.out_f32, p.tokens, p.top_k, local, p.hidden, p.inter, p.accumulate,
+                       ws, stream_);
   }
 
   void sample(const SampleParams& p) override {
@@ -281,6 +294,41 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
+  static constexpr int64_t kGemmRowsPerExpert = 8;
+
+  // Per active expert e with rows [o, o + n) in expert order:
+  //   gate_up[o:o+n] = x_sorted[o:o+n] @ W13_e^T   [n, 2 * inter]
+  //   act = silu(gate) * up                         [n, inter]  (one launch over all rows)
+  //   partial[o:o+n] = act[o:o+n] @ W2_e^T          [n, hidden] fp32
+  void expert_gemms(const MoeExpertsParams& p, void* ws, int64_t pairs, int64_t local) {
+    const MoeGemmBuffers b = moe_gemm_buffers(ws, pairs, local, p.hidden, p.inter);
+    std::vector<int32_t> offsets(local + 1);
+    MS_CUDA(cudaMemcpyAsync(offsets.data(), b.offsets, offsets.size() * 4, cudaMemcpyDeviceToHost, stream_));
+    MS_CUDA(cudaStreamSynchronize(stream_));
+    launch_moe_gather_sorted(p.x, pairs, p.top_k, local, p.hidden, p.inter, ws, stream_);
+    const float alpha = 1.0f, beta = 0.0f;
+    for (int64_t e = 0; e < local; ++e) {
+      const int64_t o = offsets[e], n = offsets[e + 1] - offsets[e];
+      if (n == 0) continue;
+      MS_CUBLAS(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(2 * p.inter), static_cast<int>(n),
+                             static_cast<int>(p.hidden), &alpha, p.w13_host[e], CUDA_R_16BF, static_cast<int>(p.hidden),
+                             static_cast<const char*>(b.x_sorted) + o * p.hidden * 2, CUDA_R_16BF,
+                             static_cast<int>(p.hidden), &beta, static_cast<char*>(b.gate_up) + o * 2 * p.inter * 2,
+                             CUDA_R_16BF, static_cast<int>(2 * p.inter), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+    const int64_t rows = offsets[local];
+    launch_silu_mul(b.gate_up, b.act, rows, p.inter, stream_);
+    for (int64_t e = 0; e < local; ++e) {
+      const int64_t o = offsets[e], n = offsets[e + 1] - offsets[e];
+      if (n == 0) continue;
+      MS_CUBLAS(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(p.hidden), static_cast<int>(n),
+                             static_cast<int>(p.inter), &alpha, p.w2_host[e], CUDA_R_16BF, static_cast<int>(p.inter),
+                             static_cast<const char*>(b.act) + o * p.inter * 2, CUDA_R_16BF, static_cast<int>(p.inter),
+                             &beta, b.partial + o * p.hidden, CUDA_R_32F, static_cast<int>(p.hidden),
+                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+  }
+
   // Grow-only scratch of one op. Growing waits for the stream (the old block may be in use);
   // the first run of each shape grows it, so a graph captured afterwards never does.
   void* workspace(BufferPtr& slot, int64_t bytes) {

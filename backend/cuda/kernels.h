@@ -49,10 +49,30 @@ void launch_moe_route(const void* x, const float* weight, const float* bias, int
 
 // Workspace of the grouped expert computation; sized by moe_workspace_bytes().
 int64_t moe_workspace_bytes(int64_t tokens, int64_t top_k, int64_t local_experts, int64_t hidden, int64_t inter);
-void launch_moe_experts(const void* x, const int32_t* topk_ids, const float* topk_weights, const void* const* w13,
-                        const void* const* w2, void* out, int64_t tokens, int64_t top_k, int64_t hidden,
-                        int64_t inter, int64_t expert_begin, int64_t expert_end, bool accumulate, bool out_f32,
-                        void* workspace, cudaStream_t stream);
+// Grouped experts in phases (the backend picks the compute path between sort and combine):
+//   sort: count the (token, k) pairs of each local expert, offsets, pairs in expert order;
+//   compute, either the streaming kernels (few rows per expert: decode, graph-capturable) or
+//     per-expert tensor-core GEMMs over rows gathered in expert order (many rows: prefill);
+//   combine: out[t] (+)= sum over k of weight * the pair's output, in k order.
+void launch_moe_sort(const int32_t* topk_ids, int64_t pairs, int64_t expert_begin, int64_t expert_end,
+                     int64_t hidden, int64_t inter, void* workspace, cudaStream_t stream);
+void launch_moe_expert_kernels(const void* x, const void* const* w13, const void* const* w2, int64_t pairs,
+                               int64_t top_k, int64_t local_experts, int64_t hidden, int64_t inter, void* workspace,
+                               cudaStream_t stream);
+// GEMM path: buffers inside the workspace.
+struct MoeGemmBuffers {
+  int32_t* offsets;  // [local_experts + 1] (device)
+  void* x_sorted;    // [pairs, hidden] bf16
+  void* gate_up;     // [pairs, 2 * inter] bf16
+  void* act;         // [pairs, inter] bf16
+  float* partial;    // [pairs, hidden] fp32
+};
+MoeGemmBuffers moe_gemm_buffers(void* workspace, int64_t pairs, int64_t local_experts, int64_t hidden, int64_t inter);
+void launch_moe_gather_sorted(const void* x, int64_t pairs, int64_t top_k, int64_t local_experts, int64_t hidden,
+                              int64_t inter, void* workspace, cudaStream_t stream);
+void launch_moe_combine(const float* topk_weights, void* out, bool out_f32, int64_t tokens, int64_t top_k,
+                        int64_t local_experts, int64_t hidden, int64_t inter, bool accumulate, void* workspace,
+                        cudaStream_t stream);
 
 // Sampling (sample.cu): greedy rows on device.
 void launch_argmax_rows(const float* logits, int32_t* tokens, int64_t rows, int64_t vocab, cudaStream_t stream);

@@ -171,6 +171,8 @@ struct MoeWorkspace {
   int32_t* slot_of_pair;  // [pairs]: sorted position of pair (t, k), or -1 when not local
   bf16* act;         // [pairs, inter]
   float* partial;    // [pairs, hidden]
+  bf16* x_sorted;    // [pairs, hidden]   (GEMM path) input rows in expert order
+  bf16* gate_up;     // [pairs, 2 * inter] (GEMM path)
 };
 
 int64_t align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
@@ -195,6 +197,10 @@ MoeWorkspace carve(void* base, int64_t pairs, int64_t local_experts, int64_t hid
   w.act = reinterpret_cast<bf16*>(p);
   p += align256(2 * pairs * inter);
   w.partial = reinterpret_cast<float*>(p);
+  p += align256(4 * pairs * hidden);
+  w.x_sorted = reinterpret_cast<bf16*>(p);
+  p += align256(2 * pairs * hidden);
+  w.gate_up = reinterpret_cast<bf16*>(p);
   return w;
 }
 
@@ -347,6 +353,15 @@ down_kernel(const void* const* w2, MoeWorkspace ws, int hidden, int inter) {
   }
 }
 
+// x_sorted[s] = x[token of the pair at sorted position s], for s < offsets[local_experts].
+__global__ void gather_sorted_kernel(const bf16* x, MoeWorkspace ws, int local_experts, int top_k, int hidden) {
+  const int s = blockIdx.x;
+  if (s >= ws.offsets[local_experts]) return;
+  const bf16* src = x + static_cast<int64_t>(ws.pair_of_slot[s] / top_k) * hidden;
+  bf16* dst = ws.x_sorted + static_cast<int64_t>(s) * hidden;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) dst[i] = src[i];
+}
+
 __global__ void combine_kernel(const float* topk_weights, MoeWorkspace ws, void* out, bool out_f32, int top_k,
                                int hidden, bool accumulate) {
   const int64_t t = blockIdx.x;
@@ -393,15 +408,12 @@ void launch_moe_route(const void* x, const float* weight, const float* bias, int
 int64_t moe_workspace_bytes(int64_t tokens, int64_t top_k, int64_t local_experts, int64_t hidden, int64_t inter) {
   const int64_t pairs = tokens * top_k;
   return align256(4 * local_experts) * 3 + align256(4) + align256(4 * (local_experts + 1)) + 2 * align256(4 * pairs) +
-         align256(2 * pairs * inter) + align256(4 * pairs * hidden);
+         align256(2 * pairs * inter) + align256(4 * pairs * hidden) + align256(2 * pairs * hidden) +
+         align256(4 * pairs * inter);
 }
 
-void launch_moe_experts(const void* x, const int32_t* topk_ids, const float* topk_weights, const void* const* w13,
-                        const void* const* w2, void* out, int64_t tokens, int64_t top_k, int64_t hidden,
-                        int64_t inter, int64_t expert_begin, int64_t expert_end, bool accumulate, bool out_f32,
-                        void* workspace, cudaStream_t stream) {
-  if (tokens == 0) return;
-  const int64_t pairs = tokens * top_k;
+void launch_moe_sort(const int32_t* topk_ids, int64_t pairs, int64_t expert_begin, int64_t expert_end,
+                     int64_t hidden, int64_t inter, void* workspace, cudaStream_t stream) {
   const int64_t local = expert_end - expert_begin;
   MoeWorkspace ws = carve(workspace, pairs, local, hidden, inter);
   cudaMemsetAsync(ws.counts, 0, 4 * local, stream);
@@ -411,14 +423,38 @@ void launch_moe_experts(const void* x, const int32_t* topk_ids, const float* top
   scatter_kernel<<<blocks_for(pairs, 256), 256, 0, stream>>>(topk_ids, pairs, static_cast<int>(expert_begin),
                                                               static_cast<int>(expert_end), ws.cursor,
                                                               ws.pair_of_slot, ws.slot_of_pair);
+}
+
+MoeGemmBuffers moe_gemm_buffers(void* workspace, int64_t pairs, int64_t local_experts, int64_t hidden, int64_t inter) {
+  const MoeWorkspace ws = carve(workspace, pairs, local_experts, hidden, inter);
+  return {ws.offsets, ws.x_sorted, ws.gate_up, ws.act, ws.partial};
+}
+
+void launch_moe_gather_sorted(const void* x, int64_t pairs, int64_t top_k, int64_t local_experts, int64_t hidden,
+                              int64_t inter, void* workspace, cudaStream_t stream) {
+  const MoeWorkspace ws = carve(workspace, pairs, local_experts, hidden, inter);
+  gather_sorted_kernel<<<pairs, 256, 0, stream>>>(static_cast<const bf16*>(x), ws, static_cast<int>(local_experts),
+                                                  static_cast<int>(top_k), static_cast<int>(hidden));
+}
+
+void launch_moe_expert_kernels(const void* x, const void* const* w13, const void* const* w2, int64_t pairs,
+                               int64_t top_k, int64_t local_experts, int64_t hidden, int64_t inter, void* workspace,
+                               cudaStream_t stream) {
+  const MoeWorkspace ws = carve(workspace, pairs, local_experts, hidden, inter);
   const int rows_per_block = kWarpsPerBlock * kRowsPerWarp;
-  const int64_t max_active = std::min(local, pairs);
+  const int64_t max_active = std::min(local_experts, pairs);
   const dim3 gate_grid(static_cast<unsigned>(max_active), static_cast<unsigned>((inter + rows_per_block - 1) / rows_per_block));
   gate_up_kernel<<<gate_grid, kWarpsPerBlock * 32, 0, stream>>>(static_cast<const bf16*>(x), w13, ws,
                                                                  static_cast<int>(top_k), static_cast<int>(hidden),
                                                                  static_cast<int>(inter));
   const dim3 down_grid(static_cast<unsigned>(max_active), static_cast<unsigned>((hidden + rows_per_block - 1) / rows_per_block));
   down_kernel<<<down_grid, kWarpsPerBlock * 32, 0, stream>>>(w2, ws, static_cast<int>(hidden), static_cast<int>(inter));
+}
+
+void launch_moe_combine(const float* topk_weights, void* out, bool out_f32, int64_t tokens, int64_t top_k,
+                        int64_t local_experts, int64_t hidden, int64_t inter, bool accumulate, void* workspace,
+                        cudaStream_t stream) {
+  const MoeWorkspace ws = carve(workspace, tokens * top_k, local_experts, hidden, inter);
   combine_kernel<<<tokens, 256, 0, stream>>>(topk_weights, ws, out, out_f32, static_cast<int>(top_k),
                                              static_cast<int>(hidden), accumulate);
 }

@@ -319,6 +319,15 @@ TEST_F(CudaOps, MoeExpertsOwnedRangeAndAccumulate) {
   g.out_f32 = true;
   gpu->moe_experts(g);
   expect_close(from_gpu_f32(*d_out32, ref.size()), ref, "moe_experts (fp32 out)");
+  // With host pointers the backend may take the per-expert GEMM path (76 rows over 6 experts).
+  auto d_out_gemm = to_gpu_bf16(out0);
+  g.out = d_out_gemm->data();
+  g.out_f32 = false;
+  std::vector<const void*> h13(d13.begin(), d13.end()), h2(d2.begin(), d2.end());
+  g.w13_host = h13.data();
+  g.w2_host = h2.data();
+  gpu->moe_experts(g);
+  expect_close(from_gpu_bf16(*d_out_gemm, ref.size()), ref, "moe_experts (GEMM path)");
   }
 }
 
