@@ -7,6 +7,10 @@ BIN=${MOESERVE_BIN:-carry/moeserve}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 MODEL=synthetic:kimi-k2.6:layers=3
+if [[ -x carry/cuda_backend_tests ]]; then
+  timeout 120 carry/cuda_backend_tests > "$OUT/cuda_tests.txt" 2>&1 || { tail -30 "$OUT/cuda_tests.txt"; exit 1; }
+  tail -1 "$OUT/cuda_tests.txt"
+fi
 "$BIN" serve --model $MODEL --backend cuda --port 30000 --max-running-requests 64 --context-length 512 \
   > "$OUT/serve.log" 2>&1 &
 server=$!
