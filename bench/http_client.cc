@@ -191,7 +191,9 @@ HttpResponse http_call(const HttpUrl& url, const HttpCall& call) {
 }
 
 void SseParser::feed(std::string_view bytes, const std::function<void(const std::string&)>& on_data) {
-  buffer_.append(bytes);
+  // Line ends may be CRLF; JSON data never holds a raw CR, so dropping every CR is safe.
+  for (char c : bytes)
+    if (c != '\r') buffer_ += c;
   size_t end;
   while ((end = buffer_.find("\n\n")) != std::string::npos) {
     const std::string event = buffer_.substr(0, end);
@@ -202,7 +204,6 @@ void SseParser::feed(std::string_view bytes, const std::function<void(const std:
       size_t nl = event.find('\n', start);
       if (nl == std::string::npos) nl = event.size();
       std::string line = event.substr(start, nl - start);
-      if (!line.empty() && line.back() == '\r') line.pop_back();
       if (line.rfind("data:", 0) == 0) {
         std::string value = line.substr(5);
         if (!value.empty() && value.front() == ' ') value.erase(0, 1);

@@ -1,0 +1,283 @@
+#include "bench/report.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace moeserve::bench {
+
+using Json = nlohmann::ordered_json;
+
+double per_request_tok_s(const BenchMetrics& m) { return m.tpot_ms.mean > 0 ? 1000.0 / m.tpot_ms.mean : 0.0; }
+
+std::map<int64_t, std::string> best_plan_by_concurrency(const SweepResult& result) {
+  std::map<int64_t, std::string> best;
+  std::map<int64_t, double> best_value;
+  for (const SweepPoint& p : result.points) {
+    auto it = best_value.find(p.concurrency);
+    if (it == best_value.end() || p.metrics.output_throughput > it->second) {
+      best_value[p.concurrency] = p.metrics.output_throughput;
+      best[p.concurrency] = p.plan;
+    }
+  }
+  return best;
+}
+
+Json sweep_json(const SweepResult& r) {
+  Json out;
+  out["model"] = r.model;
+  out["backend"] = r.backend;
+  out["plans"] = r.plans;
+  out["concurrency"] = r.concurrency;
+  out["workload"] = r.workload;
+  Json points = Json::array();
+  for (const SweepPoint& p : r.points) {
+    Json j;
+    j["plan"] = p.plan;
+    j["max_concurrency"] = p.concurrency;
+    add_metrics_json(p.metrics, j);
+    j["per_request_output_throughput"] = per_request_tok_s(p.metrics);
+    points.push_back(std::move(j));
+  }
+  out["points"] = std::move(points);
+  Json skipped = Json::array();
+  for (const SweepSkip& s : r.skipped) skipped.push_back({{"plan", s.plan}, {"reason", s.reason}});
+  out["skipped"] = std::move(skipped);
+  Json best = Json::object();
+  for (const auto& [c, plan] : best_plan_by_concurrency(r)) best[std::to_string(c)] = plan;
+  out["best_plan_by_concurrency"] = std::move(best);
+  out["switches"] = r.switches;
+  return out;
+}
+
+SweepResult sweep_from_json(const Json& in) {
+  SweepResult r;
+  r.model = in.at("model").get<std::string>();
+  r.backend = in.at("backend").get<std::string>();
+  r.plans = in.at("plans").get<std::vector<std::string>>();
+  r.concurrency = in.at("concurrency").get<std::vector<int64_t>>();
+  r.workload = in.at("workload");
+  for (const Json& j : in.at("points"))
+    r.points.push_back({j.at("plan").get<std::string>(), j.at("max_concurrency").get<int64_t>(), metrics_from_json(j)});
+  for (const Json& j : in.at("skipped")) r.skipped.push_back({j.at("plan").get<std::string>(), j.at("reason").get<std::string>()});
+  r.switches = in.at("switches");
+  return r;
+}
+
+namespace {
+
+const SweepPoint* find_point(const SweepResult& r, const std::string& plan, int64_t c) {
+  for (const SweepPoint& p : r.points)
+    if (p.plan == plan && p.concurrency == c) return &p;
+  return nullptr;
+}
+
+std::vector<std::string> measured_plans(const SweepResult& r) {
+  std::vector<std::string> plans;
+  for (const SweepPoint& p : r.points)
+    if (std::find(plans.begin(), plans.end(), p.plan) == plans.end()) plans.push_back(p.plan);
+  return plans;
+}
+
+std::string html_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// A "nice" axis maximum and step: 1, 2 or 5 times a power of ten.
+std::pair<double, double> nice_axis(double max_value, int ticks) {
+  if (max_value <= 0) return {1.0, 1.0 / ticks};
+  const double raw = max_value / ticks;
+  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = magnitude;
+  for (double f : {1.0, 2.0, 5.0, 10.0})
+    if (f * magnitude >= raw) {
+      step = f * magnitude;
+      break;
+    }
+  return {step * std::ceil(max_value / step), step};
+}
+
+std::string format_number(double v) {
+  if (v >= 100) return fmt::format("{:.0f}", v);
+  if (v >= 10) return fmt::format("{:.1f}", v);
+  return fmt::format("{:.2f}", v);
+}
+
+constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
+                                   "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
+
+// One line chart: x = the concurrency values (evenly spaced, labelled), y from 0.
+std::string svg_chart(const SweepResult& r, const std::string& id, const std::string& title, const std::string& y_label,
+                      double (*value)(const BenchMetrics&)) {
+  const std::vector<std::string> plans = measured_plans(r);
+  const double width = 640, height = 380, left = 80, right = 150, top = 40, bottom = 60;
+  const double plot_w = width - left - right, plot_h = height - top - bottom;
+  double max_y = 0;
+  for (const SweepPoint& p : r.points) max_y = std::max(max_y, value(p.metrics));
+  const auto [y_max, y_step] = nice_axis(max_y, 5);
+  const size_t n = r.concurrency.size();
+  auto x_of = [&](size_t i) { return left + (n == 1 ? plot_w / 2 : plot_w * static_cast<double>(i) / (n - 1)); };
+  auto y_of = [&](double v) { return top + plot_h * (1.0 - v / y_max); };
+  std::string s = fmt::format(
+      "<svg id=\"{}\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
+      "font-family=\"sans-serif\" font-size=\"12\" role=\"img\" aria-label=\"{}\">\n",
+      id, width, height, width, height, html_escape(title));
+  s += fmt::format("<text x=\"{}\" y=\"22\" font-size=\"15\" font-weight=\"bold\" text-anchor=\"middle\">{}</text>\n",
+                   left + plot_w / 2, html_escape(title));
+  // Grid and y ticks.
+  for (double v = 0; v <= y_max + y_step / 2; v += y_step) {
+    s += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#ddd\"/>\n", left, y_of(v),
+                     left + plot_w, y_of(v));
+    s += fmt::format("<text class=\"y-tick\" x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", left - 6,
+                     y_of(v) + 4, format_number(v));
+  }
+  for (size_t i = 0; i < n; ++i)
+    s += fmt::format("<text class=\"x-tick\" x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", x_of(i),
+                     top + plot_h + 18, r.concurrency[i]);
+  s += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"#333\"/>\n", left, top, top + plot_h);
+  s += fmt::format("<line x1=\"{0}\" y1=\"{2}\" x2=\"{1}\" y2=\"{2}\" stroke=\"#333\"/>\n", left, left + plot_w,
+                   top + plot_h);
+  s += fmt::format("<text class=\"x-label\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">concurrency (requests in "
+                   "flight)</text>\n",
+                   left + plot_w / 2, height - 15);
+  s += fmt::format("<text class=\"y-label\" x=\"0\" y=\"0\" text-anchor=\"middle\" "
+                   "transform=\"translate(20,{}) rotate(-90)\">{}</text>\n",
+                   top + plot_h / 2, html_escape(y_label));
+  // One line per plan, then the legend.
+  for (size_t k = 0; k < plans.size(); ++k) {
+    const char* color = kColors[k % std::size(kColors)];
+    std::string points;
+    std::string dots;
+    for (size_t i = 0; i < n; ++i) {
+      const SweepPoint* p = find_point(r, plans[k], r.concurrency[i]);
+      if (!p) continue;
+      const double v = value(p->metrics);
+      points += fmt::format("{:.1f},{:.1f} ", x_of(i), y_of(v));
+      dots += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"><title>{} at {}: {}</title></circle>\n",
+                          x_of(i), y_of(v), color, html_escape(plans[k]), r.concurrency[i], format_number(v));
+    }
+    s += fmt::format("<polyline class=\"series\" data-plan=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\" "
+                     "points=\"{}\"/>\n",
+                     html_escape(plans[k]), color, points);
+    s += dots;
+  }
+  s += "<g class=\"legend\">\n";
+  for (size_t k = 0; k < plans.size(); ++k) {
+    const double y = top + 10 + 20 * static_cast<double>(k);
+    s += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"3\"/>\n",
+                     left + plot_w + 15, y, left + plot_w + 35, y, kColors[k % std::size(kColors)]);
+    s += fmt::format("<text class=\"legend-entry\" x=\"{}\" y=\"{}\">{}</text>\n", left + plot_w + 40, y + 4,
+                     html_escape(plans[k]));
+  }
+  s += "</g>\n</svg>\n";
+  return s;
+}
+
+double output_tok_s(const BenchMetrics& m) { return m.output_throughput; }
+
+struct Column {
+  const char* heading;
+  double (*value)(const BenchMetrics&);
+};
+const Column kColumns[] = {
+    {"output tok/s", [](const BenchMetrics& m) { return m.output_throughput; }},
+    {"per-request tok/s", [](const BenchMetrics& m) { return per_request_tok_s(m); }},
+    {"mean TTFT (ms)", [](const BenchMetrics& m) { return m.ttft_ms.mean; }},
+    {"mean TPOT (ms)", [](const BenchMetrics& m) { return m.tpot_ms.mean; }},
+};
+
+std::string workload_line(const SweepResult& r) {
+  return fmt::format("Model `{}`, backend {}; workload: {}.", r.model, r.backend, r.workload.dump());
+}
+
+}  // namespace
+
+std::string sweep_markdown(const SweepResult& r) {
+  std::string out = "# Plan sweep\n\n" + workload_line(r) + "\n\n";
+  const std::vector<std::string> plans = measured_plans(r);
+  for (const Column& col : kColumns) {
+    out += fmt::format("## {}\n\n| plan |", col.heading);
+    for (int64_t c : r.concurrency) out += fmt::format(" c={} |", c);
+    out += "\n|---|";
+    for (size_t i = 0; i < r.concurrency.size(); ++i) out += "---:|";
+    out += "\n";
+    for (const std::string& plan : plans) {
+      out += fmt::format("| {} |", plan);
+      for (int64_t c : r.concurrency) {
+        const SweepPoint* p = find_point(r, plan, c);
+        out += p ? fmt::format(" {} |", format_number(col.value(p->metrics))) : std::string(" - |");
+      }
+      out += "\n";
+    }
+    out += "\n";
+  }
+  out += "## Best plan per concurrency (output tok/s)\n\n| concurrency | plan | output tok/s |\n|---:|---|---:|\n";
+  for (const auto& [c, plan] : best_plan_by_concurrency(r))
+    out += fmt::format("| {} | {} | {} |\n", c, plan, format_number(find_point(r, plan, c)->metrics.output_throughput));
+  if (!r.skipped.empty()) {
+    out += "\n## Skipped plans\n\n";
+    for (const SweepSkip& s : r.skipped) out += fmt::format("- `{}`: {}\n", s.plan, s.reason);
+  }
+  if (!r.switches.empty()) {
+    out += "\n## Switches\n\n| plan | how | time to ready (s) |\n|---|---|---:|\n";
+    for (const Json& s : r.switches)
+      out += fmt::format("| {} | {} | {:.3f} |\n", s.value("plan", ""), s.value("how", ""),
+                         s.value("time_to_ready_s", 0.0));
+  }
+  return out;
+}
+
+std::string sweep_html(const SweepResult& r) {
+  std::string out =
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>moeserve plan sweep: " +
+      html_escape(r.model) +
+      "</title>\n<style>body{font-family:sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:12px 0}"
+      "td,th{border:1px solid #ccc;padding:4px 10px;text-align:right}th:first-child,td:first-child{text-align:left}"
+      ".charts{display:flex;flex-wrap:wrap;gap:16px}</style>\n</head>\n<body>\n";
+  out += "<h1>Plan sweep: " + html_escape(r.model) + "</h1>\n<p>" + html_escape(workload_line(r)) + "</p>\n";
+  out += "<div class=\"charts\">\n";
+  out += svg_chart(r, "chart-aggregate", "Aggregate output throughput", "output tok/s (all requests)", output_tok_s);
+  out += svg_chart(r, "chart-per-request", "Per-request output speed", "output tok/s per request",
+                   [](const BenchMetrics& m) { return per_request_tok_s(m); });
+  out += "</div>\n";
+  const std::vector<std::string> plans = measured_plans(r);
+  for (const Column& col : kColumns) {
+    out += fmt::format("<h2>{}</h2>\n<table>\n<tr><th>plan</th>", html_escape(col.heading));
+    for (int64_t c : r.concurrency) out += fmt::format("<th>c={}</th>", c);
+    out += "</tr>\n";
+    for (const std::string& plan : plans) {
+      out += fmt::format("<tr><td>{}</td>", html_escape(plan));
+      for (int64_t c : r.concurrency) {
+        const SweepPoint* p = find_point(r, plan, c);
+        out += "<td>" + (p ? format_number(col.value(p->metrics)) : std::string("-")) + "</td>";
+      }
+      out += "</tr>\n";
+    }
+    out += "</table>\n";
+  }
+  out += "<h2>Best plan per concurrency</h2>\n<table>\n<tr><th>concurrency</th><th>plan</th></tr>\n";
+  for (const auto& [c, plan] : best_plan_by_concurrency(r))
+    out += fmt::format("<tr><td>{}</td><td>{}</td></tr>\n", c, html_escape(plan));
+  out += "</table>\n";
+  if (!r.skipped.empty()) {
+    out += "<h2>Skipped plans</h2>\n<ul>\n";
+    for (const SweepSkip& s : r.skipped)
+      out += "<li><code>" + html_escape(s.plan) + "</code>: " + html_escape(s.reason) + "</li>\n";
+    out += "</ul>\n";
+  }
+  out += "</body>\n</html>\n";
+  return out;
+}
+
+}  // namespace moeserve::bench

@@ -1,0 +1,47 @@
+// The plan sweep's results and its three reports: sweep.json (every point with sglang's
+// metric fields), sweep.md (plan x concurrency tables and the best plan per concurrency) and
+// a self-contained sweep.html (inline SVG line charts, one line per plan).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/metrics.h"
+
+namespace moeserve::bench {
+
+struct SweepPoint {
+  std::string plan;
+  int64_t concurrency = 0;
+  BenchMetrics metrics;
+};
+
+struct SweepSkip {
+  std::string plan, reason;
+};
+
+struct SweepResult {
+  std::string model, backend;
+  std::vector<std::string> plans;     // as asked
+  std::vector<int64_t> concurrency;   // as asked
+  nlohmann::ordered_json workload;    // dataset settings of every run
+  std::vector<SweepPoint> points;     // measured, plan by plan
+  std::vector<SweepSkip> skipped;
+  nlohmann::ordered_json switches = nlohmann::ordered_json::array();  // start and each re-plan
+};
+
+// Decode speed one request sees: 1000 / mean TPOT (ms); 0 without TPOT samples.
+double per_request_tok_s(const BenchMetrics& m);
+// The plan with the highest output throughput at each measured concurrency.
+std::map<int64_t, std::string> best_plan_by_concurrency(const SweepResult& result);
+
+nlohmann::ordered_json sweep_json(const SweepResult& result);
+SweepResult sweep_from_json(const nlohmann::ordered_json& json);
+std::string sweep_markdown(const SweepResult& result);
+std::string sweep_html(const SweepResult& result);
+
+}  // namespace moeserve::bench

@@ -1,0 +1,148 @@
+// The benchmark client's pieces without a server: percentiles as numpy computes them, the
+// metrics' arithmetic (throughput = tokens / duration, TPOT, concurrency), the random
+// datasets (lengths in range, deterministic by seed, errors naming the flag), SSE parsing
+// across arbitrary splits, and URL parsing.
+#include <gtest/gtest.h>
+
+#include "bench/dataset.h"
+#include "bench/http_client.h"
+#include "bench/metrics.h"
+#include "core/error.h"
+
+namespace moeserve::bench {
+namespace {
+
+TEST(Percentile, MatchesNumpyLinearInterpolation) {
+  const std::vector<double> v = {4, 1, 3, 2, 10};
+  EXPECT_DOUBLE_EQ(percentile(v, 50), 3.0);   // numpy.percentile([4,1,3,2,10], 50)
+  EXPECT_DOUBLE_EQ(percentile(v, 90), 7.6);   // 4 + 0.6 * (10 - 4)
+  EXPECT_DOUBLE_EQ(percentile(v, 99), 9.76);  // 4 + 0.96 * 6
+  EXPECT_DOUBLE_EQ(percentile(v, 0), 1.0);
+  EXPECT_DOUBLE_EQ(percentile(v, 100), 10.0);
+  EXPECT_DOUBLE_EQ(percentile({}, 50), 0.0);
+  EXPECT_DOUBLE_EQ(percentile({5}, 99), 5.0);
+}
+
+TEST(Metrics, ThroughputsLatenciesAndConcurrencyAddUp) {
+  std::vector<RequestOutcome> outcomes(3);
+  outcomes[0] = {true, "", 10, 5, 0.1, 0.5, {0.1, 0.1, 0.1, 0.1}, {}, ""};
+  outcomes[1] = {true, "", 20, 1, 0.2, 0.2, {}, {}, ""};
+  outcomes[2] = {false, "HTTP 500", 0, 0, 0, 0.3, {}, {}, ""};
+  const BenchMetrics m = compute_metrics(outcomes, 2.0);
+  EXPECT_EQ(m.completed, 2);
+  EXPECT_EQ(m.failed, 1);
+  EXPECT_EQ(m.total_input_tokens, 30);
+  EXPECT_EQ(m.total_output_tokens, 6);
+  EXPECT_DOUBLE_EQ(m.request_throughput, 1.0);
+  EXPECT_DOUBLE_EQ(m.input_throughput, 15.0);
+  EXPECT_DOUBLE_EQ(m.output_throughput, 3.0);
+  EXPECT_DOUBLE_EQ(m.total_throughput, 18.0);
+  EXPECT_DOUBLE_EQ(m.concurrency, 0.35);                 // (0.5 + 0.2) / 2
+  EXPECT_DOUBLE_EQ(m.tpot_ms.mean, 100.0);               // (0.5 - 0.1) / 4: one-token requests have none
+  EXPECT_DOUBLE_EQ(m.ttft_ms.mean, 150.0);
+  EXPECT_DOUBLE_EQ(m.itl_ms.median, 100.0);
+  EXPECT_DOUBLE_EQ(m.e2e_latency_ms.p99, 200.0 + 0.99 * 300.0);
+
+  nlohmann::ordered_json j;
+  add_metrics_json(m, j);
+  for (const char* field : {"request_throughput", "input_throughput", "output_throughput", "total_throughput",
+                            "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
+                            "mean_itl_ms", "p99_itl_ms", "mean_e2e_latency_ms", "median_e2e_latency_ms",
+                            "concurrency", "completed", "total_input_tokens", "total_output_tokens", "duration"})
+    EXPECT_TRUE(j.contains(field)) << field;
+  const BenchMetrics back = metrics_from_json(j);
+  EXPECT_EQ(back.total_output_tokens, m.total_output_tokens);
+  EXPECT_DOUBLE_EQ(back.e2e_latency_ms.p99, m.e2e_latency_ms.p99);
+}
+
+TEST(Dataset, LengthsInRangeAndDeterministic) {
+  DatasetOptions o;
+  o.num_prompts = 200;
+  o.input_len = 40;
+  o.output_len = 8;
+  o.range_ratio = 0.5;
+  o.vocab_size = 100;
+  const auto a = make_prompts(o);
+  ASSERT_EQ(a.size(), 200u);
+  for (const auto& p : a) {
+    EXPECT_GE(p.input_len, 20);
+    EXPECT_LE(p.input_len, 40);
+    EXPECT_GE(p.output_len, 4);
+    EXPECT_LE(p.output_len, 8);
+    EXPECT_EQ(static_cast<int64_t>(p.ids.size()), p.input_len);
+    for (int32_t id : p.ids) EXPECT_TRUE(id >= 0 && id < 100);
+  }
+  const auto b = make_prompts(o);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].ids, b[i].ids);
+  o.seed = 2;
+  EXPECT_NE(make_prompts(o)[0].ids, a[0].ids);
+
+  o.name = "random";
+  o.range_ratio = 1.0;
+  for (const auto& p : make_prompts(o)) {
+    EXPECT_EQ(p.input_len, 40);
+    EXPECT_TRUE(p.ids.empty());
+    EXPECT_EQ(std::count(p.text.begin(), p.text.end(), ' '), 39);  // 40 words
+  }
+}
+
+TEST(Dataset, ErrorsNameTheFlag) {
+  auto message = [](DatasetOptions o) {
+    try {
+      make_prompts(o);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  DatasetOptions o;
+  o.name = "sharegpt";
+  EXPECT_NE(message(o).find("--dataset"), std::string::npos);
+  o = {};
+  o.num_prompts = 0;
+  EXPECT_NE(message(o).find("--num-prompts"), std::string::npos);
+  o = {};
+  o.range_ratio = 1.5;
+  EXPECT_NE(message(o).find("--random-range-ratio"), std::string::npos);
+  o = {};
+  o.output_len = 0;
+  EXPECT_NE(message(o).find("--random-output-len"), std::string::npos);
+}
+
+TEST(Sse, EventsSplitAnywhere) {
+  const std::string stream = "data: {\"a\":1}\n\ndata: {\"b\":2}\r\n\r\n: comment\n\ndata: [DONE]\n\n";
+  for (size_t split = 0; split <= stream.size(); ++split) {
+    SseParser parser;
+    std::vector<std::string> got;
+    auto on = [&](const std::string& d) { got.push_back(d); };
+    parser.feed(std::string_view(stream).substr(0, split), on);
+    parser.feed(std::string_view(stream).substr(split), on);
+    ASSERT_EQ(got.size(), 3u) << "split " << split;
+    EXPECT_EQ(got[0], "{\"a\":1}");
+    EXPECT_EQ(got[1], "{\"b\":2}");
+    EXPECT_EQ(got[2], "[DONE]");
+  }
+}
+
+TEST(Url, ParsesHostPortPrefixAndNamesTheFlag) {
+  HttpUrl u = parse_http_url("http://127.0.0.1:30000", "--base-url");
+  EXPECT_EQ(u.host, "127.0.0.1");
+  EXPECT_EQ(u.port, 30000);
+  EXPECT_EQ(u.path_prefix, "");
+  u = parse_http_url("http://[::1]:8080/api/", "--base-url");
+  EXPECT_EQ(u.host, "::1");
+  EXPECT_EQ(u.port, 8080);
+  EXPECT_EQ(u.path_prefix, "/api");
+  u = parse_http_url("http://example.com", "--url");
+  EXPECT_EQ(u.port, 80);
+  try {
+    parse_http_url("https://x:1", "--base-url");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--base-url"), std::string::npos);
+  }
+  EXPECT_THROW(parse_http_url("http://x:99999", "--url"), Error);
+}
+
+}  // namespace
+}  // namespace moeserve::bench
