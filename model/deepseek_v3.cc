@@ -126,13 +126,7 @@ void DeepseekV3::load(WeightSource& source) {
       backend_.fill_uniform(fill);
       return;
     }
-    const Tensor host = source.read(name, shape, rows, cols);
-    const BufferPtr staged = backend_.upload_weight(host, keep_f32);
-    backend_.synchronize();
-    // Copy through the host: weights load once, so simplicity beats a device-to-device path.
-    std::vector<std::byte> tmp(staged->nbytes());
-    backend_.download(tmp.data(), *staged, 0, tmp.size());
-    backend_.upload(dst, offset * elem, tmp.data(), tmp.size());
+    backend_.upload_weight_into(dst, static_cast<size_t>(offset) * elem, source.read(name, shape, rows, cols), keep_f32);
   };
   auto load_tensor = [&](const std::string& name, const Shape& shape, Slice rows = Slice::all(),
                          Slice cols = Slice::all(), bool keep_f32 = false) {

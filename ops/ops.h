@@ -225,8 +225,16 @@ class Backend {
   // Copies between host memory and a buffer (offsets in bytes).
   virtual void upload(Buffer& dst, size_t offset, const void* src, size_t nbytes) = 0;
   virtual void download(void* dst, const Buffer& src, size_t offset, size_t nbytes) = 0;
-  // Uploads an fp32 host tensor converted to the activation dtype (or kept fp32).
-  virtual BufferPtr upload_weight(const Tensor& host_f32, bool keep_f32 = false) = 0;
+  // Writes an fp32 host tensor, converted to the activation dtype (or kept fp32), into `dst`
+  // at byte `offset`.
+  virtual void upload_weight_into(Buffer& dst, size_t offset, const Tensor& host_f32, bool keep_f32) = 0;
+  // The same into a new buffer of exactly its size.
+  BufferPtr upload_weight(const Tensor& host_f32, bool keep_f32 = false) {
+    const size_t elem = keep_f32 ? 4 : dtype_size(activation_dtype());
+    BufferPtr buffer = alloc(static_cast<size_t>(host_f32.numel()) * elem);
+    upload_weight_into(*buffer, 0, host_f32, keep_f32);
+    return buffer;
+  }
   virtual void synchronize() = 0;
 
   virtual void embedding(const EmbeddingParams& p) = 0;

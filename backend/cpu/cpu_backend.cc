@@ -61,10 +61,8 @@ class CpuBackend final : public Backend {
              offset, src.nbytes());
     std::memcpy(dst, static_cast<const std::byte*>(const_cast<Buffer&>(src).data()) + offset, nbytes);
   }
-  BufferPtr upload_weight(const Tensor& host_f32, bool /*keep_f32*/) override {
-    auto buffer = alloc(host_f32.nbytes());
-    upload(*buffer, 0, host_f32.raw(), host_f32.nbytes());
-    return buffer;
+  void upload_weight_into(Buffer& dst, size_t offset, const Tensor& host_f32, bool /*keep_f32*/) override {
+    upload(dst, offset, host_f32.raw(), host_f32.nbytes());
   }
   void synchronize() override {}
 

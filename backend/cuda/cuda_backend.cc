@@ -148,18 +148,15 @@ class CudaBackend final : public Backend {
                             cudaMemcpyDeviceToHost, stream_));
     MS_CUDA(cudaStreamSynchronize(stream_));
   }
-  BufferPtr upload_weight(const Tensor& host_f32, bool keep_f32) override {
+  void upload_weight_into(Buffer& dst, size_t offset, const Tensor& host_f32, bool keep_f32) override {
     const int64_t n = host_f32.numel();
     if (keep_f32) {
-      auto buffer = alloc(n * 4);
-      upload(*buffer, 0, host_f32.raw(), n * 4);
-      return buffer;
+      upload(dst, offset, host_f32.raw(), static_cast<size_t>(n) * 4);
+      return;
     }
     std::vector<uint16_t> bf(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) bf[i] = f32_to_bf16(host_f32.f32()[i]);
-    auto buffer = alloc(n * 2);
-    upload(*buffer, 0, bf.data(), n * 2);
-    return buffer;
+    upload(dst, offset, bf.data(), static_cast<size_t>(n) * 2);
   }
   void synchronize() override { MS_CUDA(cudaStreamSynchronize(stream_)); }
 

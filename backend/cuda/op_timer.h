@@ -44,8 +44,8 @@ class OpTimingBackend final : public ops::Backend {
   void download(void* dst, const ops::Buffer& src, size_t offset, size_t nbytes) override {
     inner_.download(dst, src, offset, nbytes);
   }
-  ops::BufferPtr upload_weight(const Tensor& host_f32, bool keep_f32) override {
-    return inner_.upload_weight(host_f32, keep_f32);
+  void upload_weight_into(ops::Buffer& dst, size_t offset, const Tensor& host_f32, bool keep_f32) override {
+    inner_.upload_weight_into(dst, offset, host_f32, keep_f32);
   }
   void synchronize() override { inner_.synchronize(); }
 
