@@ -13,6 +13,7 @@ void add_serve_command(CLI::App& app);
 void add_bench_step_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_restart_command(CLI::App& app);
+void add_sweep_command(CLI::App& app);
 // tokenize, detokenize, chat-template, bench-tokenizer
 void add_tokenizer_commands(CLI::App& app);
 

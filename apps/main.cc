@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   moeserve::apps::add_bench_step_command(app);
   moeserve::apps::add_bench_command(app);
   moeserve::apps::add_restart_command(app);
+  moeserve::apps::add_sweep_command(app);
   moeserve::apps::add_tokenizer_commands(app);
   try {
     app.parse(argc, argv);

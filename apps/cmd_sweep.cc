@@ -1,0 +1,319 @@
+// moeserve sweep: measures every plan at every concurrency with one server. It starts
+// `moeserve serve` on the first plan that fits, moves it through the others by live re-plan
+// (POST /admin/replan), runs the load generator (bench/) at each concurrency, and writes
+// DIR/sweep.json, DIR/sweep.md, DIR/sweep.html, DIR/bench.jsonl (every run, sglang's fields)
+// and DIR/server.log. Plans the model or the memory cannot hold are skipped with the reason.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "apps/commands.h"
+#include "apps/plan_cli.h"
+#include "bench/dataset.h"
+#include "bench/report.h"
+#include "bench/runner.h"
+#include "core/error.h"
+#include "model/model_source.h"
+
+namespace moeserve::apps {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Json = nlohmann::ordered_json;
+
+struct SweepArgs {
+  std::string model = "synthetic:tiny";
+  std::string plans;
+  std::string concurrency = "1,4,16";
+  std::string backend = "cpu";
+  std::string out_dir;
+  std::string mem_per_rank;
+  int64_t context_length = 0;
+  int64_t kv_pages = 0;           // 0: the server's default
+  int64_t max_running_requests = 0;  // 0: the largest concurrency
+  int64_t num_prompts = 0;        // 0: 4 x the concurrency of the point
+  double startup_timeout_s = 600;
+  bench::DatasetOptions dataset;
+};
+
+std::vector<std::string> split_list(const std::string& text, const char* flag) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ','))
+    if (!item.empty()) out.push_back(item);
+  MS_CHECK(!out.empty(), "{}: empty list", flag);
+  return out;
+}
+
+// `moeserve serve` as a child process, its output in a log file; SIGTERM on destruction.
+class ServerProcess {
+ public:
+  ServerProcess(const std::vector<std::string>& args, const std::filesystem::path& log, double timeout_s)
+      : log_(log) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    MS_CHECK(fd >= 0, "sweep: cannot write the server log {}", log.string());
+    const off_t start_offset = ::lseek(fd, 0, SEEK_END);
+    pid_ = ::fork();
+    MS_CHECK(pid_ >= 0, "sweep: fork failed");
+    if (pid_ == 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+      std::vector<char*> argv;
+      std::string self = "/proc/self/exe";
+      argv.push_back(self.data());
+      std::vector<std::string> copy = args;
+      for (std::string& a : copy) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv("/proc/self/exe", argv.data());
+      std::perror("exec moeserve serve");
+      ::_exit(127);
+    }
+    ::close(fd);
+    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+    const std::regex ready(R"(on http://(\S+):(\d+))");
+    while (Clock::now() < deadline) {
+      std::ifstream in(log);
+      in.seekg(start_offset);
+      std::string line;
+      while (std::getline(in, line)) {
+        std::smatch m;
+        if (line.find("moeserve: serving") != std::string::npos && std::regex_search(line, m, ready)) {
+          url_ = "http://" + m[1].str() + ":" + m[2].str();
+          return;
+        }
+      }
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        MS_CHECK(false, "the server exited before serving: {}", tail(start_offset));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    stop();
+    MS_CHECK(false, "the server did not serve within {} s (--startup-timeout): {}", timeout_s, tail(start_offset));
+  }
+  ~ServerProcess() { stop(); }
+  ServerProcess(const ServerProcess&) = delete;
+  ServerProcess& operator=(const ServerProcess&) = delete;
+
+  const std::string& url() const { return url_; }
+
+  void stop() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    for (int i = 0; i < 600 && ::waitpid(pid_, &status, WNOHANG) == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (::waitpid(pid_, &status, WNOHANG) == 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &status, 0);
+    }
+    pid_ = -1;
+  }
+
+ private:
+  std::string tail(off_t from) const {
+    std::ifstream in(log_);
+    in.seekg(from);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (text.size() > 600) text = "..." + text.substr(text.size() - 600);
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    return text;
+  }
+
+  std::filesystem::path log_;
+  pid_t pid_ = -1;
+  std::string url_;
+};
+
+// POST /admin/replan; the reply's JSON, or an Error with the server's reason.
+Json replan(const bench::HttpUrl& url, const std::string& plan) {
+  bench::HttpCall call;
+  call.method = "POST";
+  call.path = "/admin/replan";
+  call.body = Json{{"plan", plan}}.dump();
+  call.headers = {{"Content-Type", "application/json"}};
+  const bench::HttpResponse response = bench::http_call(url, call);
+  const Json body = Json::parse(response.body, nullptr, false);
+  if (response.status != 200) {
+    std::string message = response.body;
+    if (body.is_object() && body.contains("error") && body["error"].is_object())
+      message = body["error"].value("message", response.body);
+    MS_CHECK(false, "{}", message);
+  }
+  return body;
+}
+
+void run_sweep(const SweepArgs& args) {
+  MS_CHECK(!args.out_dir.empty(), "--out: required (a directory)");
+  MS_CHECK(args.backend == "cpu" || args.backend == "cuda", "--backend '{}': expected cpu or cuda", args.backend);
+  const std::vector<std::string> plans = split_list(args.plans, "--plans");
+  std::vector<int64_t> levels;
+  for (const std::string& c : split_list(args.concurrency, "--concurrency")) {
+    char* end = nullptr;
+    const long long v = std::strtoll(c.c_str(), &end, 10);
+    MS_CHECK(end && *end == '\0' && v > 0, "--concurrency '{}': expected positive integers", args.concurrency);
+    levels.push_back(v);
+  }
+  MS_CHECK(args.num_prompts >= 0, "--num-prompts must be >= 0 (got {})", args.num_prompts);
+  const int64_t max_running =
+      args.max_running_requests > 0 ? args.max_running_requests : *std::max_element(levels.begin(), levels.end());
+  bench::DatasetOptions dataset = args.dataset;
+  dataset.num_prompts = 1;
+  bench::make_prompts(dataset);  // checks the dataset flags before anything starts
+
+  bench::SweepResult result;
+  result.model = args.model;
+  result.backend = args.backend;
+  result.plans = plans;
+  result.concurrency = levels;
+  result.workload = {{"dataset_name", dataset.name},
+                     {"num_prompts", args.num_prompts > 0 ? Json(args.num_prompts) : Json("4 x concurrency")},
+                     {"random_input_len", dataset.input_len},
+                     {"random_output_len", dataset.output_len},
+                     {"random_range_ratio", dataset.range_ratio},
+                     {"request_rate", "inf"},
+                     {"seed", dataset.seed}};
+
+  // The same check the server makes, so that plans the model or the memory cannot hold are
+  // skipped without a round trip.
+  const ModelSource model = open_model(args.model);
+  PlanCliArgs plan_args;
+  plan_args.mem_per_rank = args.mem_per_rank;
+  plan_args.context_length = args.context_length;
+  plan_args.max_running_requests = max_running;
+  std::vector<std::string> runnable;
+  for (const std::string& plan : plans) {
+    plan_args.preset = plan;
+    try {
+      plan_for_model(plan_args, model.config, args.backend == "cuda" ? 2 : 4);
+      runnable.push_back(plan);
+    } catch (const std::exception& e) {
+      result.skipped.push_back({plan, e.what()});
+      std::printf("sweep: skipping %s: %s\n", plan.c_str(), e.what());
+    }
+  }
+
+  const std::filesystem::path dir(args.out_dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream runs_file(dir / "bench.jsonl", std::ios::trunc);
+  MS_CHECK(runs_file.good(), "--out '{}': cannot write bench.jsonl", args.out_dir);
+
+  std::unique_ptr<ServerProcess> server;
+  for (const std::string& plan : runnable) {
+    const auto switch_start = Clock::now();
+    if (!server) {
+      std::vector<std::string> serve = {"serve", "--model", args.model, "--backend", args.backend, "--port", "0",
+                                        "--plan", plan, "--max-running-requests", std::to_string(max_running)};
+      if (!args.mem_per_rank.empty()) serve.insert(serve.end(), {"--mem-per-rank", args.mem_per_rank});
+      if (args.context_length > 0) serve.insert(serve.end(), {"--context-length", std::to_string(args.context_length)});
+      if (args.kv_pages > 0) serve.insert(serve.end(), {"--kv-pages", std::to_string(args.kv_pages)});
+      try {
+        server = std::make_unique<ServerProcess>(serve, dir / "server.log", args.startup_timeout_s);
+      } catch (const std::exception& e) {
+        result.skipped.push_back({plan, e.what()});
+        std::printf("sweep: skipping %s: %s\n", plan.c_str(), e.what());
+        continue;
+      }
+      const double ready = std::chrono::duration<double>(Clock::now() - switch_start).count();
+      result.switches.push_back({{"plan", plan}, {"how", "cold start"}, {"time_to_ready_s", ready}});
+      std::printf("sweep: %s: cold start, serving in %.2f s on %s\n", plan.c_str(), ready, server->url().c_str());
+    } else {
+      try {
+        Json report = replan(bench::parse_http_url(server->url(), "server url"), plan);
+        report["how"] = "re-plan";
+        result.switches.push_back(report);
+        std::printf("sweep: %s: re-plan ready in %.2f s\n", plan.c_str(), report.value("time_to_ready_s", 0.0));
+      } catch (const std::exception& e) {
+        result.skipped.push_back({plan, e.what()});
+        std::printf("sweep: skipping %s: %s\n", plan.c_str(), e.what());
+        continue;
+      }
+    }
+    std::fflush(stdout);
+    bench::RunOptions run;
+    run.url = bench::parse_http_url(server->url(), "server url");
+    run.progress = false;
+    run.seed = dataset.seed;
+    for (int64_t c : levels) {
+      bench::DatasetOptions point = dataset;
+      point.num_prompts = args.num_prompts > 0 ? args.num_prompts : 4 * c;
+      run.max_concurrency = c;
+      const bench::RunResult measured = bench::run_benchmark(run, bench::make_prompts(point));
+      Json line = bench::run_json(run, point, measured, false);
+      line["plan"] = plan;
+      runs_file << line.dump() << "\n";
+      runs_file.flush();
+      result.points.push_back({plan, c, measured.metrics});
+      std::printf("sweep: %-8s c=%-4lld %9.1f output tok/s  %7.1f tok/s per request  TTFT %8.2f ms  TPOT %7.2f ms%s\n",
+                  plan.c_str(), static_cast<long long>(c), measured.metrics.output_throughput,
+                  bench::per_request_tok_s(measured.metrics), measured.metrics.ttft_ms.mean,
+                  measured.metrics.tpot_ms.mean,
+                  measured.metrics.failed ? fmt::format("  ({} FAILED)", measured.metrics.failed).c_str() : "");
+      std::fflush(stdout);
+    }
+  }
+  if (server) server->stop();
+
+  auto write = [&](const char* name, const std::string& text) {
+    std::ofstream f(dir / name, std::ios::trunc);
+    f << text;
+    MS_CHECK(f.good(), "--out '{}': cannot write {}", args.out_dir, name);
+  };
+  write("sweep.json", bench::sweep_json(result).dump(2) + "\n");
+  write("sweep.md", bench::sweep_markdown(result));
+  write("sweep.html", bench::sweep_html(result));
+  std::printf("sweep: wrote %s/sweep.{json,md,html} (%zu points, %zu plans skipped)\n", args.out_dir.c_str(),
+              result.points.size(), result.skipped.size());
+  MS_CHECK(!result.points.empty(), "sweep: no plan could be measured");
+  int64_t failed = 0;
+  for (const auto& p : result.points) failed += p.metrics.failed;
+  MS_CHECK(failed == 0, "sweep: {} requests failed (see {}/bench.jsonl and server.log)", failed, args.out_dir);
+}
+
+}  // namespace
+
+void add_sweep_command(CLI::App& app) {
+  auto args = std::make_shared<SweepArgs>();
+  args->dataset.input_len = 64;
+  args->dataset.output_len = 32;
+  args->dataset.range_ratio = 1.0;
+  CLI::App* cmd = app.add_subcommand("sweep", "Measure plans x concurrency on one server by live re-plan");
+  cmd->add_option("--model,-m", args->model, "synthetic:NAME[...], a model directory")->capture_default_str();
+  cmd->add_option("--plans", args->plans, "Plans to measure, comma-separated (tp2,ep2,pp2,ep2-dp,...)")->required();
+  cmd->add_option("--concurrency", args->concurrency, "Concurrency levels, comma-separated")->capture_default_str();
+  cmd->add_option("--backend", args->backend, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--out", args->out_dir, "Directory for sweep.json, sweep.md, sweep.html, bench.jsonl")->required();
+  cmd->add_option("--num-prompts", args->num_prompts, "Requests per point (0: 4 x its concurrency)")
+      ->capture_default_str();
+  cmd->add_option("--dataset", args->dataset.name, "random or random-ids")->capture_default_str();
+  cmd->add_option("--random-input-len", args->dataset.input_len, "Longest prompt")->capture_default_str();
+  cmd->add_option("--random-output-len", args->dataset.output_len, "Longest output")->capture_default_str();
+  cmd->add_option("--random-range-ratio", args->dataset.range_ratio, "Lengths from [len * ratio, len]")
+      ->capture_default_str();
+  cmd->add_option("--vocab-size", args->dataset.vocab_size, "random-ids: ids from [0, N)")->capture_default_str();
+  cmd->add_option("--seed", args->dataset.seed, "Seed of the prompts")->capture_default_str();
+  cmd->add_option("--mem-per-rank", args->mem_per_rank, "Skip plans that do not fit this memory per rank");
+  cmd->add_option("--context-length", args->context_length, "The server's --context-length (0: the model's)")
+      ->capture_default_str();
+  cmd->add_option("--kv-pages", args->kv_pages, "The server's --kv-pages (0: its default)")->capture_default_str();
+  cmd->add_option("--max-running-requests", args->max_running_requests,
+                  "The server's --max-running-requests (0: the largest concurrency)")
+      ->capture_default_str();
+  cmd->add_option("--startup-timeout", args->startup_timeout_s, "Seconds to wait for the server to serve")
+      ->capture_default_str();
+  cmd->callback([args] { run_sweep(*args); });
+}
+
+}  // namespace moeserve::apps
