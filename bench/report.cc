@@ -109,6 +109,7 @@ std::pair<double, double> nice_axis(double max_value, int ticks) {
 }
 
 std::string format_number(double v) {
+  if (v == 0) return "0";
   if (v >= 100) return fmt::format("{:.0f}", v);
   if (v >= 10) return fmt::format("{:.1f}", v);
   return fmt::format("{:.2f}", v);
@@ -198,7 +199,10 @@ const Column kColumns[] = {
 };
 
 std::string workload_line(const SweepResult& r) {
-  return fmt::format("Model `{}`, backend {}; workload: {}.", r.model, r.backend, r.workload.dump());
+  std::string items;
+  for (const auto& [key, value] : r.workload.items())
+    items += fmt::format("{}{} {}", items.empty() ? "" : ", ", key, value.is_string() ? value.get<std::string>() : value.dump());
+  return fmt::format("Model {}, backend {}; workload: {}.", r.model, r.backend, items);
 }
 
 }  // namespace
