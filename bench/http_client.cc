@@ -131,7 +131,8 @@ std::string lower(std::string s) {
 
 HttpResponse http_call(const HttpUrl& url, const HttpCall& call) {
   Socket socket(connect_to(url));
-  std::string head = call.method + " " + url.path_prefix + call.path + " HTTP/1.1\r\nHost: " + url.host + ":" +
+  std::string head = call.method + " " + url.path_prefix + call.path + " HTTP/1.1\r\nHost: " +
+                     (url.host.find(':') != std::string::npos ? "[" + url.host + "]" : url.host) + ":" +
                      std::to_string(url.port) + "\r\nConnection: close\r\n";
   for (const auto& [name, value] : call.headers) head += name + ": " + value + "\r\n";
   if (!call.body.empty() || call.method == "POST") head += "Content-Length: " + std::to_string(call.body.size()) + "\r\n";

@@ -134,6 +134,30 @@ TEST(Replan, RequestsInFlightAndArrivingDuringTheSwitchAllFinishExactly) {
   EXPECT_NE(loop->render_metrics().find("moeserve_plan_info{plan=\"ep2-dp\"} 1"), std::string::npos);
 }
 
+TEST(Replan, ACancelDuringTheSwitchEndsTheRequestAndNothingLeaks) {
+  Fixture f;
+  auto loop = f.loop("single");
+  auto before = submit_all(*loop, 0, 6);
+  auto switched = std::async(std::launch::async, [&] { return loop->replan(f.target("pp2")); });
+  auto during = submit_all(*loop, 6, 3);
+  loop->cancel(during[1]->id());  // waiting out the switch in the queue, or already admitted
+  switched.get();
+  expect_reference(before, 0);
+  expect_reference({during[0]}, 6);
+  expect_reference({during[2]}, 8);
+  bool ended = false;
+  for (int i = 0; i < 100 && !ended; ++i) {
+    std::vector<OutputEvent> events;
+    during[1]->wait(events, std::chrono::milliseconds(100));
+    for (const auto& e : events) ended = ended || e.last();
+  }
+  EXPECT_TRUE(ended) << "the cancelled request never ended";
+  const EngineSnapshot s = loop->current_snapshot();
+  EXPECT_EQ(s.running + s.waiting, 0);
+  EXPECT_EQ(s.kv_pages_used, 0);
+  EXPECT_TRUE(loop->drain(std::chrono::milliseconds(5000))) << "a request was left in the system";
+}
+
 TEST(Replan, AFailedBuildBringsTheOldPlanBack) {
   Fixture f;
   auto loop = f.loop("pp2");
