@@ -245,6 +245,7 @@ void EngineLoop::run() {
     }
     if (failed) {
       fail_all(500, "the engine failed: " + failure());
+      abandon_replan("the engine failed: " + failure());
       continue;
     }
     bool switch_now;
@@ -270,13 +271,17 @@ void EngineLoop::run() {
   }
   fail_all(503, "the server is shutting down");
   publish_snapshot();
+  abandon_replan("the server is shutting down");
+}
+
+void EngineLoop::abandon_replan(const std::string& reason) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (pending_replan_) {
-    pending_replan_.reset();
-    replan_error_ = "the server is shutting down";
-    replan_finished_ = true;
-    replan_done_.notify_all();
-  }
+  if (!pending_replan_) return;
+  pending_replan_.reset();
+  replan_error_ = reason;
+  replan_error_status_ = 503;
+  replan_finished_ = true;
+  replan_done_.notify_all();
 }
 
 ReplanReport EngineLoop::replan(ReplanTarget target) {
@@ -292,7 +297,7 @@ ReplanReport EngineLoop::replan(ReplanTarget target) {
   replan_error_.clear();
   wake_.notify_one();
   replan_done_.wait(lock, [&] { return replan_finished_; });
-  if (!replan_error_.empty()) throw ApiError(500, replan_error_, "plan");
+  if (!replan_error_.empty()) throw ApiError(replan_error_status_, replan_error_, "plan");
   return replan_report_;
 }
 
@@ -366,6 +371,7 @@ void EngineLoop::switch_plan() {
   pending_replan_.reset();
   replan_report_ = report;
   replan_error_ = error;
+  replan_error_status_ = 500;
   replan_finished_ = true;
   replan_done_.notify_all();
 }

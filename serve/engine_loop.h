@@ -123,6 +123,8 @@ class EngineLoop {
   void on_engine_thread(const std::function<void()>& fn);
   // Engine thread: switches once nothing runs (pending_replan_).
   void switch_plan();
+  // Engine thread: ends a pending re-plan with an error (shutdown, engine failure).
+  void abandon_replan(const std::string& reason);
   // Engine thread: frees the engine, builds `target`'s and warms it up.
   void install(const ReplanTarget& target, double& build_s, double& warmup_s);
 
@@ -152,6 +154,7 @@ class EngineLoop {
   bool replan_finished_ = false;
   ReplanReport replan_report_;
   std::string replan_error_;
+  int replan_error_status_ = 500;
   std::atomic<int64_t> replans_{0}, replans_failed_{0};
   std::atomic<double> last_replan_ready_s_{0};
 

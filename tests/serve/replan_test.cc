@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <future>
+#include <thread>
 #include <stdexcept>
 
 #include "parallel/plan_parse.h"
@@ -177,6 +178,28 @@ TEST(Replan, AFailedBuildBringsTheOldPlanBack) {
   EXPECT_TRUE(loop->failure().empty());
   expect_reference(before, 0);
   expect_reference(submit_all(*loop, 4, 8), 4);
+}
+
+TEST(Replan, AShutdownWhileWaitingForRequestsEndsTheReplanWith503) {
+  Fixture f;
+  auto loop = f.loop("single");
+  EngineRequest long_request;
+  long_request.prompt = prompts()[0];
+  long_request.limits.max_tokens = 1000;  // (fits the 1024-token pool) ~0.5 s of decoding: the switch waits
+  auto stream = loop->submit(long_request);
+  std::vector<OutputEvent> first;  // running (not still queued, where a switch would not wait for it)
+  while (first.empty()) stream->wait(first, std::chrono::milliseconds(1000));
+  ASSERT_FALSE(first.back().last());
+  auto switched = std::async(std::launch::async, [&] { return loop->replan(f.target("tp2")); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  loop->stop();
+  try {
+    switched.get();
+    FAIL() << "the re-plan should have been abandoned";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 503) << e.what();
+  }
+  EXPECT_EQ(loop->plan_name(), "single");
 }
 
 TEST(Replan, RefusedWithoutAnEngineFactory) {
