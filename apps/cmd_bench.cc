@@ -11,6 +11,7 @@
 #include "bench/dataset.h"
 #include "bench/runner.h"
 #include "core/error.h"
+#include "tokenizer/tokenizer.h"
 
 namespace moeserve::apps {
 
@@ -25,6 +26,8 @@ struct BenchArgs {
   std::string output_file;
   bool output_details = false;
   bool disable_progress = false;
+  std::string tokenizer;           // sharegpt: whose token counts
+  int64_t sharegpt_output_len = 0;  // sharegpt: > 0 fixes every output length
   bench::DatasetOptions dataset;
 };
 
@@ -81,7 +84,22 @@ void run_bench_command(const BenchArgs& args) {
   run.seed = args.dataset.seed;
   run.progress = !args.disable_progress;
   const std::vector<int64_t> levels = parse_int_list(args.concurrency, "--concurrency");
-  const std::vector<bench::BenchPrompt> prompts = bench::make_prompts(args.dataset);
+  std::vector<bench::BenchPrompt> prompts;
+  const std::string sharegpt = "sharegpt:";
+  if (args.dataset.name.rfind(sharegpt, 0) == 0) {
+    MS_CHECK(!args.tokenizer.empty(), "--dataset {}: needs --tokenizer (a model directory or \"synthetic\") to count tokens",
+             args.dataset.name);
+    const auto tok = tokenizer::load_tokenizer(args.tokenizer);
+    prompts = bench::sharegpt_prompts(args.dataset.name.substr(sharegpt.size()), args.dataset.num_prompts,
+                                      args.sharegpt_output_len, args.dataset.seed, [&](const std::string& text) {
+                                        return static_cast<int64_t>(tok->encode(text, false).size());
+                                      });
+    if (static_cast<int64_t>(prompts.size()) < args.dataset.num_prompts)
+      std::fprintf(stderr, "bench: %s holds %zu usable conversations, fewer than --num-prompts %lld\n",
+                   args.dataset.name.c_str(), prompts.size(), static_cast<long long>(args.dataset.num_prompts));
+  } else {
+    prompts = bench::make_prompts(args.dataset);
+  }
   std::ofstream out;
   if (!args.output_file.empty()) {
     out.open(args.output_file, std::ios::app);
@@ -118,7 +136,13 @@ void add_bench_command(CLI::App& app) {
                   "Requests in flight at most; a comma list runs once per value")
       ->capture_default_str();
   cmd->add_option("--num-prompts", args->dataset.num_prompts, "Requests per run")->capture_default_str();
-  cmd->add_option("--dataset,--dataset-name", args->dataset.name, "random (text) or random-ids (token ids)")
+  cmd->add_option("--dataset,--dataset-name", args->dataset.name,
+                  "random (text), random-ids (token ids) or sharegpt:FILE (ShareGPT JSON)")
+      ->capture_default_str();
+  cmd->add_option("--tokenizer", args->tokenizer,
+                  "sharegpt: the served model's directory (or \"synthetic\"), to count prompt and reply tokens");
+  cmd->add_option("--sharegpt-output-len", args->sharegpt_output_len,
+                  "sharegpt: every output this long (0: the reply's token count)")
       ->capture_default_str();
   cmd->add_option("--random-input-len", args->dataset.input_len, "Longest prompt (words or ids)")
       ->capture_default_str();

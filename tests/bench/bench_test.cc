@@ -4,6 +4,10 @@
 // across arbitrary splits, and URL parsing.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
 #include "bench/dataset.h"
 #include "bench/http_client.h"
 #include "bench/metrics.h"
@@ -107,6 +111,57 @@ TEST(Dataset, ErrorsNameTheFlag) {
   o = {};
   o.output_len = 0;
   EXPECT_NE(message(o).find("--random-output-len"), std::string::npos);
+}
+
+int64_t words(const std::string& text) {
+  std::istringstream in(text);
+  int64_t n = 0;
+  for (std::string w; in >> w;) ++n;
+  return n;
+}
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const std::string path = testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(ShareGpt, PairsFilteredShuffledAndCounted) {
+  const std::string path = write_temp("sharegpt.json", R"([
+    {"conversations": [{"from": "human", "value": "one two three"}, {"from": "gpt", "value": "a b c d"}]},
+    {"conversations": [{"from": "human", "value": "short"}, {"from": "gpt", "value": "x y"}]},
+    {"conversations": [{"from": "human", "value": "alpha beta"}]},
+    {"conversations": [{"from": "human", "value": "p q r s t"}, {"from": "gpt", "value": "u v"}, {"from": "human", "value": "w"}]},
+    {"id": "no conversations"}
+  ])");
+  const auto prompts = sharegpt_prompts(path, 10, 0, 1, words);
+  ASSERT_EQ(prompts.size(), 2u);  // "short" has 1 token; one conversation has a single turn
+  int64_t total_in = 0, total_out = 0;
+  for (const auto& p : prompts) {
+    EXPECT_EQ(p.input_len, words(p.text));
+    EXPECT_TRUE(p.ids.empty());
+    total_in += p.input_len;
+    total_out += p.output_len;
+  }
+  EXPECT_EQ(total_in, 3 + 5);
+  EXPECT_EQ(total_out, 4 + 2);
+  const auto fixed = sharegpt_prompts(path, 1, 7, 1, words);
+  ASSERT_EQ(fixed.size(), 1u);
+  EXPECT_EQ(fixed[0].output_len, 7);
+  EXPECT_EQ(fixed[0].text, prompts[0].text);  // the same seed, the same order
+
+  auto message = [&](const std::string& file) {
+    try {
+      sharegpt_prompts(file, 10, 0, 1, words);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(testing::TempDir() + "missing.json").find("cannot open"), std::string::npos);
+  EXPECT_NE(message(write_temp("bad.json", "[{")).find("not JSON"), std::string::npos);
+  EXPECT_NE(message(write_temp("obj.json", "{}")).find("expected a JSON list"), std::string::npos);
+  EXPECT_NE(message(write_temp("empty.json", "[]")).find("no usable conversation"), std::string::npos);
 }
 
 TEST(Sse, EventsSplitAnywhere) {

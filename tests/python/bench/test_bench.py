@@ -76,6 +76,26 @@ def test_bench_text_prompts_request_rate_and_api_key(tmp_path):
     assert all(n >= 20 for n in run["input_lens"])  # 20 words: at least a token each
 
 
+def test_bench_sharegpt_output_lengths_are_the_replies_token_counts(tmp_path):
+    # The synthetic tokenizer is byte-level: a reply of N ASCII bytes is N tokens.
+    replies = ["the reply of the first conversation", "second answer, a bit longer than the first one", "ok ok"]
+    data = [{"conversations": [{"from": "human", "value": f"question number {i} about things"},
+                               {"from": "gpt", "value": reply}]} for i, reply in enumerate(replies)]
+    data.append({"conversations": [{"from": "human", "value": "a single turn"}]})
+    (tmp_path / "sharegpt.json").write_text(json.dumps(data))
+    out = tmp_path / "bench.jsonl"
+    with Server() as server:
+        run_moeserve("bench", "--base-url", server.base, "--dataset", f"sharegpt:{tmp_path / 'sharegpt.json'}",
+                     "--tokenizer", "synthetic", "--num-prompts", 10, "--concurrency", 2,
+                     "--output-file", out, "--output-details")
+        missing = run_moeserve("bench", "--base-url", server.base, "--dataset",
+                               f"sharegpt:{tmp_path / 'sharegpt.json'}", check=False)
+        assert missing.returncode != 0 and "--tokenizer" in missing.stderr
+    (run,) = read_runs(out)
+    check_run(run, 3)
+    assert sorted(run["output_lens"]) == sorted(len(r) for r in replies)
+
+
 def test_bench_flag_errors_name_the_flag():
     for args, flag in ((["--base-url", "https://x:1"], "--base-url"),
                        (["--base-url", "http://127.0.0.1:1", "--model", "m", "--concurrency", "0"], "--concurrency"),
