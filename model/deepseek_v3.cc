@@ -64,6 +64,8 @@ struct DeepseekV3::Activations {
   BufferPtr selected;   // [T, hidden] rows that get logits, normalised
   BufferPtr local_logits;  // [T, vocab_local] fp32
   BufferPtr gathered_logits;  // [attn_tp, T, vocab_local] fp32
+  BufferPtr greedy_values, greedy_ids;                  // [T] this rank's slice maxima
+  BufferPtr gathered_values, gathered_ids;              // [attn_tp, T]
 };
 
 namespace {
@@ -269,6 +271,12 @@ DeepseekV3::Activations& DeepseekV3::workspace(int64_t T) {
     a->selected = alloc(T * c.hidden_size, act);
     a->local_logits = alloc(T * shard_.vocab.size(), 4);
     if (tp > 1) a->gathered_logits = alloc(tp * T * shard_.vocab.size(), 4);
+    a->greedy_values = alloc(T, 4);
+    a->greedy_ids = alloc(T, 4);
+    if (tp > 1) {
+      a->gathered_values = alloc(tp * T, 4);
+      a->gathered_ids = alloc(tp * T, 4);
+    }
   }
   slot = std::move(a);
   return *slot;
@@ -351,7 +359,40 @@ Tensor DeepseekV3::forward(const ForwardBatch& batch) {
   return finish(a, rows);
 }
 
+void DeepseekV3::set_greedy_tokens(bool enabled) {
+  if (enabled == greedy_tokens_) return;
+  // The head of captured graphs differs between the two modes.
+  backend_.synchronize();
+  graphs_.clear();
+  warmed_up_.clear();
+  greedy_tokens_ = enabled;
+}
+
+Tensor DeepseekV3::greedy_to_host(Activations& a, int64_t rows) {
+  Tensor ids(DType::I32, {rows});
+  if (rows == 0) return ids;
+  if (!a.gathered_values) {
+    backend_.download(ids.raw(), *a.greedy_ids, 0, ids.nbytes());
+    return ids;
+  }
+  // [tp, rows] maxima of each vocab slice: the largest value wins, ties to the smallest id
+  // (slices are in id order, so the first rank holding the maximum).
+  const int tp = groups_.attn_tp->size();
+  std::vector<float> values(static_cast<size_t>(tp * rows));
+  std::vector<int32_t> slice_ids(static_cast<size_t>(tp * rows));
+  backend_.download(values.data(), *a.gathered_values, 0, values.size() * 4);
+  backend_.download(slice_ids.data(), *a.gathered_ids, 0, slice_ids.size() * 4);
+  for (int64_t r = 0; r < rows; ++r) {
+    int best = 0;
+    for (int k = 1; k < tp; ++k)
+      if (values[k * rows + r] > values[best * rows + r]) best = k;
+    ids.i32()[r] = slice_ids[best * rows + r];
+  }
+  return ids;
+}
+
 Tensor DeepseekV3::finish(Activations& a, int64_t rows) {
+  if (shard_.last_stage && greedy_tokens_) return greedy_to_host(a, rows);
   if (shard_.last_stage && return_logits_) return logits_to_host(a, rows);
   backend_.synchronize();
   return Tensor();
@@ -396,6 +437,16 @@ void DeepseekV3::lm_head(Activations& a, int64_t rows) {
                          vocab_local};
   head.y_f32 = true;
   backend_.linear(head);
+  if (greedy_tokens_) {
+    backend_.argmax_rows({static_cast<const float*>(ptr(a.local_logits)), static_cast<float*>(ptr(a.greedy_values)),
+                          static_cast<int32_t*>(ptr(a.greedy_ids)), rows, vocab_local, shard_.vocab.begin});
+    if (a.gathered_values) {
+      groups_.attn_tp->set_site("lm_head");
+      groups_.attn_tp->all_gather(ptr(a.greedy_values), ptr(a.gathered_values), static_cast<size_t>(rows), DType::F32);
+      groups_.attn_tp->all_gather(ptr(a.greedy_ids), ptr(a.gathered_ids), static_cast<size_t>(rows), DType::I32);
+    }
+    return;
+  }
   if (a.gathered_logits) {
     groups_.attn_tp->set_site("lm_head");
     groups_.attn_tp->all_gather(ptr(a.local_logits), ptr(a.gathered_logits), static_cast<size_t>(rows * vocab_local),

@@ -72,6 +72,11 @@ class DeepseekV3 {
   void set_graphs_enabled(bool enabled) { graphs_enabled_ = enabled; }
   int64_t graphs_captured() const { return static_cast<int64_t>(graphs_.size()); }
 
+  // Greedy steps: the last stage returns each logit row's argmax id (Tensor I32 [rows])
+  // instead of its logits; each vocab-parallel rank reduces its slice on the device and only
+  // (value, id) pairs cross ranks and come to the host.
+  void set_greedy_tokens(bool enabled);
+
   // Benchmarks time the device work alone: without logits, forward() waits for the step to
   // finish and returns an empty Tensor on every stage.
   void set_return_logits(bool enabled) { return_logits_ = enabled; }
@@ -104,6 +109,7 @@ class DeepseekV3 {
   void shared_experts(const Layer& layer, Activations& a);
   void lm_head(Activations& a, int64_t rows);
   Tensor logits_to_host(Activations& a, int64_t rows);
+  Tensor greedy_to_host(Activations& a, int64_t rows);
   Tensor finish(Activations& a, int64_t rows);  // the step's result, after the device work
   void all_reduce(comm::Communicator* group, ops::Buffer& buffer, int64_t count, const char* site, DType dtype);
 
@@ -117,6 +123,7 @@ class DeepseekV3 {
   bool graphs_enabled_ = false;
   bool record_routing_ = false;
   bool return_logits_ = true;
+  bool greedy_tokens_ = false;
   std::vector<std::vector<int32_t>> last_routing_;  // [moe layer][tokens * top_k]
 
   ops::BufferPtr embed_;       // [vocab slice, hidden]

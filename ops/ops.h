@@ -193,6 +193,15 @@ struct RowCombineParams {
   bool out_f32 = false;
 };
 
+// Greedy decoding without moving logits: per row, the largest logit and its id (+ id_offset,
+// the first id of a vocab slice); ties go to the smallest id, as cpu::sample_row's argmax.
+struct ArgmaxRowsParams {
+  const float* logits;  // [rows, vocab]
+  float* values;        // [rows]
+  int32_t* ids;         // [rows]
+  int64_t rows, vocab, id_offset;
+};
+
 // Per-row sampling options. temperature 0 = greedy.
 struct SamplingOptions {
   float temperature = 0.0f;
@@ -250,6 +259,7 @@ class Backend {
   virtual void moe_route(const MoeRouteParams& p) = 0;
   virtual void moe_experts(const MoeExpertsParams& p) = 0;
   virtual void sample(const SampleParams& p) = 0;
+  virtual void argmax_rows(const ArgmaxRowsParams& p) = 0;
   virtual void fill_uniform(const FillUniformParams& p) = 0;
   virtual void gather_rows(const GatherRowsParams& p) = 0;
   virtual void row_combine(const RowCombineParams& p) = 0;

@@ -38,7 +38,8 @@ struct Engine::Impl {
 
   // Runs one step on every rank: micro-batches in order, hidden states passed stage to stage.
   // Returns the logits [rows, vocab] of each (micro-batch, replica).
-  std::vector<std::vector<Tensor>> run_step(const StepPlan& step, const parallel::ParallelPlan& plan, int64_t hidden);
+  std::vector<std::vector<Tensor>> run_step(const StepPlan& step, const parallel::ParallelPlan& plan, int64_t hidden,
+                                            bool greedy_tokens = false);
 };
 
 Engine::Engine(const ModelSource& model, EngineOptions options)
@@ -116,10 +117,11 @@ std::vector<parallel::RankShard> Engine::shards() const {
 }
 
 std::vector<std::vector<Tensor>> Engine::Impl::run_step(const StepPlan& step, const parallel::ParallelPlan& plan,
-                                                        int64_t hidden) {
+                                                        int64_t hidden, bool greedy_tokens) {
   std::vector<std::vector<Tensor>> logits(step.micro_batches.size(), std::vector<Tensor>(plan.attn_dp));
   workers->run([&](int r) {
     Rank& rank = ranks[r];
+    rank.model->set_greedy_tokens(greedy_tokens);
     const parallel::RankShard& shard = rank.model->shard();
     const int stage = rank.coord.stage;
     comm::Communicator& pipeline = *rank.comms.pipeline;
@@ -144,10 +146,14 @@ std::vector<std::vector<Tensor>> Engine::Impl::run_step(const StepPlan& step, co
   return logits;
 }
 
-std::vector<std::vector<Tensor>> Engine::execute(const StepPlan& step) {
+std::vector<std::vector<Tensor>> Engine::execute(const StepPlan& step) { return run(step, false); }
+
+std::vector<std::vector<Tensor>> Engine::execute_greedy(const StepPlan& step) { return run(step, true); }
+
+std::vector<std::vector<Tensor>> Engine::run(const StepPlan& step, bool greedy_tokens) {
   MS_CHECK(impl_->failure.empty(), "the engine stopped after a failed step: {}", impl_->failure);
   try {
-    return impl_->run_step(step, options_.plan, config_.hidden_size);
+    return impl_->run_step(step, options_.plan, config_.hidden_size, greedy_tokens);
   } catch (const Error& e) {
     impl_->failure = e.what();
     throw;

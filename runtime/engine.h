@@ -64,6 +64,9 @@ class Engine {
   // (micro-batch, DP replica), rows as the step's ReplicaBatch describes. A failed step
   // stops the engine: later calls throw.
   std::vector<std::vector<Tensor>> execute(const StepPlan& step);
+  // The same for a step whose every logit row is decoded greedily: returns each row's argmax
+  // id (Tensor I32 [rows]) instead of its logits, reduced on the devices (no logits leave them).
+  std::vector<std::vector<Tensor>> execute_greedy(const StepPlan& step);
 
   // What one rank holds, for tools that drive the ranks directly (benchmarks).
   struct RankView {
@@ -85,6 +88,7 @@ class Engine {
   std::vector<parallel::RankShard> shards() const;
 
  private:
+  std::vector<std::vector<Tensor>> run(const StepPlan& step, bool greedy_tokens);
   struct Impl;
   ModelConfig config_;
   EngineOptions options_;

@@ -392,10 +392,18 @@ void EngineLoop::step() {
       queue_time_.observe(seconds_between(a.arrival, start));
     }
   }
+  // Greedy rows without logprobs need only each row's argmax, which the devices reduce: then
+  // no logits come to the host at all.
+  bool greedy = true;
+  for (const auto& chunk : step.chunks) {
+    if (chunk.logit_row < 0) continue;
+    const EngineRequest& r = active_.at(chunk.id)->request;
+    greedy &= (r.sampling.temperature <= 0.0f || r.sampling.top_k == 1) && r.top_logprobs < 0;
+  }
   const auto host_before_forward = Clock::now();
-  std::vector<std::vector<Tensor>> logits;
+  std::vector<std::vector<Tensor>> logits;  // or argmax ids when greedy
   try {
-    logits = engine_->execute(step.plan);
+    logits = greedy ? engine_->execute_greedy(step.plan) : engine_->execute(step.plan);
   } catch (const std::exception& e) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -412,6 +420,11 @@ void EngineLoop::step() {
     if (chunk.logit_row < 0) continue;
     Active& a = *active_.at(chunk.id);
     const Tensor& rows = logits.at(chunk.micro_batch).at(chunk.replica);
+    if (greedy) {
+      sampled.push_back(rows.i32()[chunk.logit_row]);
+      logprobs.push_back(TokenLogprob{sampled.back(), 0, {}});
+      continue;
+    }
     const float* row = rows.f32() + chunk.logit_row * vocab;
     ops::SamplingOptions options = a.request.sampling;
     options.step = static_cast<uint64_t>(a.output.generated());

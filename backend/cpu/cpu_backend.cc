@@ -328,6 +328,15 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void argmax_rows(const ArgmaxRowsParams& p) override {
+    for (int64_t r = 0; r < p.rows; ++r) {
+      const float* row = p.logits + r * p.vocab;
+      const int64_t best = std::max_element(row, row + p.vocab) - row;  // first maximum
+      p.values[r] = row[best];
+      p.ids[r] = static_cast<int32_t>(best + p.id_offset);
+    }
+  }
+
   void sample(const SampleParams& p) override {
     for (int64_t r = 0; r < p.rows; ++r) p.tokens[r] = sample_row(p.logits + r * p.vocab, p.vocab, p.options[r]);
   }

@@ -252,7 +252,10 @@ class CudaBackend final : public Backend {
     for (int64_t r = 0; r < p.rows; ++r)
       MS_CHECK(p.options[r].temperature <= 0.0f || p.options[r].top_k == 1,
                "CUDA sampling supports greedy rows only; row {} has temperature {}", r, p.options[r].temperature);
-    launch_argmax_rows(p.logits, p.tokens, p.rows, p.vocab, stream_);
+    launch_argmax_rows(p.logits, p.tokens, nullptr, p.rows, p.vocab, 0, stream_);
+  }
+  void argmax_rows(const ArgmaxRowsParams& p) override {
+    launch_argmax_rows(p.logits, p.ids, p.values, p.rows, p.vocab, p.id_offset, stream_);
   }
 
   void fill_uniform(const FillUniformParams& p) override {

@@ -75,6 +75,8 @@ void launch_moe_combine(const float* topk_weights, void* out, bool out_f32, int6
                         cudaStream_t stream);
 
 // Sampling (sample.cu): greedy rows on device.
-void launch_argmax_rows(const float* logits, int32_t* tokens, int64_t rows, int64_t vocab, cudaStream_t stream);
+// values may be null.
+void launch_argmax_rows(const float* logits, int32_t* tokens, float* values, int64_t rows, int64_t vocab,
+                        int64_t id_offset, cudaStream_t stream);
 
 }  // namespace moeserve::cuda

@@ -64,6 +64,7 @@ class OpTimingBackend final : public ops::Backend {
   void moe_route(const ops::MoeRouteParams& p) override { timed("moe_route", [&] { inner_.moe_route(p); }); }
   void moe_experts(const ops::MoeExpertsParams& p) override { timed("moe_experts", [&] { inner_.moe_experts(p); }); }
   void sample(const ops::SampleParams& p) override { timed("sample", [&] { inner_.sample(p); }); }
+  void argmax_rows(const ops::ArgmaxRowsParams& p) override { timed("argmax_rows", [&] { inner_.argmax_rows(p); }); }
   void fill_uniform(const ops::FillUniformParams& p) override { inner_.fill_uniform(p); }
   void gather_rows(const ops::GatherRowsParams& p) override { timed("gather_rows", [&] { inner_.gather_rows(p); }); }
   void row_combine(const ops::RowCombineParams& p) override { timed("row_combine", [&] { inner_.row_combine(p); }); }

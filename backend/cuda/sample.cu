@@ -1,4 +1,5 @@
-// Greedy sampling on the device: argmax per row (ties: the smallest id, as on the CPU).
+// Greedy sampling on the device: argmax per row and its value (ties: the smallest id, as on
+// the CPU), ids offset by the first id of the rank's vocab slice.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -6,7 +7,7 @@ namespace moeserve::cuda {
 
 namespace {
 
-__global__ void argmax_kernel(const float* logits, int32_t* tokens, int64_t vocab) {
+__global__ void argmax_kernel(const float* logits, int32_t* tokens, float* values, int64_t vocab, int64_t id_offset) {
   __shared__ float best_values[32];
   __shared__ int best_ids[32];
   const float* row = logits + blockIdx.x * vocab;
@@ -37,15 +38,17 @@ __global__ void argmax_kernel(const float* logits, int32_t* tokens, int64_t voca
         best = best_values[w];
         best_id = best_ids[w];
       }
-    tokens[blockIdx.x] = best_id;
+    tokens[blockIdx.x] = static_cast<int32_t>(best_id + id_offset);
+    if (values) values[blockIdx.x] = best;
   }
 }
 
 }  // namespace
 
-void launch_argmax_rows(const float* logits, int32_t* tokens, int64_t rows, int64_t vocab, cudaStream_t stream) {
+void launch_argmax_rows(const float* logits, int32_t* tokens, float* values, int64_t rows, int64_t vocab,
+                        int64_t id_offset, cudaStream_t stream) {
   if (rows == 0) return;
-  argmax_kernel<<<rows, 1024, 0, stream>>>(logits, tokens, vocab);
+  argmax_kernel<<<rows, 1024, 0, stream>>>(logits, tokens, values, vocab, id_offset);
 }
 
 }  // namespace moeserve::cuda

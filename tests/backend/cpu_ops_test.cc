@@ -101,3 +101,18 @@ TEST(Sampler, SeededDrawsAreReproducibleAndFollowTheDistribution) {
 }
 
 }  // namespace moeserve
+
+namespace moeserve {
+
+TEST(ArgmaxRows, FirstMaximumWithIdOffset) {
+  auto backend = cpu::make_cpu_backend();
+  const std::vector<float> logits = {0.5f, 2.0f, 2.0f, -1.0f,   // tie: the first (id 1)
+                                     -3.0f, -2.0f, -2.5f, -9.0f};
+  std::vector<float> values(2);
+  std::vector<int32_t> ids(2);
+  backend->argmax_rows({logits.data(), values.data(), ids.data(), 2, 4, 100});
+  EXPECT_EQ(ids, (std::vector<int32_t>{101, 101}));  // row ids are per row: offset + column
+  EXPECT_EQ(values, (std::vector<float>{2.0f, -2.0f}));
+}
+
+}  // namespace moeserve

@@ -353,6 +353,19 @@ TEST_F(CudaOps, GreedySampleIsArgmax) {
   for (int64_t r = 0; r < rows; ++r)
     EXPECT_EQ(got[r], cpu::sample_row(logits.data() + r * vocab, vocab, options[r])) << r;
   EXPECT_EQ(got[1], 777);
+
+  // argmax_rows: values and ids offset by a vocab slice's first id, as on the CPU.
+  std::vector<float> ref_values(rows);
+  std::vector<int32_t> ref_ids(rows);
+  cpu->argmax_rows({logits.data(), ref_values.data(), ref_ids.data(), rows, vocab, 4096});
+  auto d_v = poisoned_f32(rows);
+  auto d_i = to_gpu_raw(std::vector<int32_t>(rows, -1));
+  gpu->argmax_rows({static_cast<float*>(d_l->data()), static_cast<float*>(d_v->data()),
+                    static_cast<int32_t*>(d_i->data()), rows, vocab, 4096});
+  std::vector<int32_t> ids(rows);
+  gpu->download(ids.data(), *d_i, 0, rows * 4);
+  EXPECT_EQ(ids, ref_ids);
+  EXPECT_EQ(from_gpu_f32(*d_v, rows), ref_values);
 }
 
 }  // namespace
