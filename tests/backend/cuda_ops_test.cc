@@ -277,57 +277,57 @@ TEST_F(CudaOps, MoeRouteSelectsTheSameExperts) {
 
 TEST_F(CudaOps, MoeExpertsOwnedRangeAndAccumulate) {
   for (int64_t inter : {64, 12}) {  // 12: a MoE-TP slice whose rows are not 16-byte aligned
-  const int64_t tokens = 19, top_k = 4, hidden = 256, experts = 12, begin = 4, end = 10;
-  auto x = random(tokens * hidden);
-  std::vector<int32_t> ids(tokens * top_k);
-  std::vector<float> weights(tokens * top_k);
-  for (int64_t i = 0; i < tokens * top_k; ++i) {
-    ids[i] = static_cast<int32_t>((i * 7 + i / top_k) % experts);
-    weights[i] = 0.5f + 0.25f * uniform_pm1(5, i);
-  }
-  std::vector<std::vector<float>> w13, w2;
-  std::vector<const void*> w13_ptrs, w2_ptrs;
-  std::vector<ops::BufferPtr> d_w13, d_w2;
-  std::vector<void*> d13, d2;
-  for (int64_t e = begin; e < end; ++e) {
-    w13.push_back(random(2 * inter * hidden, 1.0f / 16));
-    w2.push_back(random(hidden * inter, 1.0f / 8));
-    w13_ptrs.push_back(w13.back().data());
-    w2_ptrs.push_back(w2.back().data());
-    d_w13.push_back(to_gpu_bf16(w13.back()));
-    d_w2.push_back(to_gpu_bf16(w2.back()));
-    d13.push_back(d_w13.back()->data());
-    d2.push_back(d_w2.back()->data());
-  }
-  auto out0 = random(tokens * hidden);
-  auto ref = out0;
-  ops::MoeExpertsParams p{x.data(), ids.data(), weights.data(), w13_ptrs.data(), w2_ptrs.data(), ref.data(), tokens,
-                          top_k, hidden, inter, begin, end};
-  p.accumulate = true;
-  cpu->moe_experts(p);
-  auto d_x = to_gpu_bf16(x), d_ids = to_gpu_raw(ids), d_wt = to_gpu_raw(weights), d_out = to_gpu_bf16(out0);
-  auto d_t13 = to_gpu_raw(d13), d_t2 = to_gpu_raw(d2);
-  ops::MoeExpertsParams g{d_x->data(), static_cast<int32_t*>(d_ids->data()), static_cast<float*>(d_wt->data()),
-                          static_cast<const void* const*>(d_t13->data()), static_cast<const void* const*>(d_t2->data()),
-                          d_out->data(), tokens, top_k, hidden, inter, begin, end};
-  g.accumulate = true;
-  gpu->moe_experts(g);
-  expect_close(from_gpu_bf16(*d_out, ref.size()), ref, inter == 12 ? "moe_experts (unaligned)" : "moe_experts");
-  // fp32 output (the branch that is summed across ranks in fp32).
-  auto d_out32 = to_gpu_raw(out0);
-  g.out = d_out32->data();
-  g.out_f32 = true;
-  gpu->moe_experts(g);
-  expect_close(from_gpu_f32(*d_out32, ref.size()), ref, "moe_experts (fp32 out)");
-  // With host pointers the backend may take the per-expert GEMM path (76 rows over 6 experts).
-  auto d_out_gemm = to_gpu_bf16(out0);
-  g.out = d_out_gemm->data();
-  g.out_f32 = false;
-  std::vector<const void*> h13(d13.begin(), d13.end()), h2(d2.begin(), d2.end());
-  g.w13_host = h13.data();
-  g.w2_host = h2.data();
-  gpu->moe_experts(g);
-  expect_close(from_gpu_bf16(*d_out_gemm, ref.size()), ref, "moe_experts (GEMM path)");
+    const int64_t tokens = 19, top_k = 4, hidden = 256, experts = 12, begin = 4, end = 10;
+    auto x = random(tokens * hidden);
+    std::vector<int32_t> ids(tokens * top_k);
+    std::vector<float> weights(tokens * top_k);
+    for (int64_t i = 0; i < tokens * top_k; ++i) {
+      ids[i] = static_cast<int32_t>((i * 7 + i / top_k) % experts);
+      weights[i] = 0.5f + 0.25f * uniform_pm1(5, i);
+    }
+    std::vector<std::vector<float>> w13, w2;
+    std::vector<const void*> w13_ptrs, w2_ptrs;
+    std::vector<ops::BufferPtr> d_w13, d_w2;
+    std::vector<void*> d13, d2;
+    for (int64_t e = begin; e < end; ++e) {
+      w13.push_back(random(2 * inter * hidden, 1.0f / 16));
+      w2.push_back(random(hidden * inter, 1.0f / 8));
+      w13_ptrs.push_back(w13.back().data());
+      w2_ptrs.push_back(w2.back().data());
+      d_w13.push_back(to_gpu_bf16(w13.back()));
+      d_w2.push_back(to_gpu_bf16(w2.back()));
+      d13.push_back(d_w13.back()->data());
+      d2.push_back(d_w2.back()->data());
+    }
+    auto out0 = random(tokens * hidden);
+    auto ref = out0;
+    ops::MoeExpertsParams p{x.data(), ids.data(), weights.data(), w13_ptrs.data(), w2_ptrs.data(), ref.data(), tokens,
+                            top_k, hidden, inter, begin, end};
+    p.accumulate = true;
+    cpu->moe_experts(p);
+    auto d_x = to_gpu_bf16(x), d_ids = to_gpu_raw(ids), d_wt = to_gpu_raw(weights), d_out = to_gpu_bf16(out0);
+    auto d_t13 = to_gpu_raw(d13), d_t2 = to_gpu_raw(d2);
+    ops::MoeExpertsParams g{d_x->data(), static_cast<int32_t*>(d_ids->data()), static_cast<float*>(d_wt->data()),
+                            static_cast<const void* const*>(d_t13->data()), static_cast<const void* const*>(d_t2->data()),
+                            d_out->data(), tokens, top_k, hidden, inter, begin, end};
+    g.accumulate = true;
+    gpu->moe_experts(g);
+    expect_close(from_gpu_bf16(*d_out, ref.size()), ref, inter == 12 ? "moe_experts (unaligned)" : "moe_experts");
+    // fp32 output (the branch that is summed across ranks in fp32).
+    auto d_out32 = to_gpu_raw(out0);
+    g.out = d_out32->data();
+    g.out_f32 = true;
+    gpu->moe_experts(g);
+    expect_close(from_gpu_f32(*d_out32, ref.size()), ref, "moe_experts (fp32 out)");
+    // With host pointers the backend may take the per-expert GEMM path (76 rows over 6 experts).
+    auto d_out_gemm = to_gpu_bf16(out0);
+    g.out = d_out_gemm->data();
+    g.out_f32 = false;
+    std::vector<const void*> h13(d13.begin(), d13.end()), h2(d2.begin(), d2.end());
+    g.w13_host = h13.data();
+    g.w2_host = h2.data();
+    gpu->moe_experts(g);
+    expect_close(from_gpu_bf16(*d_out_gemm, ref.size()), ref, "moe_experts (GEMM path)");
   }
 }
 
