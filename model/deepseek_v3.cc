@@ -130,20 +130,15 @@ void DeepseekV3::load(WeightSource& source) {
     }
     backend_.upload_weight_into(dst, static_cast<size_t>(offset) * elem, source.read(name, shape, rows, cols), keep_f32);
   };
+  // A new buffer holding rows x cols of tensor `name`.
   auto load_tensor = [&](const std::string& name, const Shape& shape, Slice rows = Slice::all(),
                          Slice cols = Slice::all(), bool keep_f32 = false) {
     const int64_t n_rows = (rows.end < 0 ? shape[0] : rows.end) - rows.begin;
     const int64_t n_cols = shape.size() == 2 ? (cols.end < 0 ? shape[1] : cols.end) - cols.begin : 1;
-    const size_t elem = keep_f32 ? 4 : dtype_size(weight_dtype);
-    SyntheticRecipe recipe;
-    BufferPtr buffer;
-    if (source.synthetic_recipe(name, shape, &recipe)) {
-      buffer = backend_.alloc(static_cast<size_t>(n_rows * n_cols) * elem);
-      place(*buffer, 0, name, shape, rows, cols, keep_f32);
-    } else {
-      buffer = backend_.upload_weight(source.read(name, shape, rows, cols), keep_f32);
-    }
-    weight_bytes_ += n_rows * n_cols * static_cast<int64_t>(elem);
+    const int64_t bytes = n_rows * n_cols * static_cast<int64_t>(keep_f32 ? 4 : dtype_size(weight_dtype));
+    BufferPtr buffer = backend_.alloc(static_cast<size_t>(bytes));
+    place(*buffer, 0, name, shape, rows, cols, keep_f32);
+    weight_bytes_ += bytes;
     return buffer;
   };
   // gate and up rows `cols` of an MLP stacked into one [2 * n, hidden] matrix.
