@@ -11,6 +11,7 @@
 #include "parallel/plan_parse.h"
 #include "serve/api_error.h"
 #include "serve/engine_loop.h"
+#include "tests/serve/single_rank_reference.h"
 
 namespace moeserve::serve {
 namespace {
@@ -28,23 +29,7 @@ std::vector<std::vector<int32_t>> prompts() {
 }
 
 const std::vector<std::vector<int32_t>>& reference() {
-  static const auto tokens = [] {
-    runtime::EngineOptions o;
-    o.plan = parallel::parse_plan("single");
-    o.page_size = 8;
-    o.num_pages = 128;
-    runtime::Engine engine(open_model("synthetic:tiny"), o);
-    std::vector<runtime::GenerateRequest> requests;
-    for (const auto& p : prompts()) {
-      runtime::GenerateRequest r;
-      r.prompt = p;
-      r.max_new_tokens = kNewTokens;
-      requests.push_back(r);
-    }
-    std::vector<std::vector<int32_t>> out;
-    for (const auto& r : engine.generate(requests, false)) out.push_back(r.tokens);
-    return out;
-  }();
+  static const auto tokens = single_rank_reference(prompts(), kNewTokens, 128);
   return tokens;
 }
 
