@@ -31,9 +31,9 @@ struct ServeArgs {
   std::string api_key;
   std::string backend = "cpu";
   PlanCliArgs plan;
-  int64_t page_size = 16;
+  int64_t page_size = 64;  // FlashMLA's page; the prefix cache shares whole pages
   int64_t kv_pages = 2048;
-  int64_t chunked_prefill_size = 512;
+  int64_t chunked_prefill_size = 8192;  // SGLang's default on 80+ GB GPUs
   int64_t max_queued_requests = 1024;
   bool disable_radix_cache = false;
   bool skip_warmup = false;
@@ -104,8 +104,9 @@ void run_serve(const ServeArgs& args) {
   const auto warmup_start = std::chrono::steady_clock::now();
   serve::EngineLoop loop(start.build_engine(), *tok, loop_options);
   if (!args.skip_warmup)
-    std::printf("moeserve: warmed up step sizes 1..%lld in %.2f s\n",
+    std::printf("moeserve: warmed up the %lld-token step and decode steps 1..%lld in %.2f s\n",
                 static_cast<long long>(args.chunked_prefill_size + args.plan.max_running_requests),
+                static_cast<long long>(args.plan.max_running_requests),
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - warmup_start).count());
 
   serve::ServedModel served;

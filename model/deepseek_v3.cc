@@ -38,8 +38,10 @@ struct DeepseekV3::Layer {
   std::vector<const void*> expert_w13_ptrs, expert_w2_ptrs;  // the same pointers on the host
 };
 
-// A step's buffers for T tokens. Kept per T, so that a captured graph replays with the same
-// pointers; the host fills the metadata buffers before each run.
+// A step's buffers for T tokens. The metadata buffers are kept per T and filled by the host
+// before each run; the activations are views of one arena shared by every T (steps run one
+// at a time on a rank), so a captured graph replays with the same pointers and memory does
+// not grow with the number of step sizes.
 struct DeepseekV3::Activations {
   int64_t tokens = 0;
   int64_t block_table_capacity = 0;  // int32 entries of block_tables
@@ -61,11 +63,12 @@ struct DeepseekV3::Activations {
   BufferPtr act;        // [T, max inter]
   BufferPtr topk_ids;   // [T, top_k] int32
   BufferPtr topk_weights; // [T, top_k] fp32
-  BufferPtr selected;   // [T, hidden] rows that get logits, normalised
-  BufferPtr local_logits;  // [T, vocab_local] fp32
-  BufferPtr gathered_logits;  // [attn_tp, T, vocab_local] fp32
-  BufferPtr greedy_values, greedy_ids;                  // [T] this rank's slice maxima
-  BufferPtr gathered_values, gathered_ids;              // [attn_tp, T]
+  // The head's buffers, last stage only, for R rows (views of the head arena, grown on demand).
+  BufferPtr selected;   // [R, hidden] rows that get logits, normalised
+  BufferPtr local_logits;  // [R, vocab_local] fp32
+  BufferPtr gathered_logits;  // [attn_tp, R, vocab_local] fp32
+  BufferPtr greedy_values, greedy_ids;                  // [R] this rank's slice maxima
+  BufferPtr gathered_values, gathered_ids;              // [attn_tp, R]
 };
 
 namespace {
@@ -230,62 +233,130 @@ void DeepseekV3::all_reduce(comm::Communicator* group, ops::Buffer& buffer, int6
   group->all_reduce_sum(buffer.data(), static_cast<size_t>(count), dtype);
 }
 
-DeepseekV3::Activations& DeepseekV3::workspace(int64_t T) {
-  auto& slot = workspaces_[T];
-  if (slot) return *slot;
+namespace {
+
+// A non-owning window of a larger buffer (the activation arena).
+class BufferView final : public ops::Buffer {
+ public:
+  BufferView(void* data, size_t nbytes) : data_(data), nbytes_(nbytes) {}
+  void* data() override { return data_; }
+  size_t nbytes() const override { return nbytes_; }
+
+ private:
+  void* data_;
+  size_t nbytes_;
+};
+
+}  // namespace
+
+size_t DeepseekV3::lay_out_activations(Activations* a, int64_t T, ops::Buffer* arena) const {
   const ModelConfig& c = config_;
-  auto a = std::make_unique<Activations>();
   const size_t act = dtype_size(backend_.activation_dtype());
   const int64_t heads_local = shard_.heads.size();
   const int64_t latent = c.kv_lora_rank, rope = c.qk_rope_head_dim;
   const int64_t max_inter =
       std::max({shard_.dense_intermediate.size(), shard_.shared_intermediate.size(), shard_.expert_intermediate.size()});
+  size_t used = 0;
+  auto next = [&](BufferPtr& dst, int64_t elements, size_t elem) {
+    const size_t n = static_cast<size_t>(std::max<int64_t>(elements, 1)) * elem;
+    if (a != nullptr) dst = std::make_unique<BufferView>(static_cast<std::byte*>(arena->data()) + used, n);
+    used += (n + 255) & ~size_t{255};
+  };
+  BufferPtr unused;
+  auto slot = [&](BufferPtr Activations::*member) -> BufferPtr& { return a ? a->*member : unused; };
+  next(slot(&Activations::hidden), T * c.hidden_size, act);
+  next(slot(&Activations::normed), T * c.hidden_size, act);
+  next(slot(&Activations::branch), T * c.hidden_size, 4);
+  next(slot(&Activations::q_a), T * c.q_lora_rank, act);
+  next(slot(&Activations::q_a_normed), T * c.q_lora_rank, act);
+  next(slot(&Activations::q), T * heads_local * c.qk_head_dim(), act);
+  next(slot(&Activations::kv), T * (latent + rope), act);
+  next(slot(&Activations::q_latent), T * heads_local * latent, act);
+  next(slot(&Activations::attn_latent), T * heads_local * latent, act);
+  next(slot(&Activations::attn_v), T * heads_local * c.v_head_dim, act);
+  next(slot(&Activations::gate_up), T * 2 * max_inter, act);
+  next(slot(&Activations::act), T * max_inter, act);
+  next(slot(&Activations::topk_ids), T * c.num_experts_per_tok, 4);
+  next(slot(&Activations::topk_weights), T * c.num_experts_per_tok, 4);
+  return used;
+}
+
+size_t DeepseekV3::lay_out_head(Activations* a, int64_t rows, ops::Buffer* arena) const {
   const int tp = groups_.attn_tp ? groups_.attn_tp->size() : 1;
+  const int64_t vocab_local = shard_.vocab.size(), n = std::max<int64_t>(rows, 1);
+  size_t used = 0;
+  auto next = [&](BufferPtr& dst, int64_t elements, size_t elem) {
+    const size_t bytes = static_cast<size_t>(elements) * elem;
+    if (a != nullptr) dst = std::make_unique<BufferView>(static_cast<std::byte*>(arena->data()) + used, bytes);
+    used += (bytes + 255) & ~size_t{255};
+  };
+  BufferPtr unused;
+  auto slot = [&](BufferPtr Activations::*member) -> BufferPtr& { return a ? a->*member : unused; };
+  next(slot(&Activations::selected), n * config_.hidden_size, dtype_size(backend_.activation_dtype()));
+  next(slot(&Activations::local_logits), n * vocab_local, 4);
+  next(slot(&Activations::greedy_values), n, 4);
+  next(slot(&Activations::greedy_ids), n, 4);
+  if (tp > 1) {
+    next(slot(&Activations::gathered_logits), tp * n * vocab_local, 4);
+    next(slot(&Activations::gathered_values), tp * n, 4);
+    next(slot(&Activations::gathered_ids), tp * n, 4);
+  }
+  return used;
+}
+
+DeepseekV3::Activations& DeepseekV3::workspace(int64_t T) {
+  if (!arena_ || T > arena_tokens_) {
+    // Every step size shares one arena laid out for the largest size seen: growing it moves
+    // every buffer, so the graphs captured so far (which point into it) are dropped.
+    backend_.synchronize();
+    graphs_.clear();
+    for (auto& [tokens, a] : workspaces_) a.reset();
+    workspaces_.clear();
+    arena_.reset();
+    arena_ = backend_.alloc(lay_out_activations(nullptr, T, nullptr));
+    arena_tokens_ = T;
+  }
+  auto& slot = workspaces_[T];
+  if (slot) return *slot;
+  auto a = std::make_unique<Activations>();
   auto alloc = [&](int64_t elements, size_t elem) { return backend_.alloc(std::max<int64_t>(elements, 1) * elem); };
   a->tokens = T;
-  a->ids = alloc(T, 4);
+  a->ids = alloc(T, 4);  // step metadata: per size, uploaded before each step
   a->positions = alloc(T, 4);
   a->seq_of_token = alloc(T, 4);
   a->slots = alloc(T, 4);
   a->logit_rows = alloc(T, 4);
-  a->hidden = alloc(T * c.hidden_size, act);
-  a->normed = alloc(T * c.hidden_size, act);
-  a->branch = alloc(T * c.hidden_size, 4);
-  a->q_a = alloc(T * c.q_lora_rank, act);
-  a->q_a_normed = alloc(T * c.q_lora_rank, act);
-  a->q = alloc(T * heads_local * c.qk_head_dim(), act);
-  a->kv = alloc(T * (latent + rope), act);
-  a->q_latent = alloc(T * heads_local * latent, act);
-  a->attn_latent = alloc(T * heads_local * latent, act);
-  a->attn_v = alloc(T * heads_local * c.v_head_dim, act);
-  a->gate_up = alloc(T * 2 * max_inter, act);
-  a->act = alloc(T * max_inter, act);
-  a->topk_ids = alloc(T * c.num_experts_per_tok, 4);
-  a->topk_weights = alloc(T * c.num_experts_per_tok, 4);
-  if (shard_.last_stage) {
-    a->selected = alloc(T * c.hidden_size, act);
-    a->local_logits = alloc(T * shard_.vocab.size(), 4);
-    if (tp > 1) a->gathered_logits = alloc(tp * T * shard_.vocab.size(), 4);
-    a->greedy_values = alloc(T, 4);
-    a->greedy_ids = alloc(T, 4);
-    if (tp > 1) {
-      a->gathered_values = alloc(tp * T, 4);
-      a->gathered_ids = alloc(tp * T, 4);
-    }
-  }
+  lay_out_activations(a.get(), T, arena_.get());
+  if (head_arena_) lay_out_head(a.get(), head_rows_, head_arena_.get());
   slot = std::move(a);
   return *slot;
 }
 
 void DeepseekV3::reserve_block_tables(Activations& a, int64_t entries) {
   if (a.block_tables && a.block_table_capacity >= entries) return;
-  if (a.block_tables) {  // graphs captured for this T point at the old table
-    backend_.synchronize();
-    for (auto it = graphs_.begin(); it != graphs_.end();)
-      it = it->first.first == a.tokens ? graphs_.erase(it) : std::next(it);
-  }
+  if (a.block_tables) drop_graphs_of(a);  // graphs captured for this T point at the old table
   a.block_table_capacity = std::max(entries, 2 * a.block_table_capacity);
   a.block_tables = backend_.alloc(static_cast<size_t>(std::max<int64_t>(a.block_table_capacity, 1)) * 4);
+}
+
+void DeepseekV3::drop_graphs_of(const Activations& a) {
+  backend_.synchronize();
+  for (auto it = graphs_.begin(); it != graphs_.end();)
+    it = it->first.first == a.tokens ? graphs_.erase(it) : std::next(it);
+}
+
+void DeepseekV3::reserve_logit_rows(int64_t rows) {
+  if (!shard_.last_stage || (head_arena_ && head_rows_ >= rows)) return;
+  // The head's buffers hold the rows that get logits ([rows, vocab] fp32 for every chunk
+  // size would cost gigabytes): one arena for all step sizes, sized by the most rows asked.
+  if (head_arena_) {
+    backend_.synchronize();
+    graphs_.clear();  // they point into the old arena
+  }
+  head_rows_ = std::max(rows, 2 * head_rows_);
+  head_arena_.reset();
+  head_arena_ = backend_.alloc(lay_out_head(nullptr, head_rows_, nullptr));
+  for (auto& [tokens, a] : workspaces_) lay_out_head(a.get(), head_rows_, head_arena_.get());
 }
 
 ops::Buffer& DeepseekV3::hidden_states(int64_t tokens) { return *workspace(tokens).hidden; }
@@ -330,6 +401,7 @@ Tensor DeepseekV3::forward(const ForwardBatch& batch) {
 
   Activations& a = workspace(T);
   reserve_block_tables(a, static_cast<int64_t>(batch.block_tables.size()));
+  reserve_logit_rows(rows);
   upload_metadata(a, batch);
 
   // Decode-shaped steps replay a captured graph: same tokens and block-table width as the
@@ -405,18 +477,26 @@ void DeepseekV3::run(Activations& a, int64_t logit_rows, int64_t max_pages_per_s
   }
   if (record_routing_) last_routing_.clear();
   int64_t moe_layer = 0;
+  // normed = input_norm(hidden) for the first layer; after that, every residual add is fused
+  // with the norm that follows it (the next branch's input). The stage's last add stands
+  // alone: the next stage, or the head (on the selected rows), normalises.
+  if (!layers_.empty())
+    backend_.rms_norm({ptr(a.hidden), ptr(layers_[0]->input_norm), ptr(a.normed), T, hidden, hidden, hidden, eps});
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& layer = *layers_[i];
-    backend_.rms_norm({ptr(a.hidden), ptr(layer.input_norm), ptr(a.normed), T, hidden, hidden, hidden, eps});
     attention(layer, static_cast<int64_t>(i), a, max_pages_per_seq);
-    backend_.add({ptr(a.hidden), ptr(a.branch), T * hidden, /*x_f32=*/true});
-    backend_.rms_norm({ptr(a.hidden), ptr(layer.post_attention_norm), ptr(a.normed), T, hidden, hidden, hidden, eps});
+    backend_.add_rms_norm({ptr(a.hidden), ptr(a.branch), ptr(layer.post_attention_norm), ptr(a.normed), T, hidden, eps,
+                           /*x_f32=*/true});
     if (layer.is_moe) {
       moe(layer, moe_layer++, a);
     } else {
       dense_mlp(layer, a);
     }
-    backend_.add({ptr(a.hidden), ptr(a.branch), T * hidden, /*x_f32=*/true});
+    if (i + 1 < layers_.size())
+      backend_.add_rms_norm({ptr(a.hidden), ptr(a.branch), ptr(layers_[i + 1]->input_norm), ptr(a.normed), T, hidden,
+                             eps, /*x_f32=*/true});
+    else
+      backend_.add({ptr(a.hidden), ptr(a.branch), T * hidden, /*x_f32=*/true});
   }
   if (shard_.last_stage) lm_head(a, logit_rows);
 }

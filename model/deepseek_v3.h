@@ -99,6 +99,12 @@ class DeepseekV3 {
   void load(WeightSource& source);
   Activations& workspace(int64_t tokens);
   void reserve_block_tables(Activations& a, int64_t entries);
+  void reserve_logit_rows(int64_t rows);
+  void drop_graphs_of(const Activations& a);  // after reallocating a workspace's buffers
+  // Points a's activation (head) buffers into `arena` for T tokens (rows); returns the bytes
+  // the layout needs. With a == nullptr, only measures.
+  size_t lay_out_activations(Activations* a, int64_t T, ops::Buffer* arena) const;
+  size_t lay_out_head(Activations* a, int64_t rows, ops::Buffer* arena) const;
   void upload_metadata(Activations& a, const ForwardBatch& batch);
   // The device work of a step: embedding (first stage), layers, and (last stage) the head.
   void run(Activations& a, int64_t logit_rows, int64_t max_pages_per_seq);
@@ -133,6 +139,10 @@ class DeepseekV3 {
   std::vector<std::unique_ptr<Layer>> layers_;  // this stage's layers
   std::vector<ops::BufferPtr> kv_cache_;        // per local layer
   std::map<int64_t, std::unique_ptr<Activations>> workspaces_;                   // by token count
+  ops::BufferPtr arena_;        // activations of every step size, laid out for arena_tokens_
+  int64_t arena_tokens_ = 0;
+  ops::BufferPtr head_arena_;   // the head's buffers, for head_rows_ rows
+  int64_t head_rows_ = 0;
   std::map<std::pair<int64_t, int64_t>, std::unique_ptr<ops::Graph>> graphs_;     // by (tokens, max pages)
   std::set<std::pair<int64_t, int64_t>> warmed_up_;
 };

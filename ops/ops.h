@@ -58,6 +58,19 @@ struct AddParams {
   bool x_f32 = false;
 };
 
+// The residual add and the next RMSNorm in one pass (the step between a branch and the next
+// branch): hidden[t] += x[t] as AddParams does (an fp32 x is rounded to the activation dtype
+// first), then normed[t] = rms_norm(hidden[t]) * weight. Same result as add then rms_norm.
+struct AddRmsNormParams {
+  void* hidden;        // [rows, dim] residual stream, updated in place
+  const void* x;       // [rows, dim] branch output
+  const void* weight;  // [dim]
+  void* normed;        // [rows, dim]
+  int64_t rows, dim;
+  float eps;
+  bool x_f32 = false;
+};
+
 // y[t, n] (+)= sum_k x[t, k] * weight[n, k]   (x @ weight^T, torch's F.linear)
 struct LinearParams {
   const void* x;       // [rows, x_stride]
@@ -249,6 +262,11 @@ class Backend {
   virtual void embedding(const EmbeddingParams& p) = 0;
   virtual void rms_norm(const RmsNormParams& p) = 0;
   virtual void add(const AddParams& p) = 0;
+  // Backends without a fused kernel run the two ops (the CPU reference does).
+  virtual void add_rms_norm(const AddRmsNormParams& p) {
+    add({p.hidden, p.x, p.rows * p.dim, p.x_f32});
+    rms_norm({p.hidden, p.weight, p.normed, p.rows, p.dim, p.dim, p.dim, p.eps});
+  }
   virtual void linear(const LinearParams& p) = 0;
   virtual void rope(const RopeParams& p) = 0;
   virtual void silu_mul(const SiluMulParams& p) = 0;

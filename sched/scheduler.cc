@@ -234,12 +234,14 @@ ScheduledStep Scheduler::build(const std::vector<Pick>& picks) const {
 }
 
 std::vector<runtime::StepPlan> Scheduler::warmup_steps() const {
+  auto padded = [&](int64_t t) { return options_.pad_batches ? runtime::padded_token_count(t) : t; };
+  // The largest step first (it sizes the shared activation memory once), then every padded
+  // decode size: the steps whose graphs are replayed while serving.
+  std::vector<int64_t> sizes{padded(max_step_tokens())};
+  for (int64_t t = 1; t <= options_.max_running_requests; ++t)
+    if (padded(t) != sizes.back() && padded(t) < sizes.front()) sizes.push_back(padded(t));
   std::vector<runtime::StepPlan> steps;
-  int64_t last = 0;
-  for (int64_t t = 1; t <= max_step_tokens(); ++t) {
-    const int64_t tokens = options_.pad_batches ? runtime::padded_token_count(t) : t;
-    if (tokens == last) continue;
-    last = tokens;
+  for (int64_t tokens : sizes) {
     runtime::MicroBatch mb;
     mb.replicas.resize(static_cast<size_t>(options_.attn_dp));
     for (int d = 0; d < options_.attn_dp; ++d) {

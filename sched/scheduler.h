@@ -99,9 +99,11 @@ class Scheduler {
 
   // The largest step one replica can run: a prefill budget plus a decode token per request.
   int64_t max_step_tokens() const { return options_.chunked_prefill_size + options_.max_running_requests; }
-  // Steps of padding only (on the scratch pages), one per padded token count up to
-  // max_step_tokens(): running them once at start-up sizes every per-shape workspace (and
-  // on GPUs captures every graph), so that memory does not grow while serving.
+  // Steps of padding only (on the scratch pages): the largest step (max_step_tokens(),
+  // padded) first, then one per padded decode size up to max_running_requests. Running them
+  // once at start-up sizes the activation memory (shared by every step size) and the backend
+  // workspaces, so that memory does not grow while serving, and runs each decode shape once
+  // (its graph is captured the next time it runs).
   std::vector<runtime::StepPlan> warmup_steps() const;
 
   int num_replicas() const { return static_cast<int>(kv_.size()); }

@@ -40,7 +40,8 @@ EngineLoop::EngineLoop(runtime::Engine& engine, const tokenizer::Tokenizer& toke
       inter_token_(latency_buckets_seconds()),
       e2e_(latency_buckets_seconds()),
       queue_time_(latency_buckets_seconds()),
-      step_time_(latency_buckets_seconds()) {
+      step_time_(latency_buckets_seconds()),
+      decode_step_time_(latency_buckets_seconds()) {
   MS_CHECK(options_.max_queued_requests >= 0, "--max-queued-requests must be >= 0");
   if (options_.warmup)
     for (const runtime::StepPlan& plan : scheduler_->warmup_steps()) engine_->execute(plan);
@@ -462,6 +463,7 @@ void EngineLoop::step() {
   }
   const auto end = Clock::now();
   step_time_.observe(seconds_between(start, end));
+  if (step.prefill_tokens == 0) decode_step_time_.observe(seconds_between(start, end));
   double host = seconds_between(start, host_before_forward) + seconds_between(after_forward, end);
   scheduler_cpu_seconds_.fetch_add(host);
   std::lock_guard<std::mutex> lock(mutex_);
@@ -525,6 +527,8 @@ std::string EngineLoop::render_metrics() const {
   e2e_.render("moeserve_e2e_request_latency_seconds", "Arrival to the last token.", out);
   queue_time_.render("moeserve_queue_time_seconds", "Arrival to first scheduled.", out);
   step_time_.render("moeserve_step_duration_seconds", "Wall time of one engine step (schedule, forward, sample).", out);
+  decode_step_time_.render("moeserve_decode_step_duration_seconds",
+                           "Wall time of steps that only decode (no prefill chunk): the shape bench-step times.", out);
   return out;
 }
 

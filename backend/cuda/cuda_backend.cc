@@ -3,6 +3,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -114,6 +115,7 @@ class CudaBackend final : public Backend {
     MS_CUDA(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
     MS_CUBLAS(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
     MS_CUBLAS(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+    MS_CUDA(cudaMallocHost(reinterpret_cast<void**>(&staging_), kStagingBytes));
   }
   ~CudaBackend() override {
     cudaSetDevice(device_);
@@ -122,6 +124,7 @@ class CudaBackend final : public Backend {
     route_workspace_.reset();
     mla_workspace_.reset();
     cublasDestroy(cublas_);
+    cudaFreeHost(staging_);
     cudaFree(cublas_workspace_);
     cudaStreamDestroy(stream_);
   }
@@ -137,7 +140,23 @@ class CudaBackend final : public Backend {
   void upload(Buffer& dst, size_t offset, const void* src, size_t nbytes) override {
     MS_CHECK(offset + nbytes <= dst.nbytes(), "upload of {} bytes at {} overruns a {}-byte buffer", nbytes, offset,
              dst.nbytes());
-    MS_CUDA(cudaMemcpyAsync(static_cast<char*>(dst.data()) + offset, src, nbytes, cudaMemcpyHostToDevice, stream_));
+    char* target = static_cast<char*>(dst.data()) + offset;
+    if (nbytes <= kStagingBytes / 4) {
+      // Small uploads (step metadata, routing tables): copied into pinned staging and sent
+      // asynchronously, in stream order, so the host never waits for the device here. A
+      // region is reused only after a wrap, which waits for every copy still reading it.
+      const size_t aligned = (nbytes + 255) & ~size_t{255};
+      if (staging_used_ + aligned > kStagingBytes) {
+        MS_CUDA(cudaStreamSynchronize(stream_));
+        staging_used_ = 0;
+      }
+      char* stage = staging_ + staging_used_;
+      staging_used_ += aligned;
+      std::memcpy(stage, src, nbytes);
+      MS_CUDA(cudaMemcpyAsync(target, stage, nbytes, cudaMemcpyHostToDevice, stream_));
+      return;
+    }
+    MS_CUDA(cudaMemcpyAsync(target, src, nbytes, cudaMemcpyHostToDevice, stream_));
     // Pageable source memory may be reused by the caller as soon as we return.
     MS_CUDA(cudaStreamSynchronize(stream_));
   }
@@ -167,9 +186,17 @@ class CudaBackend final : public Backend {
     launch_rms_norm(p.x, p.weight, p.y, p.rows, p.dim, p.x_stride, p.y_stride, p.eps, stream_);
   }
   void add(const AddParams& p) override { launch_add(p.acc, p.x, p.x_f32, p.count, stream_); }
+  void add_rms_norm(const AddRmsNormParams& p) override {
+    launch_add_rms_norm(p.hidden, p.x, p.x_f32, p.weight, p.normed, p.rows, p.dim, p.eps, stream_);
+  }
 
   void linear(const LinearParams& p) override {
     if (p.rows == 0) return;
+    if (small_linear_supported(p.rows, p.in_features, p.x, p.weight, p.x_stride)) {
+      launch_small_linear(p.x, p.weight, p.y, p.rows, p.in_features, p.out_features, p.x_stride, p.y_stride,
+                          p.accumulate, p.y_f32, stream_);
+      return;
+    }
     // Row-major y[T, N] = x[T, K] W[N, K]^T is column-major y^T = W^T^T x^T: A = W (K x N,
     // transposed), B = x (K x T), C = y (N x T).
     const float alpha = 1.0f, beta = p.accumulate ? 1.0f : 0.0f;
@@ -289,6 +316,9 @@ class CudaBackend final : public Backend {
 
  private:
   static constexpr size_t kCublasWorkspaceBytes = 32u << 20;
+  static constexpr size_t kStagingBytes = 4u << 20;  // pinned host ring for small uploads
+  char* staging_ = nullptr;
+  size_t staging_used_ = 0;
   int device_;
   std::shared_ptr<BlockCache> cache_;
   cudaStream_t stream_ = nullptr;

@@ -3,6 +3,10 @@
 #include "backend/cuda/kernels.h"
 #include "core/random.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+
 namespace moeserve::cuda {
 
 namespace {
@@ -34,12 +38,120 @@ __global__ void rms_norm_kernel(const bf16* x, const bf16* weight, bf16* y, int6
     yr[i] = to_bf(to_f(weight[i]) * to_f(to_bf(to_f(xr[i]) * inv)));
 }
 
+// The same two row kernels for rows that fit in registers: each thread loads its chunks of 8
+// bf16 (16-byte loads) before using any, so a decode-sized call waits for memory once per
+// pass instead of once per element (the scalar loops above serialise on load latency).
+// Requires dim % 8 == 0, 16-byte aligned rows and dim <= kRowThreads * 8 * kRowChunks.
+constexpr int kRowThreads = 256;
+constexpr int kRowChunks = 4;  // up to 8192 elements per row
+
+struct Chunk {
+  float v[8];
+};
+
+__device__ __forceinline__ Chunk load_bf16x8(const bf16* p) {
+  const uint4 bits = *reinterpret_cast<const uint4*>(p);
+  const bf16* h = reinterpret_cast<const bf16*>(&bits);
+  Chunk c;
+#pragma unroll
+  for (int q = 0; q < 8; ++q) c.v[q] = to_f(h[q]);
+  return c;
+}
+
+__device__ __forceinline__ void store_bf16x8(bf16* p, const float (&v)[8]) {
+  uint4 bits;
+  bf16* h = reinterpret_cast<bf16*>(&bits);
+#pragma unroll
+  for (int q = 0; q < 8; ++q) h[q] = to_bf(v[q]);
+  *reinterpret_cast<uint4*>(p) = bits;
+}
+
+// residual (add_rms_norm) or nullptr (rms_norm): with a residual, x_row is the branch and the
+// bf16-rounded sum is written back to `residual` and normalised.
+__global__ void __launch_bounds__(kRowThreads)
+row_norm_vec_kernel(const bf16* x, const float* x_f32, bf16* residual, const bf16* weight, bf16* y, int64_t dim,
+                    int64_t x_stride, int64_t y_stride, float eps) {
+  __shared__ float scratch[32];
+  const int64_t chunks = dim / 8;
+  Chunk v[kRowChunks];
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kRowChunks; ++c) {
+    const int64_t i = (threadIdx.x + static_cast<int64_t>(c) * kRowThreads) * 8;
+    if (i / 8 >= chunks) break;
+    if (residual == nullptr) {
+      v[c] = load_bf16x8(x + blockIdx.x * x_stride + i);
+    } else {
+      // hidden = bf16(hidden + bf16(branch)), as add_kernel.
+      const Chunk h = load_bf16x8(residual + blockIdx.x * dim + i);
+      Chunk b;
+      if (x_f32 != nullptr) {
+        const float4 lo = *reinterpret_cast<const float4*>(x_f32 + blockIdx.x * dim + i);
+        const float4 hi = *reinterpret_cast<const float4*>(x_f32 + blockIdx.x * dim + i + 4);
+        const float f[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+        for (int q = 0; q < 8; ++q) b.v[q] = to_f(to_bf(f[q]));
+      } else {
+        b = load_bf16x8(x + blockIdx.x * dim + i);
+      }
+#pragma unroll
+      for (int q = 0; q < 8; ++q) v[c].v[q] = to_f(to_bf(h.v[q] + b.v[q]));
+      store_bf16x8(residual + blockIdx.x * dim + i, v[c].v);
+    }
+#pragma unroll
+    for (int q = 0; q < 8; ++q) sum_sq += v[c].v[q] * v[c].v[q];
+  }
+  const float inv = rsqrtf(block_sum(sum_sq, scratch) / static_cast<float>(dim) + eps);
+#pragma unroll
+  for (int c = 0; c < kRowChunks; ++c) {
+    const int64_t i = (threadIdx.x + static_cast<int64_t>(c) * kRowThreads) * 8;
+    if (i / 8 >= chunks) break;
+    const Chunk w = load_bf16x8(weight + i);
+    float out[8];
+    // transformers: weight * (x * rsqrt(...)).to(bf16)
+#pragma unroll
+    for (int q = 0; q < 8; ++q) out[q] = w.v[q] * to_f(to_bf(v[c].v[q] * inv));
+    store_bf16x8(y + blockIdx.x * y_stride + i, out);
+  }
+}
+
+bool row_fits_registers(int64_t dim, std::initializer_list<const void*> pointers, std::initializer_list<int64_t> strides) {
+  if (dim % 8 != 0 || dim > static_cast<int64_t>(kRowThreads) * 8 * kRowChunks) return false;
+  for (const void* p : pointers)
+    if (p != nullptr && reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  for (int64_t s : strides)
+    if (s % 8 != 0) return false;
+  return true;
+}
+
 __global__ void add_kernel(bf16* acc, const void* x, bool x_f32, int64_t count) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= count) return;
   // An fp32 branch is rounded to bf16 first, as a bf16 branch would have been.
   const float xv = x_f32 ? to_f(to_bf(static_cast<const float*>(x)[i])) : to_f(static_cast<const bf16*>(x)[i]);
   acc[i] = to_bf(to_f(acc[i]) + xv);
+}
+
+// One block per row: the residual add (rounded to bf16, as add_kernel), the row's sum of
+// squares from the rounded values, then the norm (as rms_norm_kernel). Each thread re-reads
+// only the elements it wrote.
+__global__ void add_rms_norm_kernel(bf16* hidden, const void* x, bool x_f32, const bf16* weight, bf16* normed,
+                                    int64_t dim, float eps) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x * dim;
+  bf16* h = hidden + row;
+  bf16* y = normed + row;
+  float sum_sq = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    const float xv =
+        x_f32 ? to_f(to_bf(static_cast<const float*>(x)[row + i])) : to_f(static_cast<const bf16*>(x)[row + i]);
+    const bf16 sum = to_bf(to_f(h[i]) + xv);
+    h[i] = sum;
+    const float v = to_f(sum);
+    sum_sq += v * v;
+  }
+  const float inv = rsqrtf(block_sum(sum_sq, scratch) / static_cast<float>(dim) + eps);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) y[i] = to_bf(to_f(weight[i]) * to_f(to_bf(to_f(h[i]) * inv)));
 }
 
 __global__ void rope_kernel(bf16* x, const int32_t* positions, const float* inv_freq, int64_t heads,
@@ -136,6 +248,12 @@ void launch_embedding(const int32_t* ids, const void* table, void* out, int64_t 
 void launch_rms_norm(const void* x, const void* weight, void* y, int64_t rows, int64_t dim, int64_t x_stride,
                      int64_t y_stride, float eps, cudaStream_t stream) {
   if (rows == 0) return;
+  if (row_fits_registers(dim, {x, weight, y}, {x_stride, y_stride})) {
+    row_norm_vec_kernel<<<rows, kRowThreads, 0, stream>>>(static_cast<const bf16*>(x), nullptr, nullptr,
+                                                          static_cast<const bf16*>(weight), static_cast<bf16*>(y), dim,
+                                                          x_stride, y_stride, eps);
+    return;
+  }
   const int threads = dim >= 1024 ? 512 : (dim >= 256 ? 256 : 64);
   rms_norm_kernel<<<rows, threads, 0, stream>>>(static_cast<const bf16*>(x), static_cast<const bf16*>(weight),
                                                 static_cast<bf16*>(y), dim, x_stride, y_stride, eps);
@@ -146,11 +264,28 @@ void launch_add(void* acc, const void* x, bool x_f32, int64_t count, cudaStream_
   add_kernel<<<blocks_for(count, 256), 256, 0, stream>>>(static_cast<bf16*>(acc), x, x_f32, count);
 }
 
+void launch_add_rms_norm(void* hidden, const void* x, bool x_f32, const void* weight, void* normed, int64_t rows,
+                         int64_t dim, float eps, cudaStream_t stream) {
+  if (rows == 0) return;
+  if (row_fits_registers(dim, {hidden, x, weight, normed}, {})) {
+    row_norm_vec_kernel<<<rows, kRowThreads, 0, stream>>>(
+        x_f32 ? nullptr : static_cast<const bf16*>(x), x_f32 ? static_cast<const float*>(x) : nullptr,
+        static_cast<bf16*>(hidden), static_cast<const bf16*>(weight), static_cast<bf16*>(normed), dim, dim, dim, eps);
+    return;
+  }
+  const int threads = dim >= 1024 ? 512 : (dim >= 256 ? 256 : 64);
+  add_rms_norm_kernel<<<rows, threads, 0, stream>>>(static_cast<bf16*>(hidden), x, x_f32,
+                                                    static_cast<const bf16*>(weight), static_cast<bf16*>(normed), dim,
+                                                    eps);
+}
+
 void launch_rope(void* x, const int32_t* positions, const float* inv_freq, int64_t tokens, int64_t heads,
                  int64_t token_stride, int64_t head_stride, int64_t rope_dim, float attention_factor,
                  bool interleaved, cudaStream_t stream) {
   if (tokens == 0) return;
-  rope_kernel<<<tokens, 256, 0, stream>>>(static_cast<bf16*>(x), positions, inv_freq, heads, token_stride,
+  // One (head, pair) per thread where possible: each pass of the loop waits on its loads.
+  const int threads = static_cast<int>(std::min<int64_t>(1024, (heads * (rope_dim / 2) + 31) / 32 * 32));
+  rope_kernel<<<tokens, std::max(threads, 32), 0, stream>>>(static_cast<bf16*>(x), positions, inv_freq, heads, token_stride,
                                           head_stride, rope_dim, attention_factor, interleaved);
 }
 

@@ -13,7 +13,13 @@ void launch_embedding(const int32_t* ids, const void* table, void* out, int64_t 
                       int64_t vocab_begin, int64_t vocab_end, cudaStream_t stream);
 void launch_rms_norm(const void* x, const void* weight, void* y, int64_t rows, int64_t dim, int64_t x_stride,
                      int64_t y_stride, float eps, cudaStream_t stream);
+// Decode-sized dense projection (gemv.cu): rows <= 4, 16-byte aligned x and weight, in % 8 == 0.
+bool small_linear_supported(int64_t rows, int64_t in, const void* x, const void* weight, int64_t x_stride);
+void launch_small_linear(const void* x, const void* weight, void* y, int64_t rows, int64_t in, int64_t out,
+                         int64_t x_stride, int64_t y_stride, bool accumulate, bool y_f32, cudaStream_t stream);
 void launch_add(void* acc, const void* x, bool x_f32, int64_t count, cudaStream_t stream);
+void launch_add_rms_norm(void* hidden, const void* x, bool x_f32, const void* weight, void* normed, int64_t rows,
+                         int64_t dim, float eps, cudaStream_t stream);
 void launch_rope(void* x, const int32_t* positions, const float* inv_freq, int64_t tokens, int64_t heads,
                  int64_t token_stride, int64_t head_stride, int64_t rope_dim, float attention_factor,
                  bool interleaved, cudaStream_t stream);

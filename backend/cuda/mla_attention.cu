@@ -9,7 +9,8 @@
 // for the split. Each lane owns latent elements lane, lane + 32, ... and rope elements likewise
 // (zero beyond latent / rope, so padded lanes add nothing). Scoring several rows per
 // iteration was tried and was slower (register pressure); prefetching the next row is not.
-// Kernel 2, grid (tokens, heads): merges the splits: out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s.
+// Kernel 2, grid (tokens, heads): merges the splits: out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s,
+// in split order.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 
@@ -27,7 +28,10 @@ constexpr int kMaxRope = 128;
 constexpr int kLatentPerLane = kMaxLatent / 32;
 constexpr int kRopePerLane = kMaxRope / 32;
 constexpr int kMinSplitLength = 16;
-constexpr int kMaxSplits = 16;
+// A warp walks its split one cache row at a time, and each row waits on a dependent load
+// (block table, then the row): at decode sizes the kernel is latency-bound, so short splits
+// (many blocks) matter more than the merge's extra partials.
+constexpr int kMaxSplits = 64;
 constexpr int kTargetBlocks = 2048;
 
 // Splits of the context for a launch: enough blocks to fill the GPU, none shorter than
@@ -131,21 +135,38 @@ mla_split_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache, co
   }
 }
 
+// One block per (token, head), one thread per latent element: warp 0 turns the splits'
+// maxima into weights e^(m_s - M) (in shared memory) and the denominator once; then every
+// thread's loads over the splits are independent of each other (the former loop recomputed
+// the weights per element and waited on each load in turn: ~100 us at batch 1).
 __global__ void mla_merge_kernel(Partials partials, bf16* out, int heads, int latent, int splits) {
+  __shared__ float weight[kMaxSplits];
+  __shared__ float inv_denom;
   const int64_t th = static_cast<int64_t>(blockIdx.x) * heads + blockIdx.y;
   const float* m = partials.m + th * splits;
   const float* l = partials.l + th * splits;
-  float global_max = -INFINITY;
-  for (int s = 0; s < splits; ++s) global_max = fmaxf(global_max, m[s]);
-  float denom = 0.0f;
-  for (int s = 0; s < splits; ++s)
-    if (m[s] != -INFINITY) denom += __expf(m[s] - global_max) * l[s];
-  const float inv = 1.0f / denom;
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    float global_max = -INFINITY;
+    for (int s = lane; s < splits; s += 32) global_max = fmaxf(global_max, m[s]);
+    for (int offset = 16; offset > 0; offset >>= 1)
+      global_max = fmaxf(global_max, __shfl_xor_sync(0xffffffffu, global_max, offset));
+    float denom = 0.0f;
+    for (int s = lane; s < splits; s += 32) {
+      const float w = m[s] == -INFINITY ? 0.0f : __expf(m[s] - global_max);  // an empty split adds nothing
+      weight[s] = w;
+      denom += w * l[s];
+    }
+    denom = warp_sum(denom);
+    if (lane == 0) inv_denom = 1.0f / denom;
+  }
+  __syncthreads();
+  const float* acc = partials.acc + th * splits * latent;
   for (int i = threadIdx.x; i < latent; i += blockDim.x) {
     float sum = 0.0f;
-    for (int s = 0; s < splits; ++s)
-      if (m[s] != -INFINITY) sum += __expf(m[s] - global_max) * partials.acc[(th * splits + s) * latent + i];
-    out[th * latent + i] = to_bf(sum * inv);
+#pragma unroll 8
+    for (int s = 0; s < splits; ++s) sum += weight[s] * acc[static_cast<int64_t>(s) * latent + i];
+    out[th * latent + i] = to_bf(sum * inv_denom);
   }
 }
 
@@ -176,7 +197,8 @@ void launch_mla_attention(const void* q_latent, const void* q_rope, const void* 
       block_tables, seq_of_token, positions, partials, static_cast<int>(heads), static_cast<int>(latent),
       static_cast<int>(rope), q_head_stride, rope_offset, static_cast<int>(page_size), max_pages_per_seq, scale,
       split_length);
-  mla_merge_kernel<<<dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(heads)), 128, 0, stream>>>(
+  const int merge_threads = static_cast<int>(std::min<int64_t>(512, (latent + 31) / 32 * 32));
+  mla_merge_kernel<<<dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(heads)), merge_threads, 0, stream>>>(
       partials, static_cast<bf16*>(out), static_cast<int>(heads), static_cast<int>(latent), splits);
 }
 

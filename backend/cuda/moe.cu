@@ -1,8 +1,9 @@
 // MoE on the device: the DeepSeek-V3 router and the grouped expert computation.
 //
 // Grouped experts, all device-side (no host synchronisation, CUDA-graph capturable):
-//   1. count the (token, k) pairs routed to each local expert, scan to offsets,
-//   2. scatter pair ids into expert order (slot_of[t * top_k + k] = position or -1),
+//   1-2. sort_pairs_kernel (one block): count the (token, k) pairs routed to each local
+//      expert, scan to offsets, scatter pair ids into expert order (slot_of[t * top_k + k] =
+//      position or -1),
 //   3. gate/up: one warp per weight row pair streams the row once and multiplies it with
 //      every token routed to that expert; writes act = silu(gate) * up,
 //   4. down: the same over w2 rows; fp32 partial rows per pair,
@@ -10,6 +11,7 @@
 //      result does not depend on the order pairs were scattered in.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/row_dot.cuh"
 
 #include <algorithm>
 #include <stdexcept>
@@ -20,8 +22,12 @@ namespace moeserve::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 4;
-constexpr int kRowsPerWarp = 4;
-constexpr int kTokensPerPass = 4;
+// Weight rows per warp: 4 when many experts are active (fewer, longer-lived warps); 1 for a
+// handful of experts (decode at small batch), where 4 leaves ~1.3 waves of warps and the
+// last, part-empty wave dominates.
+constexpr int kRowsPerWarpMany = 4;
+constexpr int kRowsPerWarpFew = 1;
+constexpr int64_t kFewActiveExperts = 16;
 
 // Lexicographic "better": larger score, then smaller index (the CPU reference's order).
 __device__ __forceinline__ bool better(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
@@ -47,36 +53,38 @@ __device__ int warp_argmax(const float* values, const bool* taken, int n) {
   return best_i;
 }
 
-// Router logits [T, E] = x [T, H] @ W [E, H]^T in fp32: one warp per expert and up to
-// kRouteTokens tokens, so the fp32 router weight streams from memory once per token tile
-// with every SM busy.
+// Router logits [T, E] = x [T, H] @ W [E, H]^T in fp32: one block per expert and up to
+// kRouteTokens tokens; the block's warps split the hidden dimension (so that at batch 1 the
+// 11 MB fp32 router weight of 384 experts has enough loads in flight to stream at HBM rate)
+// and add their partial sums in shared memory, in warp order.
 constexpr int kRouteTokens = 8;
 constexpr int kRouteWarps = 4;
 
 __global__ void __launch_bounds__(kRouteWarps * 32)
 router_logits_kernel(const bf16* x, const float* weight, float* logits, int tokens, int hidden, int experts) {
+  __shared__ float partial[kRouteWarps][kRouteTokens];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int e = blockIdx.x * kRouteWarps + warp;
+  const int e = blockIdx.x;
   const int t0 = blockIdx.y * kRouteTokens;
-  if (e >= experts) return;
   const int count = min(kRouteTokens, tokens - t0);
   const float* w = weight + static_cast<int64_t>(e) * hidden;
   float acc[kRouteTokens];
 #pragma unroll
   for (int j = 0; j < kRouteTokens; ++j) acc[j] = 0.0f;
-  // Four consecutive weights per lane per load (16 bytes; hidden % 4 == 0 is checked), four
-  // loads in flight per lane before they are used.
-  constexpr int kUnroll = 4;
-  for (int base = lane * 4; base < hidden; base += 32 * 4 * kUnroll) {
+  // Four consecutive weights per thread per load (16 bytes; hidden % 4 == 0 is checked), two
+  // loads in flight per thread before they are used.
+  constexpr int kUnroll = 2;
+  constexpr int kStride = kRouteWarps * 32 * 4;
+  for (int base = threadIdx.x * 4; base < hidden; base += kStride * kUnroll) {
     float4 wv[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int i = base + u * 32 * 4;
+      const int i = base + u * kStride;
       wv[u] = i < hidden ? *reinterpret_cast<const float4*>(w + i) : make_float4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int i = base + u * 32 * 4;
+      const int i = base + u * kStride;
       if (i >= hidden) break;
 #pragma unroll
       for (int j = 0; j < kRouteTokens; ++j) {
@@ -89,7 +97,14 @@ router_logits_kernel(const bf16* x, const float* weight, float* logits, int toke
 #pragma unroll
   for (int j = 0; j < kRouteTokens; ++j) {
     const float total = warp_sum(acc[j]);
-    if (lane == 0 && j < count) logits[static_cast<int64_t>(t0 + j) * experts + e] = total;
+    if (lane == 0) partial[warp][j] = total;
+  }
+  __syncthreads();
+  if (threadIdx.x < count) {
+    float total = 0.0f;
+#pragma unroll
+    for (int w2 = 0; w2 < kRouteWarps; ++w2) total += partial[w2][threadIdx.x];
+    logits[static_cast<int64_t>(t0 + threadIdx.x) * experts + e] = total;
   }
 }
 
@@ -110,34 +125,36 @@ __global__ void route_select_kernel(const float* logits, const float* bias, int3
   }
   __syncwarp();
   const int group_size = experts / n_group;
-  // Group score: the sum of the group's two best biased scores.
-  for (int g = lane; g < n_group; g += 32) {
-    float best = -INFINITY, second = -INFINITY;
-    for (int e = g * group_size; e < (g + 1) * group_size; ++e) {
-      if (choice[e] > best) {
-        second = best;
-        best = choice[e];
-      } else if (choice[e] > second) {
-        second = choice[e];
+  if (topk_group < n_group) {  // group-limited: only the topk_group best groups compete
+    // Group score: the sum of the group's two best biased scores.
+    for (int g = lane; g < n_group; g += 32) {
+      float best = -INFINITY, second = -INFINITY;
+      for (int e = g * group_size; e < (g + 1) * group_size; ++e) {
+        if (choice[e] > best) {
+          second = best;
+          best = choice[e];
+        } else if (choice[e] > second) {
+          second = choice[e];
+        }
       }
+      group_scores[g] = best + second;
     }
-    group_scores[g] = best + second;
-  }
-  for (int g = lane; g < n_group; g += 32) taken[g] = false;
-  __syncwarp();
-  // Keep topk_group groups: mark the kept ones in `keep` bits (n_group <= 64).
-  unsigned long long keep = 0;
-  for (int i = 0; i < topk_group; ++i) {
-    const int g = warp_argmax(group_scores, taken, n_group);
+    for (int g = lane; g < n_group; g += 32) taken[g] = false;
     __syncwarp();
-    if (lane == 0) taken[g] = true;
-    keep |= 1ull << g;
+    // Keep topk_group groups: mark the kept ones in `keep` bits (n_group <= 64).
+    unsigned long long keep = 0;
+    for (int i = 0; i < topk_group; ++i) {
+      const int g = warp_argmax(group_scores, taken, n_group);
+      __syncwarp();
+      if (lane == 0) taken[g] = true;
+      keep |= 1ull << g;
+      __syncwarp();
+    }
+    for (int e = lane; e < experts; e += 32)
+      if (!((keep >> (e / group_size)) & 1ull)) choice[e] = -INFINITY;
     __syncwarp();
   }
-  for (int e = lane; e < experts; e += 32) {
-    if (!((keep >> (e / group_size)) & 1ull)) choice[e] = -INFINITY;
-    taken[e] = false;
-  }
+  for (int e = lane; e < experts; e += 32) taken[e] = false;
   __syncwarp();
   float sum = 0.0f;
   for (int k = 0; k < top_k; ++k) {
@@ -166,7 +183,6 @@ struct MoeWorkspace {
   int32_t* num_active;  // [1]
   int32_t* counts;   // [local_experts]
   int32_t* offsets;  // [local_experts + 1]
-  int32_t* cursor;   // [local_experts]
   int32_t* pair_of_slot;  // [pairs]: t * top_k + k of the pair at each sorted position
   int32_t* slot_of_pair;  // [pairs]: sorted position of pair (t, k), or -1 when not local
   bf16* act;         // [pairs, inter]
@@ -188,8 +204,6 @@ MoeWorkspace carve(void* base, int64_t pairs, int64_t local_experts, int64_t hid
   p += align256(4 * local_experts);
   w.offsets = reinterpret_cast<int32_t*>(p);
   p += align256(4 * (local_experts + 1));
-  w.cursor = reinterpret_cast<int32_t*>(p);
-  p += align256(4 * local_experts);
   w.pair_of_slot = reinterpret_cast<int32_t*>(p);
   p += align256(4 * pairs);
   w.slot_of_pair = reinterpret_cast<int32_t*>(p);
@@ -204,108 +218,101 @@ MoeWorkspace carve(void* base, int64_t pairs, int64_t local_experts, int64_t hid
   return w;
 }
 
-__global__ void count_kernel(const int32_t* ids, int64_t pairs, int expert_begin, int expert_end, int32_t* counts) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= pairs) return;
-  const int e = ids[i];
-  if (e >= expert_begin && e < expert_end) atomicAdd(&counts[e - expert_begin], 1);
-}
+// Sorts the (token, k) pairs by local expert in one block (one launch: at decode sizes the
+// step is latency-bound, and the former memset / count / scan / scatter chain cost four):
+//   1. counts[e] in shared memory (atomics),
+//   2. exclusive scan of the counts and of the active flags: each thread owns a contiguous
+//      run of experts, a warp-shuffle scan and a scan of the warp totals combine them,
+//   3. offsets, the active list (in expert order) and the number of active experts,
+//   4. scatter: slot_of_pair / pair_of_slot through per-expert cursors in shared memory.
+// The order of pairs within an expert depends on atomics, but no result does: each slot is
+// computed alone and combine_kernel adds a token's pairs in k order.
+constexpr int kSortThreads = 1024;
 
-__global__ void scan_kernel(MoeWorkspace ws, int local_experts) {
-  if (threadIdx.x != 0) return;
-  int32_t running = 0, active = 0;
-  for (int e = 0; e < local_experts; ++e) {
-    ws.offsets[e] = running;
-    ws.cursor[e] = running;
-    running += ws.counts[e];
-    if (ws.counts[e] > 0) ws.active[active++] = e;
-  }
-  ws.offsets[local_experts] = running;
-  *ws.num_active = active;
-}
-
-__global__ void scatter_kernel(const int32_t* ids, int64_t pairs, int expert_begin, int expert_end, int32_t* cursor,
-                               int32_t* pair_of_slot, int32_t* slot_of_pair) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= pairs) return;
-  const int e = ids[i];
-  if (e >= expert_begin && e < expert_end) {
-    const int32_t slot = atomicAdd(&cursor[e - expert_begin], 1);
-    pair_of_slot[slot] = static_cast<int32_t>(i);
-    slot_of_pair[i] = slot;
-  } else {
-    slot_of_pair[i] = -1;
-  }
-}
-
-// Dot products of one weight row (16-byte loads) with up to kTokensPerPass input rows.
-// inner % 8 == 0; rows 16-byte aligned.
-template <int kRows>
-__device__ __forceinline__ void rows_dot_tokens(const bf16* const (&w)[kRows], const bf16* const* x_rows,
-                                                int num_tokens, int inner, float (&acc)[kRows][kTokensPerPass]) {
-  // kUnroll 16-byte chunks per row are loaded before any is used: enough bytes in flight per
-  // warp to stream weights near HBM speed even when only a few experts are active.
-  constexpr int kUnroll = 4;
-  constexpr int kStride = 32 * 8;  // elements per chunk across the warp
+__device__ __forceinline__ int warp_inclusive_scan(int v) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
-  for (int r = 0; r < kRows; ++r)
-#pragma unroll
-    for (int j = 0; j < kTokensPerPass; ++j) acc[r][j] = 0.0f;
-  if (inner % 8 != 0) {
-    // Rows not 16-byte aligned (a small MoE-TP slice): element by element.
-    for (int i = lane; i < inner; i += 32)
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const float wv = to_f(w[r][i]);
-#pragma unroll
-        for (int j = 0; j < kTokensPerPass; ++j)
-          if (j < num_tokens) acc[r][j] += wv * to_f(x_rows[j][i]);
-      }
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const int other = __shfl_up_sync(0xffffffffu, v, offset);
+    if (lane >= offset) v += other;
   }
-  for (int base = lane * 8; inner % 8 == 0 && base < inner; base += kStride * kUnroll) {
-    uint4 wp[kRows][kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-      for (int r = 0; r < kRows; ++r)
-        wp[r][u] = base + u * kStride < inner ? *reinterpret_cast<const uint4*>(w[r] + base + u * kStride)
-                                              : make_uint4(0, 0, 0, 0);
-#pragma unroll
-    for (int j = 0; j < kTokensPerPass; ++j) {
-      if (j >= num_tokens) break;
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        if (base + u * kStride >= inner) break;
-        const uint4 xp = *reinterpret_cast<const uint4*>(x_rows[j] + base + u * kStride);
-        const bf16* xv = reinterpret_cast<const bf16*>(&xp);
-#pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          const bf16* wv = reinterpret_cast<const bf16*>(&wp[r][u]);
-#pragma unroll
-          for (int q = 0; q < 8; ++q) acc[r][j] += to_f(wv[q]) * to_f(xv[q]);
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-#pragma unroll
-    for (int j = 0; j < kTokensPerPass; ++j) acc[r][j] = warp_sum(acc[r][j]);
+  return v;
 }
 
-// grid (max active experts, ceil(inter / (kWarpsPerBlock * kRowsPerWarp))): block x serves the
+__global__ void __launch_bounds__(kSortThreads)
+sort_pairs_kernel(const int32_t* ids, int pairs, int expert_begin, int expert_end, MoeWorkspace ws) {
+  extern __shared__ int32_t cursor[];  // [local]: counts, then the next free slot per expert
+  __shared__ int32_t warp_rows[kSortThreads / 32], warp_active[kSortThreads / 32];
+  const int local = expert_end - expert_begin;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  for (int e = tid; e < local; e += blockDim.x) cursor[e] = 0;
+  __syncthreads();
+  for (int i = tid; i < pairs; i += blockDim.x) {
+    const int e = ids[i];
+    if (e >= expert_begin && e < expert_end) atomicAdd(&cursor[e - expert_begin], 1);
+  }
+  __syncthreads();
+  const int per_thread = (local + blockDim.x - 1) / blockDim.x;
+  const int lo = min(local, tid * per_thread), hi = min(local, lo + per_thread);
+  int rows = 0, active = 0;
+  for (int e = lo; e < hi; ++e) {
+    rows += cursor[e];
+    active += cursor[e] > 0;
+  }
+  const int rows_incl = warp_inclusive_scan(rows), active_incl = warp_inclusive_scan(active);
+  if (lane == 31) {
+    warp_rows[warp] = rows_incl;
+    warp_active[warp] = active_incl;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    const int n = lane < static_cast<int>(blockDim.x >> 5) ? warp_rows[lane] : 0;
+    const int a = lane < static_cast<int>(blockDim.x >> 5) ? warp_active[lane] : 0;
+    const int n_incl = warp_inclusive_scan(n), a_incl = warp_inclusive_scan(a);
+    if (lane < static_cast<int>(blockDim.x >> 5)) {
+      warp_rows[lane] = n_incl - n;  // exclusive prefix of the warps before
+      warp_active[lane] = a_incl - a;
+    }
+    if (lane == 31) {
+      ws.offsets[local] = n_incl;
+      *ws.num_active = a_incl;
+    }
+  }
+  __syncthreads();
+  int row = warp_rows[warp] + rows_incl - rows, slot = warp_active[warp] + active_incl - active;
+  for (int e = lo; e < hi; ++e) {
+    const int count = cursor[e];
+    ws.offsets[e] = row;
+    if (count > 0) ws.active[slot++] = e;
+    cursor[e] = row;
+    row += count;
+  }
+  __syncthreads();
+  for (int i = tid; i < pairs; i += blockDim.x) {
+    const int e = ids[i];
+    if (e >= expert_begin && e < expert_end) {
+      const int32_t at = atomicAdd(&cursor[e - expert_begin], 1);
+      ws.pair_of_slot[at] = i;
+      ws.slot_of_pair[i] = at;
+    } else {
+      ws.slot_of_pair[i] = -1;
+    }
+  }
+}
+
+// grid (max active experts, ceil(inter / (kWarpsPerBlock * rows_per_warp))): block x serves the
 // x-th active expert, so a decode step launches blocks for the experts it routes to only.
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-gate_up_kernel(const bf16* x, const void* const* w13, MoeWorkspace ws, int top_k, int hidden, int inter) {
+gate_up_kernel(const bf16* x, const void* const* w13, MoeWorkspace ws, int top_k, int hidden, int inter,
+               int rows_per_warp) {
   if (static_cast<int>(blockIdx.x) >= *ws.num_active) return;
   const int e = ws.active[blockIdx.x];
   const int begin = ws.offsets[e], end = ws.offsets[e + 1];
   if (begin == end) return;
   const bf16* weights = static_cast<const bf16*>(w13[e]);  // [2 * inter, hidden]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-    const int n = (blockIdx.y * kWarpsPerBlock + warp) * kRowsPerWarp + rr;
+  for (int rr = 0; rr < rows_per_warp; ++rr) {
+    const int n = (blockIdx.y * kWarpsPerBlock + warp) * rows_per_warp + rr;
     if (n >= inter) return;
     const bf16* const rows[2] = {weights + static_cast<int64_t>(n) * hidden,
                                  weights + static_cast<int64_t>(inter + n) * hidden};
@@ -327,17 +334,17 @@ gate_up_kernel(const bf16* x, const void* const* w13, MoeWorkspace ws, int top_k
   }
 }
 
-// grid (max active experts, ceil(hidden / (kWarpsPerBlock * kRowsPerWarp)))
+// grid (max active experts, ceil(hidden / (kWarpsPerBlock * rows_per_warp)))
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-down_kernel(const void* const* w2, MoeWorkspace ws, int hidden, int inter) {
+down_kernel(const void* const* w2, MoeWorkspace ws, int hidden, int inter, int rows_per_warp) {
   if (static_cast<int>(blockIdx.x) >= *ws.num_active) return;
   const int e = ws.active[blockIdx.x];
   const int begin = ws.offsets[e], end = ws.offsets[e + 1];
   if (begin == end) return;
   const bf16* weights = static_cast<const bf16*>(w2[e]);  // [hidden, inter]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-    const int n = (blockIdx.y * kWarpsPerBlock + warp) * kRowsPerWarp + rr;
+  for (int rr = 0; rr < rows_per_warp; ++rr) {
+    const int n = (blockIdx.y * kWarpsPerBlock + warp) * rows_per_warp + rr;
     if (n >= hidden) return;
     const bf16* const rows[1] = {weights + static_cast<int64_t>(n) * inter};
     for (int first = begin; first < end; first += kTokensPerPass) {
@@ -362,23 +369,37 @@ __global__ void gather_sorted_kernel(const bf16* x, MoeWorkspace ws, int local_e
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) dst[i] = src[i];
 }
 
+// grid (tokens, ceil(hidden / 256)): one output element per thread. The token's slots and
+// weights are loaded first (independent loads), then its partial rows, so a decode-sized
+// call waits on memory twice rather than once per (k, element) step.
+constexpr int kMaxTopK = 32;
+
 __global__ void combine_kernel(const float* topk_weights, MoeWorkspace ws, void* out, bool out_f32, int top_k,
                                int hidden, bool accumulate) {
   const int64_t t = blockIdx.x;
+  const int n = blockIdx.y * blockDim.x + threadIdx.x;
+  if (n >= hidden) return;
+  int32_t slots[kMaxTopK];
+  float weights[kMaxTopK];
+#pragma unroll
+  for (int k = 0; k < kMaxTopK; ++k) {
+    if (k >= top_k) break;
+    slots[k] = ws.slot_of_pair[t * top_k + k];
+    weights[k] = topk_weights[t * top_k + k];
+  }
   auto* out32 = static_cast<float*>(out);
   auto* out16 = static_cast<bf16*>(out);
-  for (int n = threadIdx.x; n < hidden; n += blockDim.x) {
-    const int64_t o = t * hidden + n;
-    float sum = accumulate ? (out_f32 ? out32[o] : to_f(out16[o])) : 0.0f;
-    for (int k = 0; k < top_k; ++k) {
-      const int32_t slot = ws.slot_of_pair[t * top_k + k];
-      if (slot >= 0) sum += topk_weights[t * top_k + k] * ws.partial[static_cast<int64_t>(slot) * hidden + n];
-    }
-    if (out_f32) {
-      out32[o] = sum;
-    } else {
-      out16[o] = to_bf(sum);
-    }
+  const int64_t o = t * hidden + n;
+  float sum = accumulate ? (out_f32 ? out32[o] : to_f(out16[o])) : 0.0f;
+#pragma unroll
+  for (int k = 0; k < kMaxTopK; ++k) {
+    if (k >= top_k) break;
+    if (slots[k] >= 0) sum += weights[k] * ws.partial[static_cast<int64_t>(slots[k]) * hidden + n];
+  }
+  if (out_f32) {
+    out32[o] = sum;
+  } else {
+    out16[o] = to_bf(sum);
   }
 }
 
@@ -394,8 +415,7 @@ void launch_moe_route(const void* x, const float* weight, const float* bias, int
   if (hidden % 4 != 0) throw std::invalid_argument("moe_route: hidden " + std::to_string(hidden) + " is not a multiple of 4");
   if (tokens == 0) return;
   float* logits = static_cast<float*>(workspace);  // [tokens, experts]
-  const dim3 grid(static_cast<unsigned>((experts + kRouteWarps - 1) / kRouteWarps),
-                  static_cast<unsigned>((tokens + kRouteTokens - 1) / kRouteTokens));
+  const dim3 grid(static_cast<unsigned>(experts), static_cast<unsigned>((tokens + kRouteTokens - 1) / kRouteTokens));
   router_logits_kernel<<<grid, kRouteWarps * 32, 0, stream>>>(static_cast<const bf16*>(x), weight, logits,
                                                               static_cast<int>(tokens), static_cast<int>(hidden),
                                                               static_cast<int>(experts));
@@ -407,7 +427,7 @@ void launch_moe_route(const void* x, const float* weight, const float* bias, int
 
 int64_t moe_workspace_bytes(int64_t tokens, int64_t top_k, int64_t local_experts, int64_t hidden, int64_t inter) {
   const int64_t pairs = tokens * top_k;
-  return align256(4 * local_experts) * 3 + align256(4) + align256(4 * (local_experts + 1)) + 2 * align256(4 * pairs) +
+  return align256(4 * local_experts) * 2 + align256(4) + align256(4 * (local_experts + 1)) + 2 * align256(4 * pairs) +
          align256(2 * pairs * inter) + align256(4 * pairs * hidden) + align256(2 * pairs * hidden) +
          align256(4 * pairs * inter);
 }
@@ -416,13 +436,11 @@ void launch_moe_sort(const int32_t* topk_ids, int64_t pairs, int64_t expert_begi
                      int64_t hidden, int64_t inter, void* workspace, cudaStream_t stream) {
   const int64_t local = expert_end - expert_begin;
   MoeWorkspace ws = carve(workspace, pairs, local, hidden, inter);
-  cudaMemsetAsync(ws.counts, 0, 4 * local, stream);
-  count_kernel<<<blocks_for(pairs, 256), 256, 0, stream>>>(topk_ids, pairs, static_cast<int>(expert_begin),
-                                                            static_cast<int>(expert_end), ws.counts);
-  scan_kernel<<<1, 32, 0, stream>>>(ws, static_cast<int>(local));
-  scatter_kernel<<<blocks_for(pairs, 256), 256, 0, stream>>>(topk_ids, pairs, static_cast<int>(expert_begin),
-                                                              static_cast<int>(expert_end), ws.cursor,
-                                                              ws.pair_of_slot, ws.slot_of_pair);
+  if (local * 4 > 48 * 1024)
+    throw std::invalid_argument("moe: " + std::to_string(local) + " local experts (at most 12288 per rank)");
+  sort_pairs_kernel<<<1, kSortThreads, local * 4, stream>>>(topk_ids, static_cast<int>(pairs),
+                                                            static_cast<int>(expert_begin),
+                                                            static_cast<int>(expert_end), ws);
 }
 
 MoeGemmBuffers moe_gemm_buffers(void* workspace, int64_t pairs, int64_t local_experts, int64_t hidden, int64_t inter) {
@@ -441,22 +459,27 @@ void launch_moe_expert_kernels(const void* x, const void* const* w13, const void
                                int64_t top_k, int64_t local_experts, int64_t hidden, int64_t inter, void* workspace,
                                cudaStream_t stream) {
   const MoeWorkspace ws = carve(workspace, pairs, local_experts, hidden, inter);
-  const int rows_per_block = kWarpsPerBlock * kRowsPerWarp;
   const int64_t max_active = std::min(local_experts, pairs);
+  const int rows_per_warp = max_active <= kFewActiveExperts ? kRowsPerWarpFew : kRowsPerWarpMany;
+  const int rows_per_block = kWarpsPerBlock * rows_per_warp;
   const dim3 gate_grid(static_cast<unsigned>(max_active), static_cast<unsigned>((inter + rows_per_block - 1) / rows_per_block));
   gate_up_kernel<<<gate_grid, kWarpsPerBlock * 32, 0, stream>>>(static_cast<const bf16*>(x), w13, ws,
                                                                  static_cast<int>(top_k), static_cast<int>(hidden),
-                                                                 static_cast<int>(inter));
+                                                                 static_cast<int>(inter), rows_per_warp);
   const dim3 down_grid(static_cast<unsigned>(max_active), static_cast<unsigned>((hidden + rows_per_block - 1) / rows_per_block));
-  down_kernel<<<down_grid, kWarpsPerBlock * 32, 0, stream>>>(w2, ws, static_cast<int>(hidden), static_cast<int>(inter));
+  down_kernel<<<down_grid, kWarpsPerBlock * 32, 0, stream>>>(w2, ws, static_cast<int>(hidden), static_cast<int>(inter),
+                                                             rows_per_warp);
 }
 
 void launch_moe_combine(const float* topk_weights, void* out, bool out_f32, int64_t tokens, int64_t top_k,
                         int64_t local_experts, int64_t hidden, int64_t inter, bool accumulate, void* workspace,
                         cudaStream_t stream) {
+  if (tokens == 0) return;
   const MoeWorkspace ws = carve(workspace, tokens * top_k, local_experts, hidden, inter);
-  combine_kernel<<<tokens, 256, 0, stream>>>(topk_weights, ws, out, out_f32, static_cast<int>(top_k),
-                                             static_cast<int>(hidden), accumulate);
+  if (top_k > kMaxTopK) throw std::invalid_argument("moe: top_k " + std::to_string(top_k) + " > 32");
+  const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((hidden + 255) / 256));
+  combine_kernel<<<grid, 256, 0, stream>>>(topk_weights, ws, out, out_f32, static_cast<int>(top_k),
+                                           static_cast<int>(hidden), accumulate);
 }
 
 }  // namespace moeserve::cuda

@@ -52,6 +52,9 @@ class OpTimingBackend final : public ops::Backend {
   void embedding(const ops::EmbeddingParams& p) override { timed("embedding", [&] { inner_.embedding(p); }); }
   void rms_norm(const ops::RmsNormParams& p) override { timed("rms_norm", [&] { inner_.rms_norm(p); }); }
   void add(const ops::AddParams& p) override { timed("add", [&] { inner_.add(p); }); }
+  void add_rms_norm(const ops::AddRmsNormParams& p) override {
+    timed("add_rms_norm", [&] { inner_.add_rms_norm(p); });
+  }
   void linear(const ops::LinearParams& p) override { timed("linear", [&] { inner_.linear(p); }); }
   void rope(const ops::RopeParams& p) override { timed("rope", [&] { inner_.rope(p); }); }
   void silu_mul(const ops::SiluMulParams& p) override { timed("silu_mul", [&] { inner_.silu_mul(p); }); }

@@ -11,13 +11,13 @@ if [[ -x carry/cuda_backend_tests ]]; then
   timeout 120 carry/cuda_backend_tests > "$OUT/cuda_tests.txt" 2>&1 || { tail -30 "$OUT/cuda_tests.txt"; exit 1; }
   tail -1 "$OUT/cuda_tests.txt"
 fi
-"$BIN" serve --model $MODEL --backend cuda --port 30000 --max-running-requests 64 --context-length 512 \
+"$BIN" serve --model $MODEL --backend cuda --port 30000 --max-running-requests 64 --context-length 1024 \
   > "$OUT/serve.log" 2>&1 &
 server=$!
 for i in $(seq 1 120); do curl -s localhost:30000/health > /dev/null 2>&1 && break; sleep 1; done
 head -3 "$OUT/serve.log"
-timeout 300 python3 scripts/gpu/serve_load.py --concurrency 64 --requests 128 --input-len 128 --output-len 128 \
+timeout 300 python3 scripts/gpu/serve_load.py --concurrency 64 --requests 128 --input-len 128 --output-len 512 \
   | tee "$OUT/serve_load.json"
 kill -TERM $server; wait $server
-timeout 200 "$BIN" bench-step --model synthetic:kimi-k2.6 --layers 3 --batch 64 --context 192 --iterations 10 \
-  | tee "$OUT/bench_step_b64_c192.txt"
+timeout 200 "$BIN" bench-step --model synthetic:kimi-k2.6 --layers 3 --batch 64 --context 384 --iterations 10 \
+  | tee "$OUT/bench_step_b64_c384.txt"

@@ -101,12 +101,16 @@ def main():
     delta = {k: after.get(k, 0) - before.get(k, 0) for k in after if "step_duration_seconds_sum" in k
              or "step_duration_seconds_count" in k or "cpu_seconds" in k}
     steps = delta.get("moeserve_step_duration_seconds_count", 0)
+    decode_steps = delta.get("moeserve_decode_step_duration_seconds_count", 0)
     print(json.dumps({"concurrency": a.concurrency, "requests": len(results), "output_tokens": tokens,
                       "duration_s": round(duration, 3), "output_tok_per_s": round(tokens / duration, 1),
                       "mean_ttft_ms": round(1e3 * sum(ttft) / max(len(ttft), 1), 2),
                       "mean_itl_ms": round(1e3 * sum(itl) / max(len(itl), 1), 3),
                       "server_steps": steps,
                       "server_mean_step_ms": round(1e3 * delta.get("moeserve_step_duration_seconds_sum", 0) / max(steps, 1), 3),
+                      "server_decode_steps": decode_steps,
+                      "server_mean_decode_step_ms": round(
+                          1e3 * delta.get("moeserve_decode_step_duration_seconds_sum", 0) / max(decode_steps, 1), 3),
                       "server_scheduler_cpu_ms_per_step": round(1e3 * delta.get("moeserve_scheduler_cpu_seconds_total", 0) / max(steps, 1), 3)}))
 
 

@@ -101,7 +101,7 @@ TEST_F(CudaOps, EmbeddingWithVocabSlice) {
 }
 
 TEST_F(CudaOps, RmsNormStridedAndInPlace) {
-  for (int64_t dim : {64, 512, 7168}) {
+  for (int64_t dim : {64, 100, 512, 7168}) {  // 100: not a multiple of 8 (the scalar kernel)
     const int64_t rows = 9, stride = dim + 64;
     auto x = random(rows * stride, 3.0f), w = random(dim);
     std::vector<float> ref(rows * stride, 0.0f);
@@ -141,8 +141,27 @@ TEST_F(CudaOps, AddAndSiluMul) {
   expect_close(from_gpu_bf16(*d_act, act.size()), act, "silu_mul");
 }
 
+TEST_F(CudaOps, AddRmsNormEqualsAddThenRmsNorm) {
+  for (int64_t dim : {64, 100, 7168}) {
+    const int64_t rows = 7;
+    auto hidden = random(rows * dim, 2.0f), x = random(rows * dim, 2.0f), w = random(dim);
+    auto ref_hidden = hidden;
+    std::vector<float> ref_normed(rows * dim);
+    cpu->add_rms_norm({ref_hidden.data(), x.data(), w.data(), ref_normed.data(), rows, dim, 1e-6f});
+    for (bool x_f32 : {false, true}) {
+      auto d_hidden = to_gpu_bf16(hidden), d_w = to_gpu_bf16(w), d_normed = poisoned_bf16(ref_normed.size());
+      auto d_x = x_f32 ? to_gpu_raw(x) : to_gpu_bf16(x);
+      gpu->add_rms_norm({d_hidden->data(), d_x->data(), d_w->data(), d_normed->data(), rows, dim, 1e-6f, x_f32});
+      expect_close(from_gpu_bf16(*d_hidden, ref_hidden.size()), ref_hidden, "add_rms_norm (hidden)");
+      expect_close(from_gpu_bf16(*d_normed, ref_normed.size()), ref_normed, "add_rms_norm (normed)");
+    }
+  }
+}
+
 TEST_F(CudaOps, LinearIncludingStridesAccumulateAndFp32Output) {
-  for (auto [rows, in, out] : std::vector<std::array<int64_t, 3>>{{1, 7168, 512}, {33, 256, 96}, {64, 512, 1000}}) {
+  // Up to 4 rows with in % 8 == 0 take the streaming kernel (gemv.cu); the rest cuBLAS.
+  for (auto [rows, in, out] : std::vector<std::array<int64_t, 3>>{
+           {1, 7168, 512}, {3, 1536, 77}, {4, 100, 33}, {33, 256, 96}, {64, 512, 1000}}) {
     const int64_t x_stride = in + 8;
     auto x = random(rows * x_stride), w = random(out * in, 1.0f / std::sqrt(static_cast<float>(in)));
     auto y0 = random(rows * out);

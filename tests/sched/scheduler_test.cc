@@ -257,12 +257,12 @@ TEST(Scheduler, BatchesArePaddedOnTheScratchPage) {
   EXPECT_EQ(batch.logit_rows, (std::vector<int32_t>{8}));
 }
 
-TEST(Scheduler, WarmupCoversEveryPaddedStepSizeOnTheScratchPages) {
+TEST(Scheduler, WarmupRunsTheLargestStepThenEveryPaddedDecodeSizeOnTheScratchPages) {
   SchedulerOptions o = small_options();
   o.pad_batches = true;
   o.attn_dp = 2;
   o.chunked_prefill_size = 20;
-  o.max_running_requests = 4;  // steps of up to 24 tokens per replica
+  o.max_running_requests = 12;  // steps of up to 32 tokens per replica, decode steps up to 12
   Scheduler s(o);
   std::vector<int64_t> sizes;
   for (const auto& plan : s.warmup_steps()) {
@@ -276,7 +276,7 @@ TEST(Scheduler, WarmupCoversEveryPaddedStepSizeOnTheScratchPages) {
     }
     sizes.push_back(replicas[0].batch.num_tokens());
   }
-  EXPECT_EQ(sizes, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24}));
+  EXPECT_EQ(sizes, (std::vector<int64_t>{32, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12}));
 }
 
 // Random arrivals, lengths, aborts and a small pool: every planned token sits in a page its

@@ -110,6 +110,9 @@ def test_metrics_are_prometheus_text(server):
     assert m["moeserve_time_to_first_token_seconds_count"] >= 1
     assert m['moeserve_time_to_first_token_seconds_bucket{le="+Inf"}'] == m["moeserve_time_to_first_token_seconds_count"]
     assert m["moeserve_generation_tokens_total"] >= 3
+    # 3 tokens: one step with the prompt's prefill, then two decode-only steps (at least).
+    assert m["moeserve_decode_step_duration_seconds_count"] >= 2
+    assert m["moeserve_decode_step_duration_seconds_count"] < m["moeserve_step_duration_seconds_count"]
 
 
 def raw_completion(port, body):
