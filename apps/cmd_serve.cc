@@ -193,7 +193,8 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--disable-radix-cache", args->disable_radix_cache, "Do not share KV pages of common prefixes");
   cmd->add_flag("--skip-warmup", args->skip_warmup,
-                "Do not run every padded step size once at start-up (workspaces then grow while serving)");
+                "Do not run the largest step and every padded decode size once at start-up "
+                "(memory then grows while serving)");
   cmd->add_option("--pp-max-micro-batch-size", args->pp_max_micro_batch_size,
                   "Sequences per pipeline micro-batch (0: scheduled sequences / pp)")
       ->capture_default_str();

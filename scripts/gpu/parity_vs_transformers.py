@@ -44,6 +44,11 @@ def normalised_error(a, b):
     return float(np.abs(a - b).max() / np.abs(b).max())
 
 
+def position_errors(a, b):
+    """Per prompt position: max |a - b| over the vocabulary / max |b| over everything."""
+    return np.abs(a - b).max(-1) / np.abs(b).max()
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--moeserve", required=True)
@@ -75,6 +80,12 @@ def main():
                 "greedy_cuda_equals_cpu": ours_tokens == cpu_tokens,
                 "greedy_steps_equal": [sum(1 for a, b in zip(x, y) if a == b) for x, y in zip(ours_tokens, cpu_tokens)],
             }
+            ours_pos, hf_pos = position_errors(ours, truth), position_errors(hf_bf16, truth)
+            for q in (50, 90):
+                entry[f"moeserve_bf16_error_p{q}"] = float(np.percentile(ours_pos, q))
+                entry[f"hf_bf16_error_p{q}"] = float(np.percentile(hf_pos, q))
+            # Positions where moeserve's error exceeds transformers' own largest bf16 error.
+            entry["positions_over_hf_max"] = [int(i) for i in np.nonzero(ours_pos > hf_pos.max())[0]]
             entry["pass"] = (entry["argmax_agreement_with_hf_bf16"] >= 0.99
                              and entry["moeserve_bf16_error"] <= 2.0 * entry["hf_bf16_error"]
                              and entry["greedy_cuda_equals_cpu"])

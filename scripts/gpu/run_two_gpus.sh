@@ -8,11 +8,13 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 nvidia-smi topo -m > "$OUT/topo.txt" 2>&1; head -5 "$OUT/topo.txt"
-phase=${1:-all}
+phase=${1:-all}  # all | exact (tests, parity, plans equal, tp2 bench) | plans (plans equal, every bench)
 if [[ $phase == all || $phase == exact ]]; then
 timeout 120 carry/cuda_backend_tests > "$OUT/cuda_tests.txt" 2>&1; echo "cuda tests rc=$?"; tail -3 "$OUT/cuda_tests.txt"
 timeout 300 python3 scripts/gpu/parity_vs_transformers.py --moeserve "$BIN" --out "$OUT/gpu_parity.json" 2>&1 \
   | grep -v "Writing model" | tail -8
+fi
+if [[ $phase == all || $phase == exact || $phase == plans ]]; then
 timeout 240 python3 scripts/gpu/plans_equal_single_gpu.py --moeserve "$BIN" --out "$OUT/plans_2gpu.json" 2>&1 | tail -9
 fi
 plans="tp2 ep2 ep2-dp pp2"

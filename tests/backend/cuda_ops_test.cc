@@ -257,6 +257,29 @@ TEST_F(CudaOps, MlaAttentionLongContextOverManySplits) {
   expect_close(from_gpu_bf16(*d_out, att.size()), att, "mla_attention (long context)");
 }
 
+TEST_F(CudaOps, MlaAttentionSmallAndUnalignedShapes) {
+  // (latent, rope): 32/8 takes the 16-byte-load kernel like the DeepSeek shapes; 40/6 (rows of
+  // 46 elements) the element-wise one. Positions cover empty splits and partial pages.
+  for (auto [latent, rope] : std::vector<std::array<int64_t, 2>>{{32, 8}, {40, 6}}) {
+    const int64_t heads = 5, nope = 16, qk = nope + rope, page_size = 16, max_pages = 8;
+    std::vector<int32_t> positions = {100, 0, 17, 127}, seq_of = {0, 1, 2, 3};
+    std::vector<int32_t> tables(4 * max_pages);
+    for (int64_t i = 0; i < 4 * max_pages; ++i) tables[i] = static_cast<int32_t>((i * 7) % (4 * max_pages));
+    const int64_t tokens = 4;
+    auto q_lat = random(tokens * heads * latent), q = random(tokens * heads * qk);
+    auto cache = random(4 * max_pages * page_size * (latent + rope));
+    std::vector<float> att(tokens * heads * latent);
+    cpu->mla_attention({q_lat.data(), q.data(), cache.data(), tables.data(), seq_of.data(), positions.data(),
+                        att.data(), tokens, heads, latent, rope, qk, nope, page_size, max_pages, 0.2f});
+    auto d_ql = to_gpu_bf16(q_lat), d_q = to_gpu_bf16(q), d_c = to_gpu_bf16(cache), d_out = poisoned_bf16(att.size());
+    auto d_t = to_gpu_raw(tables), d_s = to_gpu_raw(seq_of), d_p = to_gpu_raw(positions);
+    gpu->mla_attention({d_ql->data(), d_q->data(), d_c->data(), static_cast<int32_t*>(d_t->data()),
+                        static_cast<int32_t*>(d_s->data()), static_cast<int32_t*>(d_p->data()), d_out->data(), tokens,
+                        heads, latent, rope, qk, nope, page_size, max_pages, 0.2f});
+    expect_close(from_gpu_bf16(*d_out, att.size()), att, latent == 32 ? "mla_attention 32/8" : "mla_attention 40/6");
+  }
+}
+
 TEST_F(CudaOps, KvWriteToPagedSlots) {
   const int64_t width = 576, tokens = 4;
   auto entries = random(tokens * width);

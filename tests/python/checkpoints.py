@@ -32,14 +32,17 @@ continuations (tests/python/bf16_conditioning.py measures this). What was done, 
   4. Even so, bf16 activation noise (~1-3% relative after a few layers) leaves a ~1-3% chance
      per decision of a flip (a routing flip, even with 2., moves a token's hidden state a lot),
      and the GPU check needs 129 decisions per config (33 prompt positions, 96 greedy steps)
-     to agree. So each config has a fixed seed (SEEDS): the smallest one for which transformers
-     bf16 agrees with fp32 on every one of those decisions with both eager and SDPA attention
-     (two different bf16 roundings) and every decision's fp32 top-2 gap is at least
-     bf16_conditioning.MIN_MARGIN (0.2) times the largest bf16 logit error at that position --
-     margin against a third rounding (the GPU's, moeserve's). Found with
-     `python3 tests/python/bf16_conditioning.py --search` (a few minutes on one core); it picks
-     the random draw only, not the architecture, scales or layouts, and the fp32 suites do not
-     depend on it. Changing anything above invalidates SEEDS: rerun the search.
+     to agree. So each config has a fixed seed (SEEDS): among seeds [0, 600), the one whose
+     smallest decision margin is largest, where a decision's margin is its fp32 top-2 gap
+     over the largest transformers-bf16 logit error at that position (eager and SDPA, two
+     different bf16 roundings), and only seeds whose bf16 greedy path equals fp32's count.
+     The chosen margins are 0.5-1.3 (a margin above 2 rules a flip out against any rounding
+     no noisier than transformers'; the seeds first chosen here only required 0.2, and a third
+     rounding -- moeserve's GPU path -- still flipped 3 of 6 configs' greedy paths).
+     Found with `python3 tests/python/bf16_conditioning.py --search` (~8 minutes per config on
+     one core); it consults transformers only, never moeserve, and picks the random draw
+     only, not the architecture, scales or layouts; the fp32 suites do not depend on it.
+     Changing anything above invalidates SEEDS: rerun the search.
 """
 import json
 import math
@@ -74,12 +77,12 @@ CONFIGS = {
 
 # Per-config seed of the random draw: the smallest bf16-conditioned one (see module docstring).
 SEEDS = {
-    "no_q_lora_dense1": 0,
-    "q_lora_grouped_dense0": 201,
-    "dense3_yarn": 28,
-    "kimi_k2_shared2": 16,
-    "kimi_k25_nested": 61,
-    "yarn_mscale_no_interleave": 70,
+    "no_q_lora_dense1": 57,            # smallest decision margin 0.60 (eager and SDPA bf16)
+    "q_lora_grouped_dense0": 311,      # 0.50
+    "dense3_yarn": 567,                # 1.29
+    "kimi_k2_shared2": 442,            # 0.78
+    "kimi_k25_nested": 381,            # 1.04
+    "yarn_mscale_no_interleave": 473,  # 1.16
 }
 ROUTED_SCALE = 0.3
 LM_HEAD_ROW_SIGMA = 1.0
