@@ -5,6 +5,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
 
 namespace moeserve::cuda {
 
@@ -32,5 +35,36 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 }
 
 inline unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+
+// Programmatic dependent launch (sm_90 and later). Every kernel here is launched with
+// launch_pdl and begins with pdl_enter(): it may be scheduled while its predecessor in the
+// stream is still running, waits there until the predecessor has completed and its memory is
+// visible (griddepcontrol.wait), then lets its own successor be scheduled. A decode step is
+// ~150 short kernels on one stream; this hides most of the launch gap between consecutive
+// ones (captured graphs keep the programmatic edges). Kernels of cuBLAS and NCCL are ordinary
+// stream dependencies. Nothing is read before the wait, so the overlap is launch latency only.
+__device__ __forceinline__ void pdl_enter() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+template <typename... KernelArgs, typename... Args>
+void launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                Args&&... args) {
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  const cudaError_t status = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  if (status != cudaSuccess) throw std::runtime_error(std::string("kernel launch failed: ") + cudaGetErrorString(status));
+}
 
 }  // namespace moeserve::cuda

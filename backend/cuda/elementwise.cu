@@ -11,19 +11,28 @@ namespace moeserve::cuda {
 
 namespace {
 
+// Rows of 8-element (16-byte) chunks when `vec` (width % 8 == 0, aligned pointers): a
+// decode-sized copy then waits on memory once per thread instead of once per element.
 __global__ void embedding_kernel(const int32_t* ids, const bf16* table, bf16* out, int64_t hidden,
-                                 int64_t vocab_begin, int64_t vocab_end) {
+                                 int64_t vocab_begin, int64_t vocab_end, bool vec) {
+  pdl_enter();
   const int64_t t = blockIdx.x;
   const int64_t id = ids[t];
   bf16* row = out + t * hidden;
   const bool owned = id >= vocab_begin && id < vocab_end;
   const bf16* src = table + (id - vocab_begin) * hidden;
+  if (vec) {
+    for (int64_t c = threadIdx.x; c < hidden / 8; c += blockDim.x)
+      reinterpret_cast<uint4*>(row)[c] = owned ? reinterpret_cast<const uint4*>(src)[c] : make_uint4(0, 0, 0, 0);
+    return;
+  }
   for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) row[i] = owned ? src[i] : to_bf(0.0f);
 }
 
 // One block per row. In place (x == y) is safe: the row is reduced before any write.
 __global__ void rms_norm_kernel(const bf16* x, const bf16* weight, bf16* y, int64_t dim, int64_t x_stride,
                                 int64_t y_stride, float eps) {
+  pdl_enter();
   __shared__ float scratch[32];
   const bf16* xr = x + blockIdx.x * x_stride;
   bf16* yr = y + blockIdx.x * y_stride;
@@ -71,6 +80,7 @@ __device__ __forceinline__ void store_bf16x8(bf16* p, const float (&v)[8]) {
 __global__ void __launch_bounds__(kRowThreads)
 row_norm_vec_kernel(const bf16* x, const float* x_f32, bf16* residual, const bf16* weight, bf16* y, int64_t dim,
                     int64_t x_stride, int64_t y_stride, float eps) {
+  pdl_enter();
   __shared__ float scratch[32];
   const int64_t chunks = dim / 8;
   Chunk v[kRowChunks];
@@ -125,6 +135,7 @@ bool row_fits_registers(int64_t dim, std::initializer_list<const void*> pointers
 }
 
 __global__ void add_kernel(bf16* acc, const void* x, bool x_f32, int64_t count) {
+  pdl_enter();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= count) return;
   // An fp32 branch is rounded to bf16 first, as a bf16 branch would have been.
@@ -137,6 +148,7 @@ __global__ void add_kernel(bf16* acc, const void* x, bool x_f32, int64_t count) 
 // only the elements it wrote.
 __global__ void add_rms_norm_kernel(bf16* hidden, const void* x, bool x_f32, const bf16* weight, bf16* normed,
                                     int64_t dim, float eps) {
+  pdl_enter();
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x * dim;
   bf16* h = hidden + row;
@@ -157,6 +169,7 @@ __global__ void add_rms_norm_kernel(bf16* hidden, const void* x, bool x_f32, con
 __global__ void rope_kernel(bf16* x, const int32_t* positions, const float* inv_freq, int64_t heads,
                             int64_t token_stride, int64_t head_stride, int64_t rope_dim, float attention_factor,
                             bool interleaved) {
+  pdl_enter();
   const int64_t t = blockIdx.x;
   const int64_t half = rope_dim / 2;
   const float pos = static_cast<float>(positions[t]);
@@ -176,6 +189,7 @@ __global__ void rope_kernel(bf16* x, const int32_t* positions, const float* inv_
 }
 
 __global__ void silu_mul_kernel(const bf16* gate_up, bf16* out, int64_t tokens, int64_t inter) {
+  pdl_enter();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= tokens * inter) return;
   const int64_t t = i / inter, n = i % inter;
@@ -186,15 +200,27 @@ __global__ void silu_mul_kernel(const bf16* gate_up, bf16* out, int64_t tokens, 
 }
 
 __global__ void copy_rows_kernel(const bf16* src, const int32_t* src_rows, const int32_t* dst_rows, bf16* dst,
-                                 int64_t width) {
+                                 int64_t width, bool vec) {
+  pdl_enter();
   const int64_t r = blockIdx.x;
   const int64_t s = src_rows ? src_rows[r] : r;
   const int64_t d = dst_rows ? dst_rows[r] : r;
+  if (vec) {
+    const uint4* from = reinterpret_cast<const uint4*>(src + s * width);
+    uint4* to = reinterpret_cast<uint4*>(dst + d * width);
+    for (int64_t c = threadIdx.x; c < width / 8; c += blockDim.x) to[c] = from[c];
+    return;
+  }
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) dst[d * width + i] = src[s * width + i];
+}
+
+bool rows_of_chunks(int64_t width, const void* a, const void* b) {
+  return width % 8 == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0 && reinterpret_cast<uintptr_t>(b) % 16 == 0;
 }
 
 __global__ void row_combine_kernel(const bf16* src, const int32_t* offsets, const int32_t* src_rows,
                                    const float* weights, void* out, bool out_f32, int64_t width, bool accumulate) {
+  pdl_enter();
   const int64_t r = blockIdx.x;
   auto* out32 = static_cast<float*>(out);
   auto* out16 = static_cast<bf16*>(out);
@@ -213,6 +239,7 @@ __global__ void row_combine_kernel(const bf16* src, const int32_t* offsets, cons
 
 __global__ void fill_uniform_kernel(void* out, bool out_f32, int64_t rows, int64_t cols, int64_t full_cols,
                                     int64_t row0, int64_t col0, uint64_t seed, float offset, float amplitude) {
+  pdl_enter();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * cols) return;
   const int64_t r = i / cols, c = i % cols;
@@ -227,11 +254,13 @@ __global__ void fill_uniform_kernel(void* out, bool out_f32, int64_t rows, int64
 }
 
 __global__ void f32_to_bf16_kernel(const float* src, bf16* dst, int64_t count) {
+  pdl_enter();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < count) dst[i] = to_bf(src[i]);
 }
 
 __global__ void bf16_to_f32_kernel(const bf16* src, float* dst, int64_t count) {
+  pdl_enter();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < count) dst[i] = to_f(src[i]);
 }
@@ -241,96 +270,94 @@ __global__ void bf16_to_f32_kernel(const bf16* src, float* dst, int64_t count) {
 void launch_embedding(const int32_t* ids, const void* table, void* out, int64_t tokens, int64_t hidden,
                       int64_t vocab_begin, int64_t vocab_end, cudaStream_t stream) {
   if (tokens == 0) return;
-  embedding_kernel<<<tokens, 256, 0, stream>>>(ids, static_cast<const bf16*>(table), static_cast<bf16*>(out), hidden,
-                                               vocab_begin, vocab_end);
+  launch_pdl(embedding_kernel, tokens, 256, 0, stream, ids, static_cast<const bf16*>(table), static_cast<bf16*>(out),
+             hidden, vocab_begin, vocab_end, rows_of_chunks(hidden, table, out));
 }
 
 void launch_rms_norm(const void* x, const void* weight, void* y, int64_t rows, int64_t dim, int64_t x_stride,
                      int64_t y_stride, float eps, cudaStream_t stream) {
   if (rows == 0) return;
   if (row_fits_registers(dim, {x, weight, y}, {x_stride, y_stride})) {
-    row_norm_vec_kernel<<<rows, kRowThreads, 0, stream>>>(static_cast<const bf16*>(x), nullptr, nullptr,
-                                                          static_cast<const bf16*>(weight), static_cast<bf16*>(y), dim,
-                                                          x_stride, y_stride, eps);
+    launch_pdl(row_norm_vec_kernel, rows, kRowThreads, 0, stream, static_cast<const bf16*>(x), nullptr, nullptr,
+               static_cast<const bf16*>(weight), static_cast<bf16*>(y), dim, x_stride, y_stride, eps);
     return;
   }
   const int threads = dim >= 1024 ? 512 : (dim >= 256 ? 256 : 64);
-  rms_norm_kernel<<<rows, threads, 0, stream>>>(static_cast<const bf16*>(x), static_cast<const bf16*>(weight),
-                                                static_cast<bf16*>(y), dim, x_stride, y_stride, eps);
+  launch_pdl(rms_norm_kernel, rows, threads, 0, stream, static_cast<const bf16*>(x), static_cast<const bf16*>(weight),
+             static_cast<bf16*>(y), dim, x_stride, y_stride, eps);
 }
 
 void launch_add(void* acc, const void* x, bool x_f32, int64_t count, cudaStream_t stream) {
   if (count == 0) return;
-  add_kernel<<<blocks_for(count, 256), 256, 0, stream>>>(static_cast<bf16*>(acc), x, x_f32, count);
+  launch_pdl(add_kernel, blocks_for(count, 256), 256, 0, stream, static_cast<bf16*>(acc), x, x_f32, count);
 }
 
 void launch_add_rms_norm(void* hidden, const void* x, bool x_f32, const void* weight, void* normed, int64_t rows,
                          int64_t dim, float eps, cudaStream_t stream) {
   if (rows == 0) return;
   if (row_fits_registers(dim, {hidden, x, weight, normed}, {})) {
-    row_norm_vec_kernel<<<rows, kRowThreads, 0, stream>>>(
-        x_f32 ? nullptr : static_cast<const bf16*>(x), x_f32 ? static_cast<const float*>(x) : nullptr,
-        static_cast<bf16*>(hidden), static_cast<const bf16*>(weight), static_cast<bf16*>(normed), dim, dim, dim, eps);
+    launch_pdl(row_norm_vec_kernel, rows, kRowThreads, 0, stream, x_f32 ? nullptr : static_cast<const bf16*>(x),
+               x_f32 ? static_cast<const float*>(x) : nullptr, static_cast<bf16*>(hidden),
+               static_cast<const bf16*>(weight), static_cast<bf16*>(normed), dim, dim, dim, eps);
     return;
   }
   const int threads = dim >= 1024 ? 512 : (dim >= 256 ? 256 : 64);
-  add_rms_norm_kernel<<<rows, threads, 0, stream>>>(static_cast<bf16*>(hidden), x, x_f32,
-                                                    static_cast<const bf16*>(weight), static_cast<bf16*>(normed), dim,
-                                                    eps);
+  launch_pdl(add_rms_norm_kernel, rows, threads, 0, stream, static_cast<bf16*>(hidden), x, x_f32,
+             static_cast<const bf16*>(weight), static_cast<bf16*>(normed), dim, eps);
 }
 
 void launch_rope(void* x, const int32_t* positions, const float* inv_freq, int64_t tokens, int64_t heads,
-                 int64_t token_stride, int64_t head_stride, int64_t rope_dim, float attention_factor,
-                 bool interleaved, cudaStream_t stream) {
+                 int64_t token_stride, int64_t head_stride, int64_t rope_dim, float attention_factor, bool interleaved,
+                 cudaStream_t stream) {
   if (tokens == 0) return;
   // One (head, pair) per thread where possible: each pass of the loop waits on its loads.
   const int threads = static_cast<int>(std::min<int64_t>(1024, (heads * (rope_dim / 2) + 31) / 32 * 32));
-  rope_kernel<<<tokens, std::max(threads, 32), 0, stream>>>(static_cast<bf16*>(x), positions, inv_freq, heads, token_stride,
-                                          head_stride, rope_dim, attention_factor, interleaved);
+  launch_pdl(rope_kernel, tokens, std::max(threads, 32), 0, stream, static_cast<bf16*>(x), positions, inv_freq, heads,
+             token_stride, head_stride, rope_dim, attention_factor, interleaved);
 }
 
 void launch_silu_mul(const void* gate_up, void* out, int64_t tokens, int64_t inter, cudaStream_t stream) {
   if (tokens * inter == 0) return;
-  silu_mul_kernel<<<blocks_for(tokens * inter, 256), 256, 0, stream>>>(static_cast<const bf16*>(gate_up),
-                                                                       static_cast<bf16*>(out), tokens, inter);
+  launch_pdl(silu_mul_kernel, blocks_for(tokens * inter, 256), 256, 0, stream, static_cast<const bf16*>(gate_up),
+             static_cast<bf16*>(out), tokens, inter);
 }
 
 void launch_kv_write(const void* entries, const int32_t* slots, void* cache, int64_t tokens, int64_t width,
                      cudaStream_t stream) {
   if (tokens == 0) return;
-  copy_rows_kernel<<<tokens, 128, 0, stream>>>(static_cast<const bf16*>(entries), nullptr, slots,
-                                               static_cast<bf16*>(cache), width);
+  launch_pdl(copy_rows_kernel, tokens, 128, 0, stream, static_cast<const bf16*>(entries), nullptr, slots,
+             static_cast<bf16*>(cache), width, rows_of_chunks(width, entries, cache));
 }
 
 void launch_gather_rows(const void* src, const int32_t* rows, void* dst, int64_t num_rows, int64_t width,
                         cudaStream_t stream) {
   if (num_rows == 0) return;
-  copy_rows_kernel<<<num_rows, 128, 0, stream>>>(static_cast<const bf16*>(src), rows, nullptr,
-                                                 static_cast<bf16*>(dst), width);
+  launch_pdl(copy_rows_kernel, num_rows, 128, 0, stream, static_cast<const bf16*>(src), rows, nullptr,
+             static_cast<bf16*>(dst), width, rows_of_chunks(width, src, dst));
 }
 
 void launch_row_combine(const void* src, const int32_t* offsets, const int32_t* src_rows, const float* weights,
                         void* out, bool out_f32, int64_t rows, int64_t width, bool accumulate, cudaStream_t stream) {
   if (rows == 0) return;
-  row_combine_kernel<<<rows, 256, 0, stream>>>(static_cast<const bf16*>(src), offsets, src_rows, weights, out, out_f32,
-                                               width, accumulate);
+  launch_pdl(row_combine_kernel, rows, 256, 0, stream, static_cast<const bf16*>(src), offsets, src_rows, weights, out,
+             out_f32, width, accumulate);
 }
 
 void launch_fill_uniform(void* out, bool out_f32, int64_t rows, int64_t cols, int64_t full_cols, int64_t row0,
                          int64_t col0, uint64_t stream_seed, float offset, float amplitude, cudaStream_t stream) {
   if (rows * cols == 0) return;
-  fill_uniform_kernel<<<blocks_for(rows * cols, 256), 256, 0, stream>>>(out, out_f32, rows, cols, full_cols, row0,
-                                                                        col0, stream_seed, offset, amplitude);
+  launch_pdl(fill_uniform_kernel, blocks_for(rows * cols, 256), 256, 0, stream, out, out_f32, rows, cols, full_cols,
+             row0, col0, stream_seed, offset, amplitude);
 }
 
 void launch_f32_to_bf16(const float* src, void* dst, int64_t count, cudaStream_t stream) {
   if (count == 0) return;
-  f32_to_bf16_kernel<<<blocks_for(count, 256), 256, 0, stream>>>(src, static_cast<bf16*>(dst), count);
+  launch_pdl(f32_to_bf16_kernel, blocks_for(count, 256), 256, 0, stream, src, static_cast<bf16*>(dst), count);
 }
 
 void launch_bf16_to_f32(const void* src, float* dst, int64_t count, cudaStream_t stream) {
   if (count == 0) return;
-  bf16_to_f32_kernel<<<blocks_for(count, 256), 256, 0, stream>>>(static_cast<const bf16*>(src), dst, count);
+  launch_pdl(bf16_to_f32_kernel, blocks_for(count, 256), 256, 0, stream, static_cast<const bf16*>(src), dst, count);
 }
 
 }  // namespace moeserve::cuda

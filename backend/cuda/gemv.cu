@@ -1,6 +1,6 @@
 // Dense projections of a decode-sized batch (at most kTokensPerPass rows): y[T, N] (+)=
-// x[T, K] W[N, K]^T with one warp per pair of weight rows, each row streamed once with
-// 16-byte loads and multiplied with every input row. cuBLAS's GEMV-shaped kernels reach
+// x[T, K] W[N, K]^T with warps over pairs of weight rows (and chunks of K), each row streamed
+// once with 16-byte loads and multiplied with every input row. cuBLAS's GEMV-shaped kernels reach
 // about half the HBM rate on the 8-60 MB attention and shared-expert matrices of a decode
 // step; this is the same streaming loop as the grouped experts' (row_dot.cuh).
 #include "backend/cuda/kernels.h"
@@ -10,24 +10,52 @@ namespace moeserve::cuda {
 
 namespace {
 
-constexpr int kGemvWarps = 4;
+constexpr int kGemvWarps = 8;
 constexpr int kGemvRowsPerWarp = 2;
+constexpr int kGemvMaxSplits = kGemvWarps;
 
+// A block's warps are (kGemvWarps / k_splits) pairs of weight rows x k_splits chunks of the
+// input dimension: narrow matrices (kv_a_proj's 576 rows, q_a_proj's 1536) and long rows
+// (o_proj, down_proj) get enough warps, each with enough bytes in flight, to stream at HBM
+// rate. The chunks' partial sums are added in chunk order through shared memory.
 __global__ void __launch_bounds__(kGemvWarps * 32)
 small_linear_kernel(const bf16* x, const bf16* weight, void* y, int tokens, int in, int out, int64_t x_stride,
-                    int64_t y_stride, bool accumulate, bool y_f32) {
+                    int64_t y_stride, bool accumulate, bool y_f32, int k_splits) {
+  pdl_enter();
+  __shared__ float partial[kGemvWarps][kGemvRowsPerWarp][kTokensPerPass];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int n0 = (blockIdx.x * kGemvWarps + warp) * kGemvRowsPerWarp;
-  if (n0 >= out) return;
-  const bf16* rows[kGemvRowsPerWarp];
+  const int pair = warp / k_splits, split = warp % k_splits;
+  const int n0 = (blockIdx.x * (kGemvWarps / k_splits) + pair) * kGemvRowsPerWarp;
+  const int chunk = (in / 8 + k_splits - 1) / k_splits * 8;  // multiple of 8: 16-byte aligned chunks
+  const int k0 = min(in, split * chunk), k1 = min(in, k0 + chunk);
+  float acc[kGemvRowsPerWarp][kTokensPerPass] = {};
+  if (n0 < out) {
+    const bf16* rows[kGemvRowsPerWarp];
 #pragma unroll
-  for (int r = 0; r < kGemvRowsPerWarp; ++r) rows[r] = weight + static_cast<int64_t>(min(n0 + r, out - 1)) * in;
-  const bf16* x_rows[kTokensPerPass];
+    for (int r = 0; r < kGemvRowsPerWarp; ++r) rows[r] = weight + static_cast<int64_t>(min(n0 + r, out - 1)) * in + k0;
+    const bf16* x_rows[kTokensPerPass];
 #pragma unroll
-  for (int j = 0; j < kTokensPerPass; ++j) x_rows[j] = x + static_cast<int64_t>(min(j, tokens - 1)) * x_stride;
-  float acc[kGemvRowsPerWarp][kTokensPerPass];
-  rows_dot_tokens<kGemvRowsPerWarp>(rows, x_rows, tokens, in, acc);
-  if (lane != 0) return;
+    for (int j = 0; j < kTokensPerPass; ++j) x_rows[j] = x + static_cast<int64_t>(min(j, tokens - 1)) * x_stride + k0;
+    rows_dot_tokens<kGemvRowsPerWarp>(rows, x_rows, tokens, k1 - k0, acc);
+  }
+  if (k_splits > 1) {
+    if (lane == 0)
+#pragma unroll
+      for (int r = 0; r < kGemvRowsPerWarp; ++r)
+#pragma unroll
+        for (int j = 0; j < kTokensPerPass; ++j) partial[warp][r][j] = acc[r][j];
+    __syncthreads();
+    if (split != 0) return;
+#pragma unroll
+    for (int r = 0; r < kGemvRowsPerWarp; ++r)
+#pragma unroll
+      for (int j = 0; j < kTokensPerPass; ++j) {
+        float sum = 0.0f;
+        for (int c = 0; c < k_splits; ++c) sum += partial[warp + c][r][j];
+        acc[r][j] = sum;
+      }
+  }
+  if (lane != 0 || n0 >= out) return;
 #pragma unroll
   for (int r = 0; r < kGemvRowsPerWarp; ++r) {
     const int n = n0 + r;
@@ -47,6 +75,15 @@ small_linear_kernel(const bf16* x, const bf16* weight, void* y, int tokens, int 
   }
 }
 
+// Chunks per row: double while the launch has fewer than ~8192 warps (two waves on an H200)
+// and each chunk keeps at least 1024 elements (2 KB per row per warp).
+int k_splits_for(int64_t in, int64_t out) {
+  const int64_t pairs = (out + kGemvRowsPerWarp - 1) / kGemvRowsPerWarp;
+  int k = 1;
+  while (k < kGemvMaxSplits && pairs * k < 8192 && in / (2 * k) >= 1024) k *= 2;
+  return k;
+}
+
 }  // namespace
 
 bool small_linear_supported(int64_t rows, int64_t in, const void* x, const void* weight, int64_t x_stride) {
@@ -56,11 +93,12 @@ bool small_linear_supported(int64_t rows, int64_t in, const void* x, const void*
 
 void launch_small_linear(const void* x, const void* weight, void* y, int64_t rows, int64_t in, int64_t out,
                          int64_t x_stride, int64_t y_stride, bool accumulate, bool y_f32, cudaStream_t stream) {
-  const int64_t rows_per_block = kGemvWarps * kGemvRowsPerWarp;
-  small_linear_kernel<<<static_cast<unsigned>((out + rows_per_block - 1) / rows_per_block), kGemvWarps * 32, 0,
-                        stream>>>(static_cast<const bf16*>(x), static_cast<const bf16*>(weight), y,
-                                  static_cast<int>(rows), static_cast<int>(in), static_cast<int>(out), x_stride,
-                                  y_stride, accumulate, y_f32);
+  const int k_splits = k_splits_for(in, out);
+  const int64_t rows_per_block = (kGemvWarps / k_splits) * kGemvRowsPerWarp;
+  launch_pdl(small_linear_kernel, static_cast<unsigned>((out + rows_per_block - 1) / rows_per_block),
+             kGemvWarps * 32, 0, stream, static_cast<const bf16*>(x), static_cast<const bf16*>(weight), y,
+             static_cast<int>(rows), static_cast<int>(in), static_cast<int>(out), x_stride, y_stride, accumulate,
+             y_f32, k_splits);
 }
 
 }  // namespace moeserve::cuda

@@ -60,6 +60,7 @@ mla_split_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache, co
                  const int32_t* seq_of_token, const int32_t* positions, Partials partials, int heads, int latent,
                  int rope, int64_t q_head_stride, int64_t rope_offset, int page_size, int64_t max_pages_per_seq,
                  float scale, int split_length) {
+  pdl_enter();
   const int t = blockIdx.x, split = blockIdx.z, splits = gridDim.z;
   const int lane = threadIdx.x & 31;
   const int h = blockIdx.y * kHeadsPerBlock + (threadIdx.x >> 5);
@@ -152,6 +153,7 @@ mla_split_vec_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache
                      const int32_t* seq_of_token, const int32_t* positions, Partials partials, int heads, int latent,
                      int rope, int64_t q_head_stride, int64_t rope_offset, int page_size, int64_t max_pages_per_seq,
                      float scale, int split_length) {
+  pdl_enter();
   const int t = blockIdx.x, split = blockIdx.z, splits = gridDim.z;
   const int lane = threadIdx.x & 31;
   const int h = blockIdx.y * kHeadsPerBlock + (threadIdx.x >> 5);
@@ -252,6 +254,7 @@ bool vec_shapes(int64_t latent, int64_t rope, const void* q_latent, const void* 
 // thread's loads over the splits are independent of each other (the former loop recomputed
 // the weights per element and waited on each load in turn: ~100 us at batch 1).
 __global__ void mla_merge_kernel(Partials partials, bf16* out, int heads, int latent, int splits) {
+  pdl_enter();
   __shared__ float weight[kMaxSplits];
   __shared__ float inv_denom;
   const int64_t th = static_cast<int64_t>(blockIdx.x) * heads + blockIdx.y;
@@ -305,21 +308,19 @@ void launch_mla_attention(const void* q_latent, const void* q_rope, const void* 
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((heads + kHeadsPerBlock - 1) / kHeadsPerBlock),
                   static_cast<unsigned>(splits));
   if (vec_shapes(latent, rope, q_latent, cache)) {
-    mla_split_vec_kernel<<<grid, kHeadsPerBlock * 32, 0, stream>>>(
-        static_cast<const bf16*>(q_latent), static_cast<const bf16*>(q_rope), static_cast<const bf16*>(cache),
-        block_tables, seq_of_token, positions, partials, static_cast<int>(heads), static_cast<int>(latent),
-        static_cast<int>(rope), q_head_stride, rope_offset, static_cast<int>(page_size), max_pages_per_seq, scale,
-        split_length);
+    launch_pdl(mla_split_vec_kernel, grid, kHeadsPerBlock * 32, 0, stream, static_cast<const bf16*>(q_latent),
+               static_cast<const bf16*>(q_rope), static_cast<const bf16*>(cache), block_tables, seq_of_token, positions,
+               partials, static_cast<int>(heads), static_cast<int>(latent), static_cast<int>(rope), q_head_stride,
+               rope_offset, static_cast<int>(page_size), max_pages_per_seq, scale, split_length);
   } else {
-    mla_split_kernel<<<grid, kHeadsPerBlock * 32, 0, stream>>>(
-        static_cast<const bf16*>(q_latent), static_cast<const bf16*>(q_rope), static_cast<const bf16*>(cache),
-        block_tables, seq_of_token, positions, partials, static_cast<int>(heads), static_cast<int>(latent),
-        static_cast<int>(rope), q_head_stride, rope_offset, static_cast<int>(page_size), max_pages_per_seq, scale,
-        split_length);
+    launch_pdl(mla_split_kernel, grid, kHeadsPerBlock * 32, 0, stream, static_cast<const bf16*>(q_latent),
+               static_cast<const bf16*>(q_rope), static_cast<const bf16*>(cache), block_tables, seq_of_token, positions,
+               partials, static_cast<int>(heads), static_cast<int>(latent), static_cast<int>(rope), q_head_stride,
+               rope_offset, static_cast<int>(page_size), max_pages_per_seq, scale, split_length);
   }
   const int merge_threads = static_cast<int>(std::min<int64_t>(512, (latent + 31) / 32 * 32));
-  mla_merge_kernel<<<dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(heads)), merge_threads, 0, stream>>>(
-      partials, static_cast<bf16*>(out), static_cast<int>(heads), static_cast<int>(latent), splits);
+  launch_pdl(mla_merge_kernel, dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(heads)), merge_threads, 0,
+             stream, partials, static_cast<bf16*>(out), static_cast<int>(heads), static_cast<int>(latent), splits);
 }
 
 }  // namespace moeserve::cuda

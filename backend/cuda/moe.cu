@@ -62,6 +62,7 @@ constexpr int kRouteWarps = 4;
 
 __global__ void __launch_bounds__(kRouteWarps * 32)
 router_logits_kernel(const bf16* x, const float* weight, float* logits, int tokens, int hidden, int experts) {
+  pdl_enter();
   __shared__ float partial[kRouteWarps][kRouteTokens];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int e = blockIdx.x;
@@ -112,6 +113,7 @@ router_logits_kernel(const bf16* x, const float* weight, float* logits, int toke
 __global__ void route_select_kernel(const float* logits, const float* bias, int32_t* topk_ids, float* topk_weights,
                                     int experts, int n_group, int topk_group, int top_k, bool norm_topk_prob,
                                     float scaling) {
+  pdl_enter();
   extern __shared__ float shared[];
   float* scores = shared;                 // [experts]
   float* choice = scores + experts;       // [experts]
@@ -178,6 +180,63 @@ __global__ void route_select_kernel(const float* logits, const float* bias, int3
   }
 }
 
+// The same selection without group limits (topk_group == n_group, as Kimi K2's single group),
+// from registers: lane l holds experts l, l + 32, ...; each of the top_k rounds takes the
+// warp's best (larger choice score, then smaller id: the reference's order) and retires it.
+// The general kernel above keeps the scores in shared memory and rescans them every round.
+constexpr int kSelectPerLane = 16;  // experts <= 512
+
+__global__ void route_select_flat_kernel(const float* logits, const float* bias, int32_t* topk_ids,
+                                         float* topk_weights, int experts, int top_k, bool norm_topk_prob,
+                                         float scaling) {
+  pdl_enter();
+  const int t = blockIdx.x;
+  const int lane = threadIdx.x & 31;
+  float score[kSelectPerLane], choice[kSelectPerLane];
+#pragma unroll
+  for (int j = 0; j < kSelectPerLane; ++j) {
+    const int e = lane + 32 * j;
+    score[j] = e < experts ? 1.0f / (1.0f + expf(-logits[static_cast<int64_t>(t) * experts + e])) : 0.0f;
+    choice[j] = e < experts ? score[j] + bias[e] : -INFINITY;
+  }
+  float sum = 0.0f, my_weight = 0.0f;
+  int my_id = 0;
+  for (int k = 0; k < top_k; ++k) {
+    float best = -INFINITY, best_score = 0.0f;
+    int best_id = -1;
+#pragma unroll
+    for (int j = 0; j < kSelectPerLane; ++j)  // ids grow with j: '>' keeps the smallest on ties
+      if (choice[j] > best) {  // retired and missing experts are -inf: never taken
+        best = choice[j];
+        best_id = lane + 32 * j;
+        best_score = score[j];
+      }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const float other = __shfl_xor_sync(0xffffffffu, best, offset);
+      const int other_id = __shfl_xor_sync(0xffffffffu, best_id, offset);
+      const float other_score = __shfl_xor_sync(0xffffffffu, best_score, offset);
+      if (other_id >= 0 && (best_id < 0 || better(other, other_id, best, best_id))) {
+        best = other;
+        best_id = other_id;
+        best_score = other_score;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kSelectPerLane; ++j)
+      if (lane + 32 * j == best_id) choice[j] = -INFINITY;
+    if (lane == k) {
+      my_id = best_id;
+      my_weight = best_score;
+    }
+    sum += best_score;
+  }
+  if (lane < top_k) {
+    const float weight = norm_topk_prob ? my_weight / (sum + 1e-20f) : my_weight;
+    topk_ids[static_cast<int64_t>(t) * top_k + lane] = my_id;
+    topk_weights[static_cast<int64_t>(t) * top_k + lane] = weight * scaling;
+  }
+}
+
 struct MoeWorkspace {
   int32_t* active;   // [local_experts]: the local experts with rows, then unused entries
   int32_t* num_active;  // [1]
@@ -241,6 +300,7 @@ __device__ __forceinline__ int warp_inclusive_scan(int v) {
 
 __global__ void __launch_bounds__(kSortThreads)
 sort_pairs_kernel(const int32_t* ids, int pairs, int expert_begin, int expert_end, MoeWorkspace ws) {
+  pdl_enter();
   extern __shared__ int32_t cursor[];  // [local]: counts, then the next free slot per expert
   __shared__ int32_t warp_rows[kSortThreads / 32], warp_active[kSortThreads / 32];
   const int local = expert_end - expert_begin;
@@ -305,6 +365,7 @@ sort_pairs_kernel(const int32_t* ids, int pairs, int expert_begin, int expert_en
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 gate_up_kernel(const bf16* x, const void* const* w13, MoeWorkspace ws, int top_k, int hidden, int inter,
                int rows_per_warp) {
+  pdl_enter();
   if (static_cast<int>(blockIdx.x) >= *ws.num_active) return;
   const int e = ws.active[blockIdx.x];
   const int begin = ws.offsets[e], end = ws.offsets[e + 1];
@@ -337,6 +398,7 @@ gate_up_kernel(const bf16* x, const void* const* w13, MoeWorkspace ws, int top_k
 // grid (max active experts, ceil(hidden / (kWarpsPerBlock * rows_per_warp)))
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 down_kernel(const void* const* w2, MoeWorkspace ws, int hidden, int inter, int rows_per_warp) {
+  pdl_enter();
   if (static_cast<int>(blockIdx.x) >= *ws.num_active) return;
   const int e = ws.active[blockIdx.x];
   const int begin = ws.offsets[e], end = ws.offsets[e + 1];
@@ -362,6 +424,7 @@ down_kernel(const void* const* w2, MoeWorkspace ws, int hidden, int inter, int r
 
 // x_sorted[s] = x[token of the pair at sorted position s], for s < offsets[local_experts].
 __global__ void gather_sorted_kernel(const bf16* x, MoeWorkspace ws, int local_experts, int top_k, int hidden) {
+  pdl_enter();
   const int s = blockIdx.x;
   if (s >= ws.offsets[local_experts]) return;
   const bf16* src = x + static_cast<int64_t>(ws.pair_of_slot[s] / top_k) * hidden;
@@ -376,6 +439,7 @@ constexpr int kMaxTopK = 32;
 
 __global__ void combine_kernel(const float* topk_weights, MoeWorkspace ws, void* out, bool out_f32, int top_k,
                                int hidden, bool accumulate) {
+  pdl_enter();
   const int64_t t = blockIdx.x;
   const int n = blockIdx.y * blockDim.x + threadIdx.x;
   if (n >= hidden) return;
@@ -416,13 +480,17 @@ void launch_moe_route(const void* x, const float* weight, const float* bias, int
   if (tokens == 0) return;
   float* logits = static_cast<float*>(workspace);  // [tokens, experts]
   const dim3 grid(static_cast<unsigned>(experts), static_cast<unsigned>((tokens + kRouteTokens - 1) / kRouteTokens));
-  router_logits_kernel<<<grid, kRouteWarps * 32, 0, stream>>>(static_cast<const bf16*>(x), weight, logits,
-                                                              static_cast<int>(tokens), static_cast<int>(hidden),
-                                                              static_cast<int>(experts));
+  launch_pdl(router_logits_kernel, grid, kRouteWarps * 32, 0, stream, static_cast<const bf16*>(x), weight, logits,
+             static_cast<int>(tokens), static_cast<int>(hidden), static_cast<int>(experts));
+  if (topk_group >= n_group && experts <= 32 * kSelectPerLane && top_k <= 32) {
+    launch_pdl(route_select_flat_kernel, tokens, 32, 0, stream, logits, bias, topk_ids, topk_weights,
+               static_cast<int>(experts), static_cast<int>(top_k), norm_topk_prob, routed_scaling_factor);
+    return;
+  }
   const size_t shared = sizeof(float) * (2 * experts + n_group) + (experts > n_group ? experts : n_group);
-  route_select_kernel<<<tokens, 32, shared, stream>>>(logits, bias, topk_ids, topk_weights, static_cast<int>(experts),
-                                                     static_cast<int>(n_group), static_cast<int>(topk_group),
-                                                     static_cast<int>(top_k), norm_topk_prob, routed_scaling_factor);
+  launch_pdl(route_select_kernel, tokens, 32, shared, stream, logits, bias, topk_ids, topk_weights,
+             static_cast<int>(experts), static_cast<int>(n_group), static_cast<int>(topk_group),
+             static_cast<int>(top_k), norm_topk_prob, routed_scaling_factor);
 }
 
 int64_t moe_workspace_bytes(int64_t tokens, int64_t top_k, int64_t local_experts, int64_t hidden, int64_t inter) {
@@ -438,9 +506,8 @@ void launch_moe_sort(const int32_t* topk_ids, int64_t pairs, int64_t expert_begi
   MoeWorkspace ws = carve(workspace, pairs, local, hidden, inter);
   if (local * 4 > 48 * 1024)
     throw std::invalid_argument("moe: " + std::to_string(local) + " local experts (at most 12288 per rank)");
-  sort_pairs_kernel<<<1, kSortThreads, local * 4, stream>>>(topk_ids, static_cast<int>(pairs),
-                                                            static_cast<int>(expert_begin),
-                                                            static_cast<int>(expert_end), ws);
+  launch_pdl(sort_pairs_kernel, 1, kSortThreads, local * 4, stream, topk_ids, static_cast<int>(pairs),
+             static_cast<int>(expert_begin), static_cast<int>(expert_end), ws);
 }
 
 MoeGemmBuffers moe_gemm_buffers(void* workspace, int64_t pairs, int64_t local_experts, int64_t hidden, int64_t inter) {
@@ -451,8 +518,8 @@ MoeGemmBuffers moe_gemm_buffers(void* workspace, int64_t pairs, int64_t local_ex
 void launch_moe_gather_sorted(const void* x, int64_t pairs, int64_t top_k, int64_t local_experts, int64_t hidden,
                               int64_t inter, void* workspace, cudaStream_t stream) {
   const MoeWorkspace ws = carve(workspace, pairs, local_experts, hidden, inter);
-  gather_sorted_kernel<<<pairs, 256, 0, stream>>>(static_cast<const bf16*>(x), ws, static_cast<int>(local_experts),
-                                                  static_cast<int>(top_k), static_cast<int>(hidden));
+  launch_pdl(gather_sorted_kernel, pairs, 256, 0, stream, static_cast<const bf16*>(x), ws,
+             static_cast<int>(local_experts), static_cast<int>(top_k), static_cast<int>(hidden));
 }
 
 void launch_moe_expert_kernels(const void* x, const void* const* w13, const void* const* w2, int64_t pairs,
@@ -463,12 +530,12 @@ void launch_moe_expert_kernels(const void* x, const void* const* w13, const void
   const int rows_per_warp = max_active <= kFewActiveExperts ? kRowsPerWarpFew : kRowsPerWarpMany;
   const int rows_per_block = kWarpsPerBlock * rows_per_warp;
   const dim3 gate_grid(static_cast<unsigned>(max_active), static_cast<unsigned>((inter + rows_per_block - 1) / rows_per_block));
-  gate_up_kernel<<<gate_grid, kWarpsPerBlock * 32, 0, stream>>>(static_cast<const bf16*>(x), w13, ws,
-                                                                 static_cast<int>(top_k), static_cast<int>(hidden),
-                                                                 static_cast<int>(inter), rows_per_warp);
-  const dim3 down_grid(static_cast<unsigned>(max_active), static_cast<unsigned>((hidden + rows_per_block - 1) / rows_per_block));
-  down_kernel<<<down_grid, kWarpsPerBlock * 32, 0, stream>>>(w2, ws, static_cast<int>(hidden), static_cast<int>(inter),
-                                                             rows_per_warp);
+  launch_pdl(gate_up_kernel, gate_grid, kWarpsPerBlock * 32, 0, stream, static_cast<const bf16*>(x), w13, ws,
+             static_cast<int>(top_k), static_cast<int>(hidden), static_cast<int>(inter), rows_per_warp);
+  const dim3 down_grid(static_cast<unsigned>(max_active),
+                       static_cast<unsigned>((hidden + rows_per_block - 1) / rows_per_block));
+  launch_pdl(down_kernel, down_grid, kWarpsPerBlock * 32, 0, stream, w2, ws, static_cast<int>(hidden),
+             static_cast<int>(inter), rows_per_warp);
 }
 
 void launch_moe_combine(const float* topk_weights, void* out, bool out_f32, int64_t tokens, int64_t top_k,
@@ -478,8 +545,8 @@ void launch_moe_combine(const float* topk_weights, void* out, bool out_f32, int6
   const MoeWorkspace ws = carve(workspace, tokens * top_k, local_experts, hidden, inter);
   if (top_k > kMaxTopK) throw std::invalid_argument("moe: top_k " + std::to_string(top_k) + " > 32");
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((hidden + 255) / 256));
-  combine_kernel<<<grid, 256, 0, stream>>>(topk_weights, ws, out, out_f32, static_cast<int>(top_k),
-                                           static_cast<int>(hidden), accumulate);
+  launch_pdl(combine_kernel, grid, 256, 0, stream, topk_weights, ws, out, out_f32, static_cast<int>(top_k),
+             static_cast<int>(hidden), accumulate);
 }
 
 }  // namespace moeserve::cuda

@@ -8,6 +8,7 @@ namespace moeserve::cuda {
 namespace {
 
 __global__ void argmax_kernel(const float* logits, int32_t* tokens, float* values, int64_t vocab, int64_t id_offset) {
+  pdl_enter();
   __shared__ float best_values[32];
   __shared__ int best_ids[32];
   const float* row = logits + blockIdx.x * vocab;
@@ -48,7 +49,7 @@ __global__ void argmax_kernel(const float* logits, int32_t* tokens, float* value
 void launch_argmax_rows(const float* logits, int32_t* tokens, float* values, int64_t rows, int64_t vocab,
                         int64_t id_offset, cudaStream_t stream) {
   if (rows == 0) return;
-  argmax_kernel<<<rows, 1024, 0, stream>>>(logits, tokens, values, vocab, id_offset);
+  launch_pdl(argmax_kernel, rows, 1024, 0, stream, logits, tokens, values, vocab, id_offset);
 }
 
 }  // namespace moeserve::cuda

@@ -159,9 +159,11 @@ TEST_F(CudaOps, AddRmsNormEqualsAddThenRmsNorm) {
 }
 
 TEST_F(CudaOps, LinearIncludingStridesAccumulateAndFp32Output) {
-  // Up to 4 rows with in % 8 == 0 take the streaming kernel (gemv.cu); the rest cuBLAS.
+  // Up to 4 rows with in % 8 == 0 take the streaming kernel (gemv.cu; 16384 and 2056 inputs
+  // are split in 8 and 2 chunks, the last one shorter); the rest cuBLAS.
   for (auto [rows, in, out] : std::vector<std::array<int64_t, 3>>{
-           {1, 7168, 512}, {3, 1536, 77}, {4, 100, 33}, {33, 256, 96}, {64, 512, 1000}}) {
+           {1, 7168, 512}, {3, 1536, 77}, {1, 16384, 40}, {2, 2056, 33}, {4, 100, 33}, {33, 256, 96},
+           {64, 512, 1000}}) {
     const int64_t x_stride = in + 8;
     auto x = random(rows * x_stride), w = random(out * in, 1.0f / std::sqrt(static_cast<float>(in)));
     auto y0 = random(rows * out);
@@ -293,7 +295,9 @@ TEST_F(CudaOps, KvWriteToPagedSlots) {
 }
 
 TEST_F(CudaOps, MoeRouteSelectsTheSameExperts) {
-  for (auto [experts, n_group, topk_group, top_k] : std::vector<std::array<int64_t, 4>>{{384, 1, 1, 8}, {256, 8, 4, 8}, {16, 4, 2, 4}}) {
+  // 384/1/1 and 64/4/4 (every group kept) take the register kernel, the others the grouped one.
+  for (auto [experts, n_group, topk_group, top_k] :
+       std::vector<std::array<int64_t, 4>>{{384, 1, 1, 8}, {64, 4, 4, 6}, {256, 8, 4, 8}, {16, 4, 2, 4}}) {
     const int64_t tokens = 50, hidden = 512;
     auto x = random(tokens * hidden);
     std::vector<float> w(experts * hidden), bias(experts);
