@@ -23,6 +23,10 @@ namespace moeserve::apps {
 
 namespace {
 
+// Prefill tokens per replica per step when --chunked-prefill-size is left at 0.
+constexpr int64_t kDefaultChunkedPrefillCuda = 8192;
+constexpr int64_t kDefaultChunkedPrefillCpu = 512;
+
 struct ServeArgs {
   std::string model = "synthetic:tiny";
   std::string served_model_name;
@@ -33,7 +37,7 @@ struct ServeArgs {
   PlanCliArgs plan;
   int64_t page_size = 64;  // FlashMLA's page; the prefix cache shares whole pages
   int64_t kv_pages = 2048;
-  int64_t chunked_prefill_size = 8192;  // SGLang's default on 80+ GB GPUs
+  int64_t chunked_prefill_size = 0;  // 0: by backend (kDefaultChunkedPrefill*)
   int64_t max_queued_requests = 1024;
   bool disable_radix_cache = false;
   bool skip_warmup = false;
@@ -50,7 +54,7 @@ std::unique_ptr<tokenizer::Tokenizer> tokenizer_of(const ModelSource& model) {
   return tokenizer::load_tokenizer(model.directory);
 }
 
-void run_serve(const ServeArgs& args) {
+void run_serve(ServeArgs args) {
   // Signals are taken by sigwait on this thread only: block them before any thread starts.
   sigset_t signals;
   sigemptyset(&signals);
@@ -68,6 +72,9 @@ void run_serve(const ServeArgs& args) {
            model.config.vocab_size);
 
   const int64_t bytes_per_element = args.backend == "cuda" ? 2 : 4;
+  MS_CHECK(args.chunked_prefill_size >= 0, "--chunked-prefill-size must be >= 0 (0: the backend's default)");
+  if (args.chunked_prefill_size == 0)
+    args.chunked_prefill_size = args.backend == "cuda" ? kDefaultChunkedPrefillCuda : kDefaultChunkedPrefillCpu;
   // What an engine and its scheduler need under a plan: the start-up plan and every re-plan
   // (POST /admin/replan) go through here.
   auto target_for = [&model, &args](const parallel::ParallelPlan& plan) {
@@ -186,8 +193,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--kv-pages", args->kv_pages, "KV cache pages per DP replica (one is kept for batch padding)")
       ->capture_default_str();
   cmd->add_option("--chunked-prefill-size", args->chunked_prefill_size,
-                  "Prefill tokens per DP replica per step; longer prompts run in chunks")
-      ->capture_default_str();
+                  "Prefill tokens per DP replica per step; longer prompts run in chunks (default: 8192 with "
+                  "--backend cuda, SGLang's choice on 80+ GB GPUs; 512 on CPU ranks, where a step is slow)");
   cmd->add_option("--max-queued-requests", args->max_queued_requests,
                   "Requests waiting beyond --max-running-requests; more are refused with 429")
       ->capture_default_str();
