@@ -33,11 +33,9 @@ struct GenerateArgs {
   float min_p = 0.0f;
   uint64_t seed = 0;
   PlanCliArgs plan;
-  int64_t pp_max_micro_batch_size = 0;
-  int64_t pp_async_batch_depth = 0;
+  EngineCliArgs engine;
   bool stats = false;
   std::string dump_logits;
-  int64_t page_size = 64;
   int64_t kv_pages = 0;
   bool ignore_eos = false;
 };
@@ -57,9 +55,9 @@ void run_generate(const GenerateArgs& args) {
   options.graphs = !args.no_cuda_graph;
   // The CPU backend holds weights and KV cache in fp32, the CUDA backend in bf16.
   options.plan = plan_for_model(args.plan, model.config, /*bytes_per_element=*/args.backend == "cuda" ? 2 : 4);
-  options.page_size = args.page_size;
-  options.pp_max_micro_batch_size = args.pp_max_micro_batch_size;
-  options.pp_async_batch_depth = args.pp_async_batch_depth;
+  options.page_size = args.engine.page_size;
+  options.pp_max_micro_batch_size = args.engine.pp_max_micro_batch_size;
+  options.pp_async_batch_depth = args.engine.pp_async_batch_depth;
   const bool text_mode = !args.prompts.empty() || !args.chat.empty();
   MS_CHECK(!text_mode || args.prompt_ids.empty(), "generate: give --prompt-ids, or --prompt / --chat, not both");
   std::unique_ptr<tokenizer::Tokenizer> tok;
@@ -98,7 +96,8 @@ void run_generate(const GenerateArgs& args) {
       r.stop_ids = stop_ids;
       if (model.config.eos_token_id >= 0) r.stop_ids.push_back(static_cast<int32_t>(model.config.eos_token_id));
     }
-    pages_needed += (static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens + args.page_size - 1) / args.page_size;
+    const int64_t page = args.engine.page_size;
+    pages_needed += (static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens + page - 1) / page;
     requests.push_back(std::move(r));
   }
   MS_CHECK(!requests.empty(), "generate: give at least one --prompt-ids, --prompt or --chat");
@@ -154,14 +153,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--plan", args->plan.preset,
                   "Parallel plan preset (single, tp2, ep4, ep4-dp, pp2, ep4tp2, tp2pp4, ...); default single");
   add_plan_flags(cmd, args->plan);
-  cmd->add_option("--pp-max-micro-batch-size", args->pp_max_micro_batch_size,
-                  "Sequences per pipeline micro-batch (0: live sequences / pp)")
-      ->capture_default_str();
-  cmd->add_option("--pp-async-batch-depth", args->pp_async_batch_depth,
-                  "Micro-batches a pipeline stage may run ahead of the next, beyond one")
-      ->capture_default_str();
+  add_engine_flags(cmd, args->engine);
   cmd->add_flag("--stats", args->stats, "Print per-rank communication (calls, bytes per collective and layer) to stderr");
-  cmd->add_option("--page-size", args->page_size, "KV cache page size in tokens")->capture_default_str();
   cmd->add_option("--kv-pages", args->kv_pages, "KV cache pages per layer (0: just enough)");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Do not stop at the model's EOS token");
   cmd->add_option("--dump-logits", args->dump_logits, "Write the prompts' logits [sum(len), vocab] to a .npy file");

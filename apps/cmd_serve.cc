@@ -35,14 +35,12 @@ struct ServeArgs {
   std::string api_key;
   std::string backend = "cpu";
   PlanCliArgs plan;
-  int64_t page_size = 64;  // FlashMLA's page; the prefix cache shares whole pages
+  EngineCliArgs engine;
   int64_t kv_pages = 2048;
   int64_t chunked_prefill_size = 0;  // 0: by backend (kDefaultChunkedPrefill*)
   int64_t max_queued_requests = 1024;
   bool disable_radix_cache = false;
   bool skip_warmup = false;
-  int64_t pp_max_micro_batch_size = 0;
-  int64_t pp_async_batch_depth = 0;
   int64_t max_body_bytes = 8 << 20;
   double drain_timeout_s = 30;
   std::string chat_template;
@@ -81,18 +79,18 @@ void run_serve(ServeArgs args) {
     runtime::EngineOptions engine_options;
     engine_options.backend = args.backend;
     engine_options.plan = plan;
-    engine_options.page_size = args.page_size;
+    engine_options.page_size = args.engine.page_size;
     engine_options.num_pages = args.kv_pages;
-    engine_options.pp_max_micro_batch_size = args.pp_max_micro_batch_size;
-    engine_options.pp_async_batch_depth = args.pp_async_batch_depth;
+    engine_options.pp_max_micro_batch_size = args.engine.pp_max_micro_batch_size;
+    engine_options.pp_async_batch_depth = args.engine.pp_async_batch_depth;
     serve::ReplanTarget target;
     target.plan_name = plan.name;
     sched::SchedulerOptions& so = target.scheduler;
-    so.page_size = args.page_size;
+    so.page_size = args.engine.page_size;
     so.pages_per_replica = args.kv_pages;
     so.attn_dp = plan.attn_dp;
     so.pp = plan.pp;
-    so.max_micro_batch_size = args.pp_max_micro_batch_size;
+    so.max_micro_batch_size = args.engine.pp_max_micro_batch_size;
     so.max_running_requests = args.plan.max_running_requests;
     so.chunked_prefill_size = args.chunked_prefill_size;
     so.prefix_cache = !args.disable_radix_cache;
@@ -122,7 +120,7 @@ void run_serve(ServeArgs args) {
   served.context_length =
       args.plan.context_length > 0 ? std::min(args.plan.context_length, model.config.max_position_embeddings)
                                    : model.config.max_position_embeddings;
-  served.max_request_tokens = (args.kv_pages - 1) * args.page_size;
+  served.max_request_tokens = (args.kv_pages - 1) * args.engine.page_size;
   if (model.config.eos_token_id >= 0) served.eos_id = static_cast<int32_t>(model.config.eos_token_id);
   served.end_of_turn_id = tok->added_token_id("<|im_end|>");
   try {
@@ -157,7 +155,7 @@ void run_serve(ServeArgs args) {
   const bool ipv6 = args.host.find(':') != std::string::npos;
   std::printf("moeserve: serving %s (plan %s, %d ranks, %lld KV pages of %lld tokens per replica) on http://%s%s%s:%d\n",
               served.name.c_str(), plan.name.c_str(), plan.world(),
-              static_cast<long long>(args.kv_pages), static_cast<long long>(args.page_size), ipv6 ? "[" : "",
+              static_cast<long long>(args.kv_pages), static_cast<long long>(args.engine.page_size), ipv6 ? "[" : "",
               args.host.c_str(), ipv6 ? "]" : "", http.port());
   std::fflush(stdout);
 
@@ -189,7 +187,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--backend", args->backend, "cpu or cuda")->capture_default_str();
   cmd->add_option("--plan", args->plan.preset, "Parallel plan preset (single, tp2, ep2, pp2, ep2-dp, ...)");
   add_plan_flags(cmd, args->plan);  // also --max-running-requests and --context-length
-  cmd->add_option("--page-size", args->page_size, "KV cache page size in tokens")->capture_default_str();
+  add_engine_flags(cmd, args->engine);
   cmd->add_option("--kv-pages", args->kv_pages, "KV cache pages per DP replica (one is kept for batch padding)")
       ->capture_default_str();
   cmd->add_option("--chunked-prefill-size", args->chunked_prefill_size,
@@ -202,12 +200,6 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--skip-warmup", args->skip_warmup,
                 "Do not run the largest step and every padded decode size once at start-up "
                 "(memory then grows while serving)");
-  cmd->add_option("--pp-max-micro-batch-size", args->pp_max_micro_batch_size,
-                  "Sequences per pipeline micro-batch (0: scheduled sequences / pp)")
-      ->capture_default_str();
-  cmd->add_option("--pp-async-batch-depth", args->pp_async_batch_depth,
-                  "Micro-batches a pipeline stage may run ahead of the next, beyond one")
-      ->capture_default_str();
   cmd->add_option("--max-body-bytes", args->max_body_bytes, "Largest request body accepted (413 beyond)")
       ->capture_default_str();
   cmd->add_option("--drain-timeout", args->drain_timeout_s, "Seconds SIGTERM waits for requests in flight")

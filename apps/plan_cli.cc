@@ -5,6 +5,16 @@
 
 namespace moeserve::apps {
 
+void add_engine_flags(CLI::App* cmd, EngineCliArgs& args) {
+  cmd->add_option("--page-size", args.page_size, "KV cache page size in tokens")->capture_default_str();
+  cmd->add_option("--pp-max-micro-batch-size", args.pp_max_micro_batch_size,
+                  "Sequences per pipeline micro-batch (0: the step's sequences / pp)")
+      ->capture_default_str();
+  cmd->add_option("--pp-async-batch-depth", args.pp_async_batch_depth,
+                  "Micro-batches a pipeline stage may run ahead of the next, beyond one")
+      ->capture_default_str();
+}
+
 void add_plan_flags(CLI::App* cmd, PlanCliArgs& args) {
   cmd->add_option("--tp-size", args.flags.tp_size, "Ranks per pipeline stage (SGLang --tp-size)");
   cmd->add_option("--ep-size", args.flags.ep_size, "Expert-parallel groups of the MoE layers; MoE TP = tp / ep");

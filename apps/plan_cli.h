@@ -1,4 +1,4 @@
-// The plan options shared by `generate` and `plan show`: a preset (--plan / positional) or
+// The plan options shared by `generate`, `serve` and `plan show`: a preset (--plan / positional) or
 // SGLang's explicit flags, and the memory-fit check (--mem-per-rank with --context-length
 // and --max-running-requests).
 #pragma once
@@ -21,6 +21,17 @@ struct PlanCliArgs {
   int64_t context_length = 0;        // 0 : the model's max_position_embeddings
   int64_t max_running_requests = 1;
 };
+
+// The KV-cache page and pipeline micro-batch options of the engine, shared by `generate`
+// and `serve`.
+struct EngineCliArgs {
+  int64_t page_size = 64;  // FlashMLA's page; the prefix cache shares whole pages
+  int64_t pp_max_micro_batch_size = 0;
+  int64_t pp_async_batch_depth = 0;
+};
+
+// Adds --page-size, --pp-max-micro-batch-size and --pp-async-batch-depth.
+void add_engine_flags(CLI::App* cmd, EngineCliArgs& args);
 
 // Adds --tp-size, --ep-size, --pp-size, --dp-size, --enable-dp-attention and the memory
 // options (the preset option itself is added by the command).
