@@ -4,6 +4,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "serve/api_error.h"
 
 namespace moeserve::serve {
@@ -415,24 +416,35 @@ void EngineLoop::step() {
   }
   const auto after_forward = Clock::now();
   const int64_t vocab = engine_->config().vocab_size;
-  std::vector<int32_t> sampled;
-  std::vector<TokenLogprob> logprobs;
-  for (const auto& chunk : step.chunks) {
-    if (chunk.logit_row < 0) continue;
-    Active& a = *active_.at(chunk.id);
-    const Tensor& rows = logits.at(chunk.micro_batch).at(chunk.replica);
+  std::vector<const sched::ScheduledChunk*> rows;  // the chunks that sample, in step order
+  for (const auto& chunk : step.chunks)
+    if (chunk.logit_row >= 0) rows.push_back(&chunk);
+  std::vector<int32_t> sampled(rows.size());
+  std::vector<TokenLogprob> logprobs(rows.size());
+  auto sample = [&](size_t i) {
+    const sched::ScheduledChunk& chunk = *rows[i];
+    const Active& a = *active_.at(chunk.id);
+    const Tensor& out = logits.at(chunk.micro_batch).at(chunk.replica);
     if (greedy) {
-      sampled.push_back(rows.i32()[chunk.logit_row]);
-      logprobs.push_back(TokenLogprob{sampled.back(), 0, {}});
-      continue;
+      sampled[i] = out.i32()[chunk.logit_row];
+      logprobs[i] = TokenLogprob{sampled[i], 0, {}};
+      return;
     }
-    const float* row = rows.f32() + chunk.logit_row * vocab;
+    const float* row = out.f32() + chunk.logit_row * vocab;
     ops::SamplingOptions options = a.request.sampling;
     options.step = static_cast<uint64_t>(a.output.generated());
-    const int32_t token = cpu::sample_row(row, vocab, options);
-    sampled.push_back(token);
-    logprobs.push_back(a.request.top_logprobs >= 0 ? token_logprob(row, vocab, token, a.request.top_logprobs)
-                                                   : TokenLogprob{token, 0, {}});
+    sampled[i] = cpu::sample_row(row, vocab, options);
+    logprobs[i] = a.request.top_logprobs >= 0 ? token_logprob(row, vocab, sampled[i], a.request.top_logprobs)
+                                              : TokenLogprob{sampled[i], 0, {}};
+  };
+  if (greedy) {
+    for (size_t i = 0; i < rows.size(); ++i) sample(i);
+  } else {
+    // Rows are independent and each sorts a vocabulary of logits: over the host's cores (the
+    // ranks' threads are idle between steps). Results do not depend on the split.
+    ThreadPool::global().parallel_for(rows.size(), 1, [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) sample(i);
+    });
   }
   scheduler_->commit(step, sampled);
   const auto now = Clock::now();
