@@ -359,40 +359,67 @@ int32_t sample_row(const float* logits, int64_t vocab, const ops::SamplingOption
   if (o.temperature <= 0.0f || o.top_k == 1) {
     return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
   }
-  // Candidates sorted by logit (descending, ties by id) so that every filter below is a prefix.
+  // Candidates in descending logit order, ties by id, so that every filter below keeps a
+  // prefix. Only as long a prefix as the filters and the draw reach is sorted (a chunk at a
+  // time): sorting a 163840-entry vocabulary for every row was most of a sampling step.
   std::vector<int32_t> ids(vocab);
   std::iota(ids.begin(), ids.end(), 0);
-  int64_t keep = vocab;
-  if (o.top_k > 0 && o.top_k < vocab) keep = o.top_k;
   auto desc = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-  std::partial_sort(ids.begin(), ids.begin() + keep, ids.end(), desc);
-  ids.resize(keep);
-  std::vector<double> probs(keep);
+  const int64_t keep_k = o.top_k > 0 && o.top_k < vocab ? o.top_k : vocab;
+  int64_t sorted = 0;  // ids[0, sorted) are in their final order
+  auto sorted_through = [&](int64_t i) {  // ensures ids[i] is placed; i < keep_k
+    if (i < sorted) return;
+    const int64_t target = std::min(keep_k, std::max({i + 1, int64_t{1024}, 4 * sorted}));
+    std::partial_sort(ids.begin() + sorted, ids.begin() + target, ids.end(), desc);
+    sorted = target;
+  };
+  sorted_through(0);
   const double max_logit = logits[ids[0]];
+  auto weight = [&](int64_t i) { return std::exp((logits[ids[i]] - max_logit) / o.temperature); };  // i placed
+  // The normaliser: over the top_k candidates, or over the whole vocabulary (any order).
   double total = 0.0;
-  for (int64_t i = 0; i < keep; ++i) total += (probs[i] = std::exp((logits[ids[i]] - max_logit) / o.temperature));
-  for (auto& q : probs) q /= total;
-  if (o.min_p > 0.0f) {
-    const double threshold = o.min_p * probs[0];
-    while (keep > 1 && probs[keep - 1] < threshold) --keep;
+  if (keep_k < vocab) {
+    sorted_through(keep_k - 1);
+    for (int64_t i = 0; i < keep_k; ++i) total += weight(i);
+  } else {
+    for (int64_t v = 0; v < vocab; ++v) total += std::exp((logits[v] - max_logit) / o.temperature);
   }
+  // min_p keeps the candidates whose probability is at least min_p x the top one's (prob 1 /
+  // total); top_p the shortest prefix whose mass reaches top_p. Both scan the sorted prefix.
+  int64_t keep = keep_k;
+  if (o.min_p > 0.0f) {
+    int64_t n = 1;
+    for (; n < keep; ++n) {
+      sorted_through(n);
+      if (weight(n) < o.min_p) break;  // weight(0) == 1
+    }
+    keep = n;
+  }
+  double kept_mass = 0.0;  // of the kept prefix, in probability
   if (o.top_p < 1.0f) {
-    double cumulative = 0.0;
     int64_t needed = 0;
     while (needed < keep) {
-      cumulative += probs[needed++];
-      if (cumulative >= o.top_p) break;
+      sorted_through(needed);
+      kept_mass += weight(needed++) / total;
+      if (kept_mass >= o.top_p) break;
     }
     keep = std::max<int64_t>(needed, 1);
+  } else if (keep == vocab) {
+    kept_mass = 1.0;  // everything: the normaliser's own mass
+  } else {
+    for (int64_t i = 0; i < keep; ++i) {
+      sorted_through(i);
+      kept_mass += weight(i) / total;
+    }
   }
-  double kept_mass = 0.0;
-  for (int64_t i = 0; i < keep; ++i) kept_mass += probs[i];
   const double u = uniform01(o.seed, o.step) * kept_mass;
   double cumulative = 0.0;
   for (int64_t i = 0; i < keep; ++i) {
-    cumulative += probs[i];
+    sorted_through(i);
+    cumulative += weight(i) / total;
     if (u < cumulative) return ids[i];
   }
+  sorted_through(keep - 1);
   return ids[keep - 1];
 }
 
