@@ -310,7 +310,6 @@ DeepseekV3::Activations& DeepseekV3::workspace(int64_t T) {
     // every buffer, so the graphs captured so far (which point into it) are dropped.
     backend_.synchronize();
     graphs_.clear();
-    for (auto& [tokens, a] : workspaces_) a.reset();
     workspaces_.clear();
     arena_.reset();
     arena_ = backend_.alloc(lay_out_activations(nullptr, T, nullptr));
