@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -32,6 +33,14 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   float total = 0.0f;
   for (int w = 0; w < warps; ++w) total += scratch[w];
   return total;
+}
+
+// Rows of 16-byte chunks (8 bf16) can be loaded with uint4 when every pointer is 16-byte
+// aligned (nullptr: not used).
+inline bool aligned16(std::initializer_list<const void*> pointers) {
+  for (const void* p : pointers)
+    if (p != nullptr && reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
 }
 
 inline unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }

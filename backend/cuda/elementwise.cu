@@ -127,8 +127,7 @@ row_norm_vec_kernel(const bf16* x, const float* x_f32, bf16* residual, const bf1
 
 bool row_fits_registers(int64_t dim, std::initializer_list<const void*> pointers, std::initializer_list<int64_t> strides) {
   if (dim % 8 != 0 || dim > static_cast<int64_t>(kRowThreads) * 8 * kRowChunks) return false;
-  for (const void* p : pointers)
-    if (p != nullptr && reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  if (!aligned16(pointers)) return false;
   for (int64_t s : strides)
     if (s % 8 != 0) return false;
   return true;
@@ -215,7 +214,7 @@ __global__ void copy_rows_kernel(const bf16* src, const int32_t* src_rows, const
 }
 
 bool rows_of_chunks(int64_t width, const void* a, const void* b) {
-  return width % 8 == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0 && reinterpret_cast<uintptr_t>(b) % 16 == 0;
+  return width % 8 == 0 && aligned16({a, b});
 }
 
 __global__ void row_combine_kernel(const bf16* src, const int32_t* offsets, const int32_t* src_rows,

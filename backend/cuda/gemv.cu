@@ -87,8 +87,7 @@ int k_splits_for(int64_t in, int64_t out) {
 }  // namespace
 
 bool small_linear_supported(int64_t rows, int64_t in, const void* x, const void* weight, int64_t x_stride) {
-  return rows >= 1 && rows <= kTokensPerPass && in % 8 == 0 && x_stride % 8 == 0 &&
-         reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(weight) % 16 == 0;
+  return rows >= 1 && rows <= kTokensPerPass && in % 8 == 0 && x_stride % 8 == 0 && aligned16({x, weight});
 }
 
 void launch_small_linear(const void* x, const void* weight, void* y, int64_t rows, int64_t in, int64_t out,

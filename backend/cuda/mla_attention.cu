@@ -55,20 +55,55 @@ Partials carve(void* workspace, int64_t tokens, int64_t heads, int64_t splits, i
   return {f, f + n, f + 2 * n};
 }
 
+// What a warp of a split kernel works on: token t, head h, context positions [begin, end)
+// of split `split`, and where its partial state goes.
+struct SplitTask {
+  int t, h, lane, split, begin, end;
+  int64_t slot;  // (t, h, split) in the partials
+};
+
+__device__ __forceinline__ SplitTask split_task(const int32_t* positions, int heads, int split_length) {
+  SplitTask w;
+  w.t = blockIdx.x;
+  w.split = blockIdx.z;
+  w.lane = threadIdx.x & 31;
+  w.h = blockIdx.y * kHeadsPerBlock + (threadIdx.x >> 5);
+  w.begin = w.split * split_length;
+  w.end = min(positions[w.t] + 1, w.begin + split_length);
+  w.slot = (static_cast<int64_t>(w.t) * heads + w.h) * gridDim.z + w.split;
+  return w;
+}
+
+// A split's running softmax: the largest score m and the denominator l so far. add() takes
+// the next score and returns the factor that rescales the accumulator (x) and the new row's
+// weight (y): acc = acc * x + y * row.
+struct OnlineSoftmax {
+  float running_max = -INFINITY, denom = 0.0f;
+  __device__ __forceinline__ float2 add(float score) {
+    const float new_max = fmaxf(running_max, score);
+    const float correction = __expf(running_max - new_max);
+    const float p = __expf(score - new_max);
+    denom = denom * correction + p;
+    running_max = new_max;
+    return make_float2(correction, p);
+  }
+  __device__ __forceinline__ void store(const Partials& partials, const SplitTask& w) const {
+    if (w.lane != 0) return;
+    partials.m[w.slot] = running_max;  // -inf for an empty split
+    partials.l[w.slot] = denom;
+  }
+};
+
 __global__ void __launch_bounds__(kHeadsPerBlock * 32)
 mla_split_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache, const int32_t* block_tables,
                  const int32_t* seq_of_token, const int32_t* positions, Partials partials, int heads, int latent,
                  int rope, int64_t q_head_stride, int64_t rope_offset, int page_size, int64_t max_pages_per_seq,
                  float scale, int split_length) {
   pdl_enter();
-  const int t = blockIdx.x, split = blockIdx.z, splits = gridDim.z;
-  const int lane = threadIdx.x & 31;
-  const int h = blockIdx.y * kHeadsPerBlock + (threadIdx.x >> 5);
-  if (h >= heads) return;
+  const SplitTask w = split_task(positions, heads, split_length);
+  if (w.h >= heads) return;
+  const int t = w.t, h = w.h, lane = w.lane, begin = w.begin, end = w.end;
   const int width = latent + rope;
-  const int length = positions[t] + 1;
-  const int begin = split * split_length;
-  const int end = min(length, begin + split_length);
 
   float q_lat[kLatentPerLane], q_r[kRopePerLane], acc[kLatentPerLane];
   const bf16* ql = q_latent + (static_cast<int64_t>(t) * heads + h) * latent;
@@ -85,7 +120,7 @@ mla_split_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache, co
     q_r[j] = i < rope ? to_f(qr[i]) * scale : 0.0f;
   }
   const int32_t* table = block_tables + static_cast<int64_t>(seq_of_token[t]) * max_pages_per_seq;
-  float running_max = -INFINITY, denom = 0.0f;
+  OnlineSoftmax softmax;
   // Software pipeline: the next row's values are loaded while the current row is scored, so
   // a warp always has a row's loads in flight.
   float cur_lat[kLatentPerLane], cur_rope[kRopePerLane], nxt_lat[kLatentPerLane], nxt_rope[kRopePerLane];
@@ -110,25 +145,16 @@ mla_split_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache, co
     for (int j = 0; j < kLatentPerLane; ++j) partial += q_lat[j] * cur_lat[j];
 #pragma unroll
     for (int j = 0; j < kRopePerLane; ++j) partial += q_r[j] * cur_rope[j];
-    const float score = warp_sum(partial);
-    const float new_max = fmaxf(running_max, score);
-    const float correction = __expf(running_max - new_max);
-    const float p = __expf(score - new_max);
-    denom = denom * correction + p;
+    const float2 step = softmax.add(warp_sum(partial));
 #pragma unroll
-    for (int j = 0; j < kLatentPerLane; ++j) acc[j] = acc[j] * correction + p * cur_lat[j];
-    running_max = new_max;
+    for (int j = 0; j < kLatentPerLane; ++j) acc[j] = acc[j] * step.x + step.y * cur_lat[j];
 #pragma unroll
     for (int j = 0; j < kLatentPerLane; ++j) cur_lat[j] = nxt_lat[j];
 #pragma unroll
     for (int j = 0; j < kRopePerLane; ++j) cur_rope[j] = nxt_rope[j];
   }
-  const int64_t slot = (static_cast<int64_t>(t) * heads + h) * splits + split;
-  if (lane == 0) {
-    partials.m[slot] = running_max;  // -inf for an empty split
-    partials.l[slot] = denom;
-  }
-  float* out = partials.acc + slot * latent;
+  softmax.store(partials, w);
+  float* out = partials.acc + w.slot * latent;
 #pragma unroll
   for (int j = 0; j < kLatentPerLane; ++j) {
     const int i = lane + 32 * j;
@@ -154,16 +180,12 @@ mla_split_vec_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache
                      int rope, int64_t q_head_stride, int64_t rope_offset, int page_size, int64_t max_pages_per_seq,
                      float scale, int split_length) {
   pdl_enter();
-  const int t = blockIdx.x, split = blockIdx.z, splits = gridDim.z;
-  const int lane = threadIdx.x & 31;
-  const int h = blockIdx.y * kHeadsPerBlock + (threadIdx.x >> 5);
-  if (h >= heads) return;
+  const SplitTask w = split_task(positions, heads, split_length);
+  if (w.h >= heads) return;
+  const int t = w.t, h = w.h, lane = w.lane, begin = w.begin, end = w.end;
   const int width = latent + rope;
   const int chunks = latent / 8;
   const bool has_rope = 2 * lane < rope;
-  const int length = positions[t] + 1;
-  const int begin = split * split_length;
-  const int end = min(length, begin + split_length);
 
   float q_lat[kVecChunks][8], acc[kVecChunks][8], q_r[2];
   const bf16* ql = q_latent + (static_cast<int64_t>(t) * heads + h) * latent;
@@ -197,7 +219,7 @@ mla_split_vec_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache
 #pragma unroll
   for (int a = 0; a <= kVecAhead; ++a)
     if (begin + a < end) load_row(begin + a, ring[a]);
-  float running_max = -INFINITY, denom = 0.0f;
+  OnlineSoftmax softmax;
   for (int pos = begin; pos < end; pos += kVecAhead + 1) {
 #pragma unroll
     for (int a = 0; a <= kVecAhead; ++a) {
@@ -217,24 +239,15 @@ mla_split_vec_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache
       partial += q_r[0] * to_f(r[0]) + q_r[1] * to_f(r[1]);
       // The slot is free again: load the row kVecAhead + 1 positions on.
       if (pos + a + kVecAhead + 1 < end) load_row(pos + a + kVecAhead + 1, ring[a]);
-      const float score = warp_sum(partial);
-      const float new_max = fmaxf(running_max, score);
-      const float correction = __expf(running_max - new_max);
-      const float p = __expf(score - new_max);
-      denom = denom * correction + p;
+      const float2 step = softmax.add(warp_sum(partial));
 #pragma unroll
       for (int c = 0; c < kVecChunks; ++c)
 #pragma unroll
-        for (int q = 0; q < 8; ++q) acc[c][q] = acc[c][q] * correction + p * lat[c][q];
-      running_max = new_max;
+        for (int q = 0; q < 8; ++q) acc[c][q] = acc[c][q] * step.x + step.y * lat[c][q];
     }
   }
-  const int64_t slot = (static_cast<int64_t>(t) * heads + h) * splits + split;
-  if (lane == 0) {
-    partials.m[slot] = running_max;  // -inf for an empty split
-    partials.l[slot] = denom;
-  }
-  float* out = partials.acc + slot * latent;
+  softmax.store(partials, w);
+  float* out = partials.acc + w.slot * latent;
 #pragma unroll
   for (int c = 0; c < kVecChunks; ++c) {
     const int chunk = lane + 32 * c;
@@ -245,8 +258,7 @@ mla_split_vec_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache
 }
 
 bool vec_shapes(int64_t latent, int64_t rope, const void* q_latent, const void* cache) {
-  return latent % 8 == 0 && rope % 2 == 0 && rope <= 64 && (latent + rope) % 8 == 0 &&
-         reinterpret_cast<uintptr_t>(q_latent) % 16 == 0 && reinterpret_cast<uintptr_t>(cache) % 16 == 0;
+  return latent % 8 == 0 && rope % 2 == 0 && rope <= 64 && (latent + rope) % 8 == 0 && aligned16({q_latent, cache});
 }
 
 // One block per (token, head), one thread per latent element: warp 0 turns the splits'
