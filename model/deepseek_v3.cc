@@ -249,6 +249,25 @@ class BufferView final : public ops::Buffer {
 
 }  // namespace
 
+// Lays buffers (at least one element each) out one after the other, 256-byte aligned, in
+// `arena`: with an Activations object, points its members there; without one, only adds up
+// the bytes the layout needs.
+class DeepseekV3::ArenaLayout {
+ public:
+  ArenaLayout(Activations* a, ops::Buffer* arena) : a_(a), arena_(arena) {}
+  void place(BufferPtr Activations::*member, int64_t elements, size_t elem) {
+    const size_t n = static_cast<size_t>(std::max<int64_t>(elements, 1)) * elem;
+    if (a_ != nullptr) a_->*member = std::make_unique<BufferView>(static_cast<std::byte*>(arena_->data()) + used_, n);
+    used_ += (n + 255) & ~size_t{255};
+  }
+  size_t used() const { return used_; }
+
+ private:
+  Activations* a_;
+  ops::Buffer* arena_;
+  size_t used_ = 0;
+};
+
 size_t DeepseekV3::lay_out_activations(Activations* a, int64_t T, ops::Buffer* arena) const {
   const ModelConfig& c = config_;
   const size_t act = dtype_size(backend_.activation_dtype());
@@ -256,52 +275,38 @@ size_t DeepseekV3::lay_out_activations(Activations* a, int64_t T, ops::Buffer* a
   const int64_t latent = c.kv_lora_rank, rope = c.qk_rope_head_dim;
   const int64_t max_inter =
       std::max({shard_.dense_intermediate.size(), shard_.shared_intermediate.size(), shard_.expert_intermediate.size()});
-  size_t used = 0;
-  auto next = [&](BufferPtr& dst, int64_t elements, size_t elem) {
-    const size_t n = static_cast<size_t>(std::max<int64_t>(elements, 1)) * elem;
-    if (a != nullptr) dst = std::make_unique<BufferView>(static_cast<std::byte*>(arena->data()) + used, n);
-    used += (n + 255) & ~size_t{255};
-  };
-  BufferPtr unused;
-  auto slot = [&](BufferPtr Activations::*member) -> BufferPtr& { return a ? a->*member : unused; };
-  next(slot(&Activations::hidden), T * c.hidden_size, act);
-  next(slot(&Activations::normed), T * c.hidden_size, act);
-  next(slot(&Activations::branch), T * c.hidden_size, 4);
-  next(slot(&Activations::q_a), T * c.q_lora_rank, act);
-  next(slot(&Activations::q_a_normed), T * c.q_lora_rank, act);
-  next(slot(&Activations::q), T * heads_local * c.qk_head_dim(), act);
-  next(slot(&Activations::kv), T * (latent + rope), act);
-  next(slot(&Activations::q_latent), T * heads_local * latent, act);
-  next(slot(&Activations::attn_latent), T * heads_local * latent, act);
-  next(slot(&Activations::attn_v), T * heads_local * c.v_head_dim, act);
-  next(slot(&Activations::gate_up), T * 2 * max_inter, act);
-  next(slot(&Activations::act), T * max_inter, act);
-  next(slot(&Activations::topk_ids), T * c.num_experts_per_tok, 4);
-  next(slot(&Activations::topk_weights), T * c.num_experts_per_tok, 4);
-  return used;
+  ArenaLayout layout(a, arena);
+  layout.place(&Activations::hidden, T * c.hidden_size, act);
+  layout.place(&Activations::normed, T * c.hidden_size, act);
+  layout.place(&Activations::branch, T * c.hidden_size, 4);
+  layout.place(&Activations::q_a, T * c.q_lora_rank, act);
+  layout.place(&Activations::q_a_normed, T * c.q_lora_rank, act);
+  layout.place(&Activations::q, T * heads_local * c.qk_head_dim(), act);
+  layout.place(&Activations::kv, T * (latent + rope), act);
+  layout.place(&Activations::q_latent, T * heads_local * latent, act);
+  layout.place(&Activations::attn_latent, T * heads_local * latent, act);
+  layout.place(&Activations::attn_v, T * heads_local * c.v_head_dim, act);
+  layout.place(&Activations::gate_up, T * 2 * max_inter, act);
+  layout.place(&Activations::act, T * max_inter, act);
+  layout.place(&Activations::topk_ids, T * c.num_experts_per_tok, 4);
+  layout.place(&Activations::topk_weights, T * c.num_experts_per_tok, 4);
+  return layout.used();
 }
 
 size_t DeepseekV3::lay_out_head(Activations* a, int64_t rows, ops::Buffer* arena) const {
   const int tp = groups_.attn_tp ? groups_.attn_tp->size() : 1;
   const int64_t vocab_local = shard_.vocab.size(), n = std::max<int64_t>(rows, 1);
-  size_t used = 0;
-  auto next = [&](BufferPtr& dst, int64_t elements, size_t elem) {
-    const size_t bytes = static_cast<size_t>(elements) * elem;
-    if (a != nullptr) dst = std::make_unique<BufferView>(static_cast<std::byte*>(arena->data()) + used, bytes);
-    used += (bytes + 255) & ~size_t{255};
-  };
-  BufferPtr unused;
-  auto slot = [&](BufferPtr Activations::*member) -> BufferPtr& { return a ? a->*member : unused; };
-  next(slot(&Activations::selected), n * config_.hidden_size, dtype_size(backend_.activation_dtype()));
-  next(slot(&Activations::local_logits), n * vocab_local, 4);
-  next(slot(&Activations::greedy_values), n, 4);
-  next(slot(&Activations::greedy_ids), n, 4);
+  ArenaLayout layout(a, arena);
+  layout.place(&Activations::selected, n * config_.hidden_size, dtype_size(backend_.activation_dtype()));
+  layout.place(&Activations::local_logits, n * vocab_local, 4);
+  layout.place(&Activations::greedy_values, n, 4);
+  layout.place(&Activations::greedy_ids, n, 4);
   if (tp > 1) {
-    next(slot(&Activations::gathered_logits), tp * n * vocab_local, 4);
-    next(slot(&Activations::gathered_values), tp * n, 4);
-    next(slot(&Activations::gathered_ids), tp * n, 4);
+    layout.place(&Activations::gathered_logits, tp * n * vocab_local, 4);
+    layout.place(&Activations::gathered_values, tp * n, 4);
+    layout.place(&Activations::gathered_ids, tp * n, 4);
   }
-  return used;
+  return layout.used();
 }
 
 DeepseekV3::Activations& DeepseekV3::workspace(int64_t T) {

@@ -95,6 +95,7 @@ class DeepseekV3 {
  private:
   struct Layer;
   struct Activations;
+  class ArenaLayout;
 
   void load(WeightSource& source);
   Activations& workspace(int64_t tokens);
