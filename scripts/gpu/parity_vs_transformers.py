@@ -14,7 +14,6 @@ Writes a JSON report and exits non-zero on any failure.
 import argparse
 import json
 import pathlib
-import subprocess
 import sys
 import tempfile
 
@@ -24,6 +23,7 @@ import torch
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "python"))
 from checkpoints import CONFIGS, build_checkpoint  # noqa: E402
+from moeserve_cli import generate_tokens  # noqa: E402
 
 PROMPTS = [[5, 17, 42, 99, 3, 250, 7, 1, 64, 128, 33, 2, 91, 8, 19, 77, 140, 201, 66, 9, 12, 180, 45, 3],
            [200, 4], [11, 12, 13, 14, 15, 16, 17]]
@@ -31,12 +31,10 @@ GREEDY = 32
 
 
 def moeserve(binary, directory, backend, logits_path):
-    args = [binary, "generate", "--model", str(directory), "-n", str(GREEDY), "--ignore-eos", "--backend", backend,
-            "--dump-logits", str(logits_path)]
-    for p in PROMPTS:
-        args += ["--prompt-ids", ",".join(map(str, p))]
-    out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
-    tokens = [list(map(int, line.split(","))) for line in out.strip().splitlines()]
+    tokens, err = generate_tokens(binary, directory, PROMPTS, ["--backend", backend, "--dump-logits", logits_path],
+                                  GREEDY)
+    if tokens is None:
+        raise RuntimeError(f"moeserve generate --backend {backend} failed: {err}")
     return np.load(logits_path), tokens
 
 

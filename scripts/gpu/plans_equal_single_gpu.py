@@ -7,26 +7,20 @@ Writes a JSON report; exits non-zero when a parity checkpoint disagrees."""
 import argparse
 import json
 import pathlib
-import subprocess
 import sys
 import tempfile
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "python"))
 from checkpoints import CONFIGS, build_checkpoint  # noqa: E402
+from moeserve_cli import generate_tokens  # noqa: E402
 
 PLANS = ["tp2", "ep2", "ep2-dp", "pp2"]
 PROMPTS = [[5, 17, 42, 99, 3, 250, 7, 1, 64, 128, 33, 2, 91], [200, 4], [11, 12, 13, 14, 15, 16, 17], [9, 9, 9]]
 
 
 def generate(binary, model, plan):
-    args = [binary, "generate", "--model", str(model), "--backend", "cuda", "--plan", plan, "-n", "32", "--ignore-eos"]
-    for p in PROMPTS:
-        args += ["--prompt-ids", ",".join(map(str, p))]
-    out = subprocess.run(args, capture_output=True, text=True)
-    if out.returncode != 0:
-        return None, out.stderr.strip()
-    return [list(map(int, line.split(","))) for line in out.stdout.strip().splitlines()], ""
+    return generate_tokens(binary, model, PROMPTS, ["--backend", "cuda", "--plan", plan])
 
 
 def main():
