@@ -1,6 +1,7 @@
 #include "model/deepseek_v3.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 
@@ -67,8 +68,18 @@ struct DeepseekV3::Activations {
   BufferPtr selected;   // [R, hidden] rows that get logits, normalised
   BufferPtr local_logits;  // [R, vocab_local] fp32
   BufferPtr gathered_logits;  // [attn_tp, R, vocab_local] fp32
-  BufferPtr greedy_values, greedy_ids;                  // [R] this rank's slice maxima
-  BufferPtr gathered_values, gathered_ids;              // [attn_tp, R]
+  // Greedy heads: this rank's slice maxima, values [R] then ids [R] in one buffer, so that a
+  // single all-gather moves both: gathered [attn_tp, 2R].
+  BufferPtr greedy_pairs, greedy_values, greedy_ids;
+  BufferPtr gathered_pairs;
+  // Candidate heads: C = candidates_per_slice() per row of this rank's vocab slice.
+  BufferPtr temperatures;                               // [R] fp32, uploaded with the step
+  BufferPtr cand_values, cand_ids;                      // [R, C]
+  BufferPtr cand_max;                                   // [R]
+  BufferPtr cand_normaliser;                            // [R] fp64
+  BufferPtr gathered_cand_values, gathered_cand_ids;    // [attn_tp, R, C]
+  BufferPtr gathered_cand_normaliser;                   // [attn_tp, R] fp64
+  BufferPtr gathered_cand_max;                          // [attn_tp, R]
 };
 
 namespace {
@@ -299,12 +310,24 @@ size_t DeepseekV3::lay_out_head(Activations* a, int64_t rows, ops::Buffer* arena
   ArenaLayout layout(a, arena);
   layout.place(&Activations::selected, n * config_.hidden_size, dtype_size(backend_.activation_dtype()));
   layout.place(&Activations::local_logits, n * vocab_local, 4);
-  layout.place(&Activations::greedy_values, n, 4);
-  layout.place(&Activations::greedy_ids, n, 4);
+  layout.place(&Activations::greedy_pairs, 2 * n, 4);
+  if (a != nullptr) {
+    a->greedy_values = std::make_unique<BufferView>(a->greedy_pairs->data(), n * 4);
+    a->greedy_ids = std::make_unique<BufferView>(static_cast<std::byte*>(a->greedy_pairs->data()) + n * 4, n * 4);
+  }
+  const int64_t c = candidates_per_slice();
+  layout.place(&Activations::temperatures, n, 4);
+  layout.place(&Activations::cand_values, n * c, 4);
+  layout.place(&Activations::cand_ids, n * c, 4);
+  layout.place(&Activations::cand_max, n, 4);
+  layout.place(&Activations::cand_normaliser, n, 8);
   if (tp > 1) {
     layout.place(&Activations::gathered_logits, tp * n * vocab_local, 4);
-    layout.place(&Activations::gathered_values, tp * n, 4);
-    layout.place(&Activations::gathered_ids, tp * n, 4);
+    layout.place(&Activations::gathered_pairs, tp * 2 * n, 4);
+    layout.place(&Activations::gathered_cand_values, tp * n * c, 4);
+    layout.place(&Activations::gathered_cand_ids, tp * n * c, 4);
+    layout.place(&Activations::gathered_cand_max, tp * n, 4);
+    layout.place(&Activations::gathered_cand_normaliser, tp * n, 8);
   }
   return layout.used();
 }
@@ -346,8 +369,10 @@ void DeepseekV3::reserve_block_tables(Activations& a, int64_t entries) {
 void DeepseekV3::drop_graphs_of(const Activations& a) {
   backend_.synchronize();
   for (auto it = graphs_.begin(); it != graphs_.end();)
-    it = it->first.first == a.tokens ? graphs_.erase(it) : std::next(it);
+    it = std::get<0>(it->first) == a.tokens ? graphs_.erase(it) : std::next(it);
 }
+
+int64_t DeepseekV3::candidates_per_slice() const { return std::min(kSampleCandidates, shard_.vocab.size()); }
 
 void DeepseekV3::reserve_logit_rows(int64_t rows) {
   if (!shard_.last_stage || (head_arena_ && head_rows_ >= rows)) return;
@@ -375,6 +400,8 @@ void DeepseekV3::upload_metadata(Activations& a, const ForwardBatch& batch) {
   put(a.slots, batch.slots);
   put(a.block_tables, batch.block_tables);
   put(a.logit_rows, batch.logit_rows);
+  if (head_mode_ == HeadMode::kCandidates && shard_.last_stage && !batch.temperatures.empty())
+    backend_.upload(*a.temperatures, 0, batch.temperatures.data(), batch.temperatures.size() * 4);
 }
 
 Tensor DeepseekV3::forward(const ForwardBatch& batch) {
@@ -402,6 +429,14 @@ Tensor DeepseekV3::forward(const ForwardBatch& batch) {
     MS_CHECK(page >= 0 && page < cache_shape_.num_pages, "forward batch: page {} outside the cache", page);
   const int64_t rows = static_cast<int64_t>(batch.logit_rows.size());
   for (int32_t row : batch.logit_rows) MS_CHECK(row >= 0 && row < T, "logit row {} outside the batch of {} tokens", row, T);
+  if (head_mode_ == HeadMode::kCandidates && shard_.last_stage) {
+    MS_CHECK(static_cast<int64_t>(batch.temperatures.size()) == rows,
+             "forward batch: {} temperatures for {} logit rows (a candidate head needs one per row)",
+             batch.temperatures.size(), rows);
+    for (float t : batch.temperatures)
+      MS_CHECK(std::isfinite(t) && t >= 0.0f, "forward batch: temperature {} is not a finite value >= 0", t);
+    temperatures_ = batch.temperatures;
+  }
 
   Activations& a = workspace(T);
   reserve_block_tables(a, static_cast<int64_t>(batch.block_tables.size()));
@@ -412,7 +447,7 @@ Tensor DeepseekV3::forward(const ForwardBatch& batch) {
   // capture, pointers fixed by the per-T workspace, no host work between the ops.
   bool decode_shaped = rows == T && plan_.attn_dp == 1 && !record_routing_;
   for (int64_t r = 0; decode_shaped && r < rows; ++r) decode_shaped = batch.logit_rows[r] == r;
-  const auto key = std::make_pair(T, batch.max_pages_per_seq);
+  const GraphKey key{T, batch.max_pages_per_seq, head_mode_};
   if (graphs_enabled_ && decode_shaped && backend_.supports_graphs() && T > 0) {
     auto graph = graphs_.find(key);
     if (graph == graphs_.end() && warmed_up_.count(key)) {
@@ -430,40 +465,93 @@ Tensor DeepseekV3::forward(const ForwardBatch& batch) {
   return finish(a, rows);
 }
 
-void DeepseekV3::set_greedy_tokens(bool enabled) {
-  if (enabled == greedy_tokens_) return;
-  // The head of captured graphs differs between the two modes.
-  backend_.synchronize();
-  graphs_.clear();
-  warmed_up_.clear();
-  greedy_tokens_ = enabled;
-}
 
 Tensor DeepseekV3::greedy_to_host(Activations& a, int64_t rows) {
   Tensor ids(DType::I32, {rows});
   if (rows == 0) return ids;
-  if (!a.gathered_values) {
+  if (!a.gathered_pairs) {
     backend_.download(ids.raw(), *a.greedy_ids, 0, ids.nbytes());
     return ids;
   }
-  // [tp, rows] maxima of each vocab slice: the largest value wins, ties to the smallest id
-  // (slices are in id order, so the first rank holding the maximum).
+  // [tp, 2 * capacity]: each vocab slice's maxima (values, then ids). The largest value wins,
+  // ties to the smallest id (slices are in id order, so the first rank holding the maximum).
   const int tp = groups_.attn_tp->size();
-  std::vector<float> values(static_cast<size_t>(tp * rows));
-  std::vector<int32_t> slice_ids(static_cast<size_t>(tp * rows));
-  backend_.download(values.data(), *a.gathered_values, 0, values.size() * 4);
-  backend_.download(slice_ids.data(), *a.gathered_ids, 0, slice_ids.size() * 4);
+  const int64_t capacity = std::max<int64_t>(head_rows_, 1);
+  std::vector<float> pairs(static_cast<size_t>(tp * 2 * capacity));
+  backend_.download(pairs.data(), *a.gathered_pairs, 0, pairs.size() * 4);
+  auto value = [&](int k, int64_t r) { return pairs[(k * 2) * capacity + r]; };
   for (int64_t r = 0; r < rows; ++r) {
     int best = 0;
     for (int k = 1; k < tp; ++k)
-      if (values[k * rows + r] > values[best * rows + r]) best = k;
-    ids.i32()[r] = slice_ids[best * rows + r];
+      if (value(k, r) > value(best, r)) best = k;
+    std::memcpy(ids.i32() + r, &pairs[(best * 2 + 1) * capacity + r], 4);
   }
   return ids;
 }
 
+void DeepseekV3::candidates_to_host(Activations& a, int64_t rows) {
+  const int64_t c = candidates_per_slice();
+  const int tp = a.gathered_cand_values ? groups_.attn_tp->size() : 1;
+  // [tp, rows, c] sorted slices, their maxima and normalisers (each relative to its maximum).
+  std::vector<float> values(static_cast<size_t>(tp * rows * c)), maxima(static_cast<size_t>(tp * rows));
+  std::vector<int32_t> ids(values.size());
+  std::vector<double> sums(maxima.size());
+  if (rows) {
+    const bool gathered = tp > 1;
+    backend_.download(values.data(), gathered ? *a.gathered_cand_values : *a.cand_values, 0, values.size() * 4);
+    backend_.download(ids.data(), gathered ? *a.gathered_cand_ids : *a.cand_ids, 0, ids.size() * 4);
+    backend_.download(maxima.data(), gathered ? *a.gathered_cand_max : *a.cand_max, 0, maxima.size() * 4);
+    backend_.download(sums.data(), gathered ? *a.gathered_cand_normaliser : *a.cand_normaliser, 0, sums.size() * 8);
+  }
+  SampleCandidates out;
+  out.rows = rows;
+  out.count = std::min(kSampleCandidates, tp * c);
+  out.values.resize(static_cast<size_t>(rows * out.count));
+  out.ids.resize(out.values.size());
+  out.normaliser.resize(static_cast<size_t>(rows));
+  std::vector<int64_t> next(static_cast<size_t>(tp));
+  for (int64_t r = 0; r < rows; ++r) {
+    // Merge the slices' sorted lists: larger value first, ties to the lower slice (its ids are
+    // smaller); the normaliser rescales each slice's sum to the row maximum.
+    std::fill(next.begin(), next.end(), 0);
+    for (int64_t j = 0; j < out.count; ++j) {
+      int best = -1;
+      for (int k = 0; k < tp; ++k)
+        if (next[k] < c && (best < 0 || values[(k * rows + r) * c + next[k]] > values[(best * rows + r) * c + next[best]]))
+          best = k;
+      out.values[r * out.count + j] = values[(best * rows + r) * c + next[best]];
+      out.ids[r * out.count + j] = ids[(best * rows + r) * c + next[best]];
+      ++next[best];
+    }
+    float row_max = maxima[r];
+    for (int k = 1; k < tp; ++k) row_max = std::max(row_max, maxima[k * rows + r]);
+    const double temperature = temperatures_[r];
+    double total = 0.0;
+    for (int k = 0; k < tp; ++k)
+      total += sums[k * rows + r] * std::exp((static_cast<double>(maxima[k * rows + r]) - row_max) / temperature);
+    out.normaliser[r] = temperature > 0.0 ? total : 1.0;
+  }
+  candidates_ = std::move(out);
+}
+
+Tensor DeepseekV3::logits_rows_slice(int64_t first, int64_t count) {
+  MS_CHECK(shard_.last_stage && first >= 0 && count >= 0 && first + count <= last_logit_rows_,
+           "logits_rows_slice: rows [{}, {}) are not among the last step's {} logit rows on a last-stage rank", first,
+           first + count, last_logit_rows_);
+  const int64_t vocab_local = shard_.vocab.size();
+  Tensor out(DType::F32, {count, vocab_local});
+  Activations& a = *workspaces_.begin()->second;  // every workspace views the same head arena
+  if (count) backend_.download(out.raw(), *a.local_logits, static_cast<size_t>(first * vocab_local) * 4, out.nbytes());
+  return out;
+}
+
 Tensor DeepseekV3::finish(Activations& a, int64_t rows) {
-  if (shard_.last_stage && greedy_tokens_) return greedy_to_host(a, rows);
+  last_logit_rows_ = rows;
+  if (shard_.last_stage && head_mode_ == HeadMode::kGreedy) return greedy_to_host(a, rows);
+  if (shard_.last_stage && head_mode_ == HeadMode::kCandidates) {
+    candidates_to_host(a, rows);
+    return Tensor();
+  }
   if (shard_.last_stage && return_logits_) return logits_to_host(a, rows);
   backend_.synchronize();
   return Tensor();
@@ -516,13 +604,31 @@ void DeepseekV3::lm_head(Activations& a, int64_t rows) {
                          vocab_local};
   head.y_f32 = true;
   backend_.linear(head);
-  if (greedy_tokens_) {
+  if (head_mode_ == HeadMode::kCandidates) {
+    // Each row's top candidates of this slice, then (vocab split) every slice's on every rank.
+    const int64_t c = candidates_per_slice();
+    backend_.top_candidates({static_cast<const float*>(ptr(a.local_logits)), static_cast<const float*>(ptr(a.temperatures)),
+                             static_cast<float*>(ptr(a.cand_values)), static_cast<int32_t*>(ptr(a.cand_ids)),
+                             static_cast<float*>(ptr(a.cand_max)), static_cast<double*>(ptr(a.cand_normaliser)), rows,
+                             vocab_local, c, shard_.vocab.begin});
+    if (a.gathered_cand_values) {
+      comm::Communicator& tp = *groups_.attn_tp;
+      tp.set_site("lm_head");
+      tp.all_gather(ptr(a.cand_values), ptr(a.gathered_cand_values), static_cast<size_t>(rows * c), DType::F32);
+      tp.all_gather(ptr(a.cand_ids), ptr(a.gathered_cand_ids), static_cast<size_t>(rows * c), DType::I32);
+      tp.all_gather(ptr(a.cand_max), ptr(a.gathered_cand_max), static_cast<size_t>(rows), DType::F32);
+      // fp64 normalisers travel as pairs of 4-byte words.
+      tp.all_gather(ptr(a.cand_normaliser), ptr(a.gathered_cand_normaliser), static_cast<size_t>(2 * rows), DType::F32);
+    }
+    return;
+  }
+  if (head_mode_ == HeadMode::kGreedy) {
     backend_.argmax_rows({static_cast<const float*>(ptr(a.local_logits)), static_cast<float*>(ptr(a.greedy_values)),
                           static_cast<int32_t*>(ptr(a.greedy_ids)), rows, vocab_local, shard_.vocab.begin});
-    if (a.gathered_values) {
+    if (a.gathered_pairs) {  // values and ids in one collective (the whole capacity: a few KB)
       groups_.attn_tp->set_site("lm_head");
-      groups_.attn_tp->all_gather(ptr(a.greedy_values), ptr(a.gathered_values), static_cast<size_t>(rows), DType::F32);
-      groups_.attn_tp->all_gather(ptr(a.greedy_ids), ptr(a.gathered_ids), static_cast<size_t>(rows), DType::I32);
+      groups_.attn_tp->all_gather(ptr(a.greedy_pairs), ptr(a.gathered_pairs),
+                                  static_cast<size_t>(2 * std::max<int64_t>(head_rows_, 1)), DType::F32);
     }
     return;
   }
@@ -560,6 +666,21 @@ void DeepseekV3::attention(const Layer& layer, int64_t local_layer, Activations&
   const size_t act = dtype_size(backend_.activation_dtype());
   const float eps = static_cast<float>(c.rms_norm_eps);
 
+  const auto* positions = static_cast<const int32_t*>(ptr(a.positions));
+  const auto* inv_freq = static_cast<const float*>(ptr(inv_freq_));
+  const float attention_factor = static_cast<float>(c.rope_attention_factor());
+  ops::Buffer& cache = *kv_cache_[local_layer];
+  // The cache entry (kv path) is computed on the side stream beside the q path: two chains of
+  // short kernels whose launch and ramp latencies overlap. Both end before attention.
+  // kv [T, latent + rope] becomes the cache entry in place: norm(kv[:, :latent]), rope(kv[:, latent:]).
+  backend_.side_begin();
+  backend_.linear({ptr(a.normed), ptr(layer.kv_a_proj), ptr(a.kv), T, hidden, width, hidden, width});
+  backend_.rms_norm({ptr(a.kv), ptr(layer.kv_a_norm), ptr(a.kv), T, latent, width, width, eps});
+  backend_.rope({bytes(a.kv) + latent * act, positions, inv_freq, T, 1, width, width, rope, attention_factor,
+                 c.rope_interleave});
+  backend_.kv_write({ptr(a.kv), static_cast<const int32_t*>(ptr(a.slots)), cache.data(), T, width});
+  backend_.side_end();
+
   // q: [T, heads, qk] = (q LoRA ? q_b(norm(q_a(x))) : q_proj(x))
   if (c.q_lora_rank > 0) {
     backend_.linear({ptr(a.normed), ptr(layer.q_a_proj), ptr(a.q_a), T, hidden, c.q_lora_rank, hidden, c.q_lora_rank});
@@ -570,21 +691,11 @@ void DeepseekV3::attention(const Layer& layer, int64_t local_layer, Activations&
   } else {
     backend_.linear({ptr(a.normed), ptr(layer.q_proj), ptr(a.q), T, hidden, heads * qk, hidden, heads * qk});
   }
-  // kv [T, latent + rope] becomes the cache entry in place: norm(kv[:, :latent]), rope(kv[:, latent:]).
-  backend_.linear({ptr(a.normed), ptr(layer.kv_a_proj), ptr(a.kv), T, hidden, width, hidden, width});
-  backend_.rms_norm({ptr(a.kv), ptr(layer.kv_a_norm), ptr(a.kv), T, latent, width, width, eps});
-  const auto* positions = static_cast<const int32_t*>(ptr(a.positions));
-  const auto* inv_freq = static_cast<const float*>(ptr(inv_freq_));
-  const float attention_factor = static_cast<float>(c.rope_attention_factor());
   backend_.rope({bytes(a.q) + nope * act, positions, inv_freq, T, heads, heads * qk, qk, rope, attention_factor,
                  c.rope_interleave});
-  backend_.rope({bytes(a.kv) + latent * act, positions, inv_freq, T, 1, width, width, rope, attention_factor,
-                 c.rope_interleave});
-  ops::Buffer& cache = *kv_cache_[local_layer];
-  backend_.kv_write({ptr(a.kv), static_cast<const int32_t*>(ptr(a.slots)), cache.data(), T, width});
-
   // Absorbed MLA: attend in the latent space, then up-project values per head.
   backend_.mla_q_absorb({ptr(a.q), ptr(layer.kv_b_proj), ptr(a.q_latent), T, heads, qk, nope, c.v_head_dim, latent});
+  backend_.side_join();
   ops::MlaAttentionParams attn{};
   attn.q_latent = ptr(a.q_latent);
   attn.q_rope = ptr(a.q);
@@ -623,14 +734,14 @@ void DeepseekV3::dense_mlp(const Layer& layer, Activations& a) {
   all_reduce(groups_.attn_tp, *a.branch, T * hidden, "dense_mlp", DType::F32);
 }
 
-void DeepseekV3::shared_experts(const Layer& layer, Activations& a) {
+void DeepseekV3::shared_experts(const Layer& layer, Activations& a, bool accumulate) {
   if (!layer.mlp_w13) return;
   const int64_t T = a.tokens, hidden = config_.hidden_size, inter = layer.mlp_inter;
-  // branch [T, hidden] += down(silu(gate(x)) * up(x)) over this rank's shared-expert columns.
+  // branch [T, hidden] (+)= down(silu(gate(x)) * up(x)) over this rank's shared-expert columns.
   backend_.linear({ptr(a.normed), ptr(layer.mlp_w13), ptr(a.gate_up), T, hidden, 2 * inter, hidden, 2 * inter});
   backend_.silu_mul({ptr(a.gate_up), ptr(a.act), T, inter});
   ops::LinearParams down{ptr(a.act), ptr(layer.mlp_w2), ptr(a.branch), T, inter, hidden, inter, hidden};
-  down.accumulate = true;
+  down.accumulate = accumulate;
   down.y_f32 = true;
   backend_.linear(down);
 }
@@ -644,6 +755,15 @@ void DeepseekV3::moe(const Layer& layer, int64_t moe_layer, Activations& a) {
   }
   // Every rank of the stage holds every token (attention TP): route locally, run the owned
   // experts' column slices, add the shared experts' column slice, one all-reduce sums all.
+  // The shared experts write the branch on the side stream while the router runs; the routed
+  // sum is then added to it in one fp32 addition (shared + routed, the same bits as routed +
+  // shared in transformers' order). Joining later, inside the routed experts (before their
+  // sum), was slower at batch 64 in the run that tried it (16.96 against 16.04 ms per step,
+  // K2.6 x3 on one H200, separate runs) and no faster at batch 1.
+  const bool has_shared = layer.mlp_w13 != nullptr;
+  backend_.side_begin();
+  shared_experts(layer, a, /*accumulate=*/false);
+  backend_.side_end();
   ops::MoeRouteParams route{ptr(a.normed), static_cast<const float*>(ptr(layer.router)),
                             static_cast<const float*>(ptr(layer.router_bias)), static_cast<int32_t*>(ptr(a.topk_ids)),
                             static_cast<float*>(ptr(a.topk_weights)), T, hidden, c.n_routed_experts, c.n_group,
@@ -670,8 +790,9 @@ void DeepseekV3::moe(const Layer& layer, int64_t moe_layer, Activations& a) {
   experts.expert_begin = shard_.experts.begin;
   experts.expert_end = shard_.experts.end;
   experts.out_f32 = true;
+  experts.accumulate = has_shared;
+  backend_.side_join();
   backend_.moe_experts(experts);
-  shared_experts(layer, a);
   all_reduce(groups_.moe, *a.branch, T * hidden, "moe", DType::F32);
 }
 
@@ -826,7 +947,7 @@ void DeepseekV3::moe_dispatch_combine(const Layer& layer, Activations& a) {
                                 static_cast<const float*>(weights_buffer->data()), ptr(a.branch), T, hidden};
   combine.out_f32 = true;
   backend_.row_combine(combine);
-  shared_experts(layer, a);
+  shared_experts(layer, a, /*accumulate=*/true);
   all_reduce(groups_.attn_tp, *a.branch, T * hidden, "moe", DType::F32);
   backend_.synchronize();  // the exchange buffers above are freed on return
 }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <set>
 #include <utility>
+#include <tuple>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -34,6 +35,7 @@ struct ForwardBatch {
   std::vector<int32_t> block_tables;  // [num_seqs * max_pages_per_seq]
   int64_t max_pages_per_seq = 0;
   std::vector<int32_t> logit_rows;    // token indices whose logits are returned
+  std::vector<float> temperatures;    // [logit_rows]: each row's sampling temperature (candidate heads)
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
 };
 
@@ -44,8 +46,28 @@ struct KvCacheShape {
   int64_t page_size = 64;
 };
 
+// What the head returns for the logit rows of a step.
+enum class HeadMode {
+  kLogits,      // fp32 logits [rows, vocab]
+  kGreedy,      // each row's argmax id
+  kCandidates,  // each row's top candidates and softmax normaliser (SampleCandidates)
+};
+
+// A step's sampling candidates, merged over the vocab split (host memory): per row the
+// `count` largest logits in descending order (ties: smaller id first) and the softmax
+// normaliser at the row's temperature over the whole vocabulary (ops::TopCandidatesParams).
+struct SampleCandidates {
+  int64_t rows = 0, count = 0;
+  std::vector<float> values;       // [rows, count]
+  std::vector<int32_t> ids;        // [rows, count]
+  std::vector<double> normaliser;  // [rows], relative to values[row * count]
+};
+
 class DeepseekV3 {
  public:
+  // Candidates per row and vocab slice in HeadMode::kCandidates (fewer when the slice is smaller).
+  static constexpr int64_t kSampleCandidates = 256;
+
   // Loads this rank's weights from `source` (only the slices the shard owns). Synthetic
   // weights are generated directly in backend memory.
   DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& plan, int rank, ops::Backend& backend,
@@ -72,10 +94,18 @@ class DeepseekV3 {
   void set_graphs_enabled(bool enabled) { graphs_enabled_ = enabled; }
   int64_t graphs_captured() const { return static_cast<int64_t>(graphs_.size()); }
 
-  // Greedy steps: the last stage returns each logit row's argmax id (Tensor I32 [rows])
+  // What the last stage returns. kGreedy: each logit row's argmax id (Tensor I32 [rows])
   // instead of its logits; each vocab-parallel rank reduces its slice on the device and only
-  // (value, id) pairs cross ranks and come to the host.
-  void set_greedy_tokens(bool enabled);
+  // (value, id) pairs cross ranks and come to the host. kCandidates: forward() returns an
+  // empty Tensor and take_candidates() the rows' top candidates at the temperatures of
+  // ForwardBatch::temperatures (each rank reduces its slice; count x (value, id) pairs and a
+  // normaliser per row cross ranks). Graphs are kept per mode.
+  void set_head_mode(HeadMode mode) { head_mode_ = mode; }
+  SampleCandidates take_candidates() { return std::move(candidates_); }
+  // Rows [first, first + count) of the last forward's logits over this rank's vocab slice
+  // (fp32 [count, vocab slice], shard().vocab), still on the device until the next forward:
+  // the fallback of sampled rows whose draws reach past their candidates. One copy.
+  Tensor logits_rows_slice(int64_t first, int64_t count);
 
   // Benchmarks time the device work alone: without logits, forward() waits for the step to
   // finish and returns an empty Tensor on every stage.
@@ -113,10 +143,12 @@ class DeepseekV3 {
   void dense_mlp(const Layer& layer, Activations& a);
   void moe(const Layer& layer, int64_t moe_layer, Activations& a);
   void moe_dispatch_combine(const Layer& layer, Activations& a);
-  void shared_experts(const Layer& layer, Activations& a);
+  void shared_experts(const Layer& layer, Activations& a, bool accumulate);
   void lm_head(Activations& a, int64_t rows);
   Tensor logits_to_host(Activations& a, int64_t rows);
   Tensor greedy_to_host(Activations& a, int64_t rows);
+  void candidates_to_host(Activations& a, int64_t rows);
+  int64_t candidates_per_slice() const;
   Tensor finish(Activations& a, int64_t rows);  // the step's result, after the device work
   void all_reduce(comm::Communicator* group, ops::Buffer& buffer, int64_t count, const char* site, DType dtype);
 
@@ -130,7 +162,10 @@ class DeepseekV3 {
   bool graphs_enabled_ = false;
   bool record_routing_ = false;
   bool return_logits_ = true;
-  bool greedy_tokens_ = false;
+  HeadMode head_mode_ = HeadMode::kLogits;
+  SampleCandidates candidates_;      // of the last kCandidates forward
+  std::vector<float> temperatures_;  // its rows' temperatures
+  int64_t last_logit_rows_ = 0;
   std::vector<std::vector<int32_t>> last_routing_;  // [moe layer][tokens * top_k]
 
   ops::BufferPtr embed_;       // [vocab slice, hidden]
@@ -144,8 +179,9 @@ class DeepseekV3 {
   int64_t arena_tokens_ = 0;
   ops::BufferPtr head_arena_;   // the head's buffers, for head_rows_ rows
   int64_t head_rows_ = 0;
-  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<ops::Graph>> graphs_;     // by (tokens, max pages)
-  std::set<std::pair<int64_t, int64_t>> warmed_up_;
+  using GraphKey = std::tuple<int64_t, int64_t, HeadMode>;  // tokens, max pages per sequence, head
+  std::map<GraphKey, std::unique_ptr<ops::Graph>> graphs_;
+  std::set<GraphKey> warmed_up_;
 };
 
 }  // namespace moeserve

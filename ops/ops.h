@@ -155,6 +155,7 @@ struct MoeRouteParams {
 
 // out[t, :] (+)= sum over k with expert_begin <= ids[t, k] < expert_end of
 //   weights[t, k] * down_e(silu(gate_e(x_t)) * up_e(x_t)), e = ids[t, k].
+// The sum is formed in k order first; accumulating adds it to out in one fp32 addition.
 // w13[e - expert_begin] is [2 * inter, hidden] (gate rows then up rows), w2[...] [hidden, inter];
 // the pointer tables themselves live in backend memory (uploaded once at load).
 struct MoeExpertsParams {
@@ -213,6 +214,21 @@ struct ArgmaxRowsParams {
   float* values;        // [rows]
   int32_t* ids;         // [rows]
   int64_t rows, vocab, id_offset;
+};
+
+// Sampling without moving logits: per row, the `count` largest logits in descending order
+// (ties: the smaller id first; ids + id_offset, the first id of a vocab slice), the row's
+// maximum, and the softmax normaliser at the row's temperature, sum over the row of
+// exp((logit - max) / temperature) in fp64 (1 when the temperature is <= 0). The host merges
+// vocab slices and finishes the draw (cpu::sample_candidates). count <= vocab.
+struct TopCandidatesParams {
+  const float* logits;        // [rows, vocab]
+  const float* temperatures;  // [rows], backend memory
+  float* values;              // [rows, count]
+  int32_t* ids;               // [rows, count]
+  float* row_max;             // [rows]
+  double* normaliser;         // [rows]
+  int64_t rows, vocab, count, id_offset;
 };
 
 // Per-row sampling options. temperature 0 = greedy.
@@ -278,9 +294,20 @@ class Backend {
   virtual void moe_experts(const MoeExpertsParams& p) = 0;
   virtual void sample(const SampleParams& p) = 0;
   virtual void argmax_rows(const ArgmaxRowsParams& p) = 0;
+  virtual void top_candidates(const TopCandidatesParams& p) = 0;
   virtual void fill_uniform(const FillUniformParams& p) = 0;
   virtual void gather_rows(const GatherRowsParams& p) = 0;
   virtual void row_combine(const RowCombineParams& p) = 0;
+
+  // Overlap inside a step. Ops issued after side_begin() run on a side stream, starting once
+  // everything issued before it has run; side_end() sends later ops back to the main stream
+  // without waiting; side_join() makes later main-stream ops wait for the side ops issued so
+  // far. The side ops must not touch what the main ops between side_begin() and side_join()
+  // touch; collectives and host copies stay on the main stream. Backends that run ops in
+  // issue order (the CPU reference) ignore all three: the results are the same.
+  virtual void side_begin() {}
+  virtual void side_end() {}
+  virtual void side_join() {}
 
   // Graph capture: ops issued between begin_capture() and end_capture() are recorded, not
   // run; replay() runs them again. Backends without graphs return nullptr from end_capture.

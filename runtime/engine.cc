@@ -39,7 +39,8 @@ struct Engine::Impl {
   // Runs one step on every rank: micro-batches in order, hidden states passed stage to stage.
   // Returns the logits [rows, vocab] of each (micro-batch, replica).
   std::vector<std::vector<Tensor>> run_step(const StepPlan& step, const parallel::ParallelPlan& plan, int64_t hidden,
-                                            bool greedy_tokens = false);
+                                            HeadMode head = HeadMode::kLogits,
+                                            std::vector<std::vector<SampleCandidates>>* candidates = nullptr);
 };
 
 Engine::Engine(const ModelSource& model, EngineOptions options)
@@ -117,11 +118,13 @@ std::vector<parallel::RankShard> Engine::shards() const {
 }
 
 std::vector<std::vector<Tensor>> Engine::Impl::run_step(const StepPlan& step, const parallel::ParallelPlan& plan,
-                                                        int64_t hidden, bool greedy_tokens) {
+                                                        int64_t hidden, HeadMode head,
+                                                        std::vector<std::vector<SampleCandidates>>* candidates) {
   std::vector<std::vector<Tensor>> logits(step.micro_batches.size(), std::vector<Tensor>(plan.attn_dp));
+  if (candidates) candidates->assign(step.micro_batches.size(), std::vector<SampleCandidates>(plan.attn_dp));
   workers->run([&](int r) {
     Rank& rank = ranks[r];
-    rank.model->set_greedy_tokens(greedy_tokens);
+    rank.model->set_head_mode(head);
     const parallel::RankShard& shard = rank.model->shard();
     const int stage = rank.coord.stage;
     comm::Communicator& pipeline = *rank.comms.pipeline;
@@ -140,20 +143,48 @@ std::vector<std::vector<Tensor>> Engine::Impl::run_step(const StepPlan& step, co
         pipeline.send(rank.model->hidden_states(T).data(), static_cast<size_t>(T * hidden), act, stage + 1);
       } else if (rank.coord.tp_index == 0) {
         logits[m][rank.coord.dp_index] = std::move(out);  // [rows, vocab], gathered over the vocab split
+        if (candidates) (*candidates)[m][rank.coord.dp_index] = rank.model->take_candidates();
       }
     }
   });
   return logits;
 }
 
-std::vector<std::vector<Tensor>> Engine::execute(const StepPlan& step) { return run(step, false); }
+std::vector<std::vector<Tensor>> Engine::execute(const StepPlan& step) { return run(step, HeadMode::kLogits); }
 
-std::vector<std::vector<Tensor>> Engine::execute_greedy(const StepPlan& step) { return run(step, true); }
+std::vector<std::vector<Tensor>> Engine::execute_greedy(const StepPlan& step) { return run(step, HeadMode::kGreedy); }
 
-std::vector<std::vector<Tensor>> Engine::run(const StepPlan& step, bool greedy_tokens) {
+std::vector<std::vector<SampleCandidates>> Engine::execute_candidates(const StepPlan& step) {
+  std::vector<std::vector<SampleCandidates>> candidates;
+  run(step, HeadMode::kCandidates, &candidates);
+  return candidates;
+}
+
+Tensor Engine::fetch_logits_rows(int replica, const std::vector<int64_t>& rows) {
+  MS_CHECK(replica >= 0 && replica < options_.plan.attn_dp, "fetch_logits_rows: replica {} of {}", replica,
+           options_.plan.attn_dp);
+  const int64_t vocab = config_.vocab_size;
+  Tensor logits(DType::F32, {static_cast<int64_t>(rows.size()), vocab});
+  impl_->workers->run([&](int r) {  // each vocab slice's rank copies its part of every row
+    Rank& rank = impl_->ranks[r];
+    const parallel::RankShard& shard = rank.model->shard();
+    if (!shard.last_stage || rank.coord.dp_index != replica) return;
+    if (rows.empty()) return;
+    const auto [lo, hi] = std::minmax_element(rows.begin(), rows.end());
+    const Tensor slice = rank.model->logits_rows_slice(*lo, *hi - *lo + 1);  // [span, vocab slice], one copy
+    const int64_t width = shard.vocab.size();
+    for (size_t i = 0; i < rows.size(); ++i)
+      std::memcpy(logits.f32() + static_cast<int64_t>(i) * vocab + shard.vocab.begin,
+                  slice.f32() + (rows[i] - *lo) * width, static_cast<size_t>(width) * 4);
+  });
+  return logits;
+}
+
+std::vector<std::vector<Tensor>> Engine::run(const StepPlan& step, HeadMode head,
+                                             std::vector<std::vector<SampleCandidates>>* candidates) {
   MS_CHECK(impl_->failure.empty(), "the engine stopped after a failed step: {}", impl_->failure);
   try {
-    return impl_->run_step(step, options_.plan, config_.hidden_size, greedy_tokens);
+    return impl_->run_step(step, options_.plan, config_.hidden_size, head, candidates);
   } catch (const Error& e) {
     impl_->failure = e.what();
     throw;

@@ -67,6 +67,13 @@ class Engine {
   // The same for a step whose every logit row is decoded greedily: returns each row's argmax
   // id (Tensor I32 [rows]) instead of its logits, reduced on the devices (no logits leave them).
   std::vector<std::vector<Tensor>> execute_greedy(const StepPlan& step);
+  // The same for a sampling step: each logit row's top candidates and softmax normaliser at
+  // the temperatures of its ForwardBatch::temperatures, reduced on the devices (cpu::
+  // sample_candidates finishes the draw). Until the next step, fetch_logits_rows() brings
+  // rows' full logits [rows, vocab] (of the step's last micro-batch) for the draws the
+  // candidates do not cover.
+  std::vector<std::vector<SampleCandidates>> execute_candidates(const StepPlan& step);
+  Tensor fetch_logits_rows(int replica, const std::vector<int64_t>& rows);
 
   // What one rank holds, for tools that drive the ranks directly (benchmarks).
   struct RankView {
@@ -88,7 +95,8 @@ class Engine {
   std::vector<parallel::RankShard> shards() const;
 
  private:
-  std::vector<std::vector<Tensor>> run(const StepPlan& step, bool greedy_tokens);
+  std::vector<std::vector<Tensor>> run(const StepPlan& step, HeadMode head,
+                                       std::vector<std::vector<SampleCandidates>>* candidates = nullptr);
   struct Impl;
   ModelConfig config_;
   EngineOptions options_;

@@ -1,5 +1,7 @@
 #include "serve/engine_loop.h"
 
+#include <map>
+
 #include <fmt/format.h>
 
 #include "backend/cpu/cpu_backend.h"
@@ -394,18 +396,40 @@ void EngineLoop::step() {
       queue_time_.observe(seconds_between(a.arrival, start));
     }
   }
-  // Greedy rows without logprobs need only each row's argmax, which the devices reduce: then
-  // no logits come to the host at all.
-  bool greedy = true;
+  // What the head returns, the least that lets every row draw: greedy rows without logprobs
+  // need only each row's argmax; sampled rows their top candidates and softmax normaliser
+  // (both reduced on the devices); full fp32 logits come to the host only for logprobs, a
+  // top_k beyond the candidates, or a pipelined step of several micro-batches (the
+  // candidates' fallback can fetch the last one's logits only).
+  HeadMode head = HeadMode::kGreedy;
   for (const auto& chunk : step.chunks) {
     if (chunk.logit_row < 0) continue;
     const EngineRequest& r = active_.at(chunk.id)->request;
-    greedy &= (r.sampling.temperature <= 0.0f || r.sampling.top_k == 1) && r.top_logprobs < 0;
+    const bool greedy_row = r.sampling.temperature <= 0.0f || r.sampling.top_k == 1;
+    if (r.top_logprobs >= 0 || r.sampling.top_k > DeepseekV3::kSampleCandidates) {
+      head = HeadMode::kLogits;
+    } else if (!greedy_row && head == HeadMode::kGreedy) {
+      head = HeadMode::kCandidates;
+    }
+  }
+  if (head == HeadMode::kCandidates && step.plan.micro_batches.size() != 1) head = HeadMode::kLogits;
+  if (head == HeadMode::kCandidates) {
+    for (auto& micro_batch : step.plan.micro_batches)
+      for (auto& replica : micro_batch.replicas) replica.batch.temperatures.assign(replica.batch.logit_rows.size(), 0.0f);
+    for (const auto& chunk : step.chunks) {
+      if (chunk.logit_row < 0) continue;
+      const ops::SamplingOptions& o = active_.at(chunk.id)->request.sampling;
+      step.plan.micro_batches[chunk.micro_batch].replicas[chunk.replica].batch.temperatures[chunk.logit_row] =
+          o.top_k == 1 ? 0.0f : std::max(o.temperature, 0.0f);
+    }
   }
   const auto host_before_forward = Clock::now();
   std::vector<std::vector<Tensor>> logits;  // or argmax ids when greedy
+  std::vector<std::vector<SampleCandidates>> candidates;
   try {
-    logits = greedy ? engine_->execute_greedy(step.plan) : engine_->execute(step.plan);
+    if (head == HeadMode::kGreedy) logits = engine_->execute_greedy(step.plan);
+    if (head == HeadMode::kCandidates) candidates = engine_->execute_candidates(step.plan);
+    if (head == HeadMode::kLogits) logits = engine_->execute(step.plan);
   } catch (const std::exception& e) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -419,25 +443,36 @@ void EngineLoop::step() {
   std::vector<const sched::ScheduledChunk*> rows;  // the chunks that sample, in step order
   for (const auto& chunk : step.chunks)
     if (chunk.logit_row >= 0) rows.push_back(&chunk);
-  std::vector<int32_t> sampled(rows.size());
+  std::vector<int32_t> sampled(rows.size(), -1);
   std::vector<TokenLogprob> logprobs(rows.size());
+  auto options_of = [&](size_t i) {
+    const Active& a = *active_.at(rows[i]->id);
+    ops::SamplingOptions options = a.request.sampling;
+    options.step = static_cast<uint64_t>(a.output.generated());
+    return options;
+  };
   auto sample = [&](size_t i) {
     const sched::ScheduledChunk& chunk = *rows[i];
     const Active& a = *active_.at(chunk.id);
-    const Tensor& out = logits.at(chunk.micro_batch).at(chunk.replica);
-    if (greedy) {
-      sampled[i] = out.i32()[chunk.logit_row];
+    if (head == HeadMode::kGreedy) {
+      sampled[i] = logits.at(chunk.micro_batch).at(chunk.replica).i32()[chunk.logit_row];
       logprobs[i] = TokenLogprob{sampled[i], 0, {}};
       return;
     }
-    const float* row = out.f32() + chunk.logit_row * vocab;
-    ops::SamplingOptions options = a.request.sampling;
-    options.step = static_cast<uint64_t>(a.output.generated());
-    sampled[i] = cpu::sample_row(row, vocab, options);
+    if (head == HeadMode::kCandidates) {
+      const SampleCandidates& c = candidates.at(chunk.micro_batch).at(chunk.replica);
+      const int64_t r = chunk.logit_row;
+      sampled[i] = cpu::sample_candidates({c.values.data() + r * c.count, c.ids.data() + r * c.count, c.count,
+                                           c.normaliser[r]},
+                                          vocab, options_of(i));
+      return;  // -1: drawn from the row's logits below
+    }
+    const float* row = logits.at(chunk.micro_batch).at(chunk.replica).f32() + chunk.logit_row * vocab;
+    sampled[i] = cpu::sample_row(row, vocab, options_of(i));
     logprobs[i] = a.request.top_logprobs >= 0 ? token_logprob(row, vocab, sampled[i], a.request.top_logprobs)
                                               : TokenLogprob{sampled[i], 0, {}};
   };
-  if (greedy) {
+  if (head != HeadMode::kLogits) {
     for (size_t i = 0; i < rows.size(); ++i) sample(i);
   } else {
     // Rows are independent and each sorts a vocabulary of logits: over the host's cores (the
@@ -445,6 +480,35 @@ void EngineLoop::step() {
     ThreadPool::global().parallel_for(rows.size(), 1, [&](size_t begin, size_t end) {
       for (size_t i = begin; i < end; ++i) sample(i);
     });
+  }
+  // Draws that reached past their row's candidates: the rows' full logits, still on the
+  // devices (one fetch per replica), sampled over the host's cores.
+  std::map<int, std::vector<size_t>> fallback;  // replica -> indices into rows
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (sampled[i] < 0) fallback[rows[i]->replica].push_back(i);
+  for (const auto& [replica, indices] : fallback) {
+    std::vector<int64_t> logit_rows;
+    for (size_t i : indices) logit_rows.push_back(rows[i]->logit_row);
+    Tensor full;
+    try {
+      full = engine_->fetch_logits_rows(replica, logit_rows);
+    } catch (const std::exception& e) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        failure_ = e.what();
+      }
+      fail_all(500, std::string("the engine failed: ") + e.what());
+      return;
+    }
+    ThreadPool::global().parallel_for(indices.size(), 1, [&](size_t begin, size_t end) {
+      for (size_t j = begin; j < end; ++j)
+        sampled[indices[j]] = cpu::sample_row(full.f32() + static_cast<int64_t>(j) * vocab, vocab, options_of(indices[j]));
+    });
+    sampling_fallbacks_ += static_cast<int64_t>(indices.size());
+  }
+  if (head == HeadMode::kCandidates) {
+    sampled_rows_ += static_cast<int64_t>(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) logprobs[i] = TokenLogprob{sampled[i], 0, {}};
   }
   scheduler_->commit(step, sampled);
   const auto now = Clock::now();
@@ -523,6 +587,12 @@ std::string EngineLoop::render_metrics() const {
                  "reason", out);
   render_metric("moeserve_requests_rejected_queue_full_total", "counter", "Requests refused with 429.",
                 static_cast<double>(rejected_queue_full_.load()), out);
+  render_metric("moeserve_sampled_rows_total", "counter",
+                "Sampled (non-greedy) rows drawn from device-reduced candidates.",
+                static_cast<double>(sampled_rows_.load()), out);
+  render_metric("moeserve_sampling_fallbacks_total", "counter",
+                "Sampled rows whose draw reached past their candidates and fetched the full logits.",
+                static_cast<double>(sampling_fallbacks_.load()), out);
   render_metric("moeserve_scheduler_cpu_seconds_total", "counter",
                 "Leader host time per step outside the forward (schedule, sample, commit, detokenize).",
                 scheduler_cpu_seconds_.load(), out);

@@ -267,9 +267,9 @@ class CpuBackend final : public Backend {
     // result is the same whatever the partition. Few tokens: parallelise inside each matvec.
     const bool parallel_tokens = static_cast<size_t>(p.tokens) >= pool().size();
     auto run_token = [&](int64_t t, std::vector<float>& gate_up, std::vector<float>& act,
-                         std::vector<float>& down) {
+                         std::vector<float>& down, std::vector<float>& routed) {
       float* out = F(p.out) + t * p.hidden;
-      if (!p.accumulate) std::fill(out, out + p.hidden, 0.0f);
+      std::fill(routed.begin(), routed.end(), 0.0f);
       const float* x = F(p.x) + t * p.hidden;
       for (int64_t k = 0; k < p.top_k; ++k) {
         const int64_t e = p.topk_ids[t * p.top_k + k];
@@ -286,17 +286,19 @@ class CpuBackend final : public Backend {
           matvec(w2, act.data(), down.data(), p.hidden, p.inter, false);
         }
         const float w = p.topk_weights[t * p.top_k + k];
-        for (int64_t n = 0; n < p.hidden; ++n) out[n] += w * down[n];
+        for (int64_t n = 0; n < p.hidden; ++n) routed[n] += w * down[n];
       }
+      // The routed sum is added to what `out` holds in one addition (out = out + routed).
+      for (int64_t n = 0; n < p.hidden; ++n) out[n] = p.accumulate ? out[n] + routed[n] : routed[n];
     };
     if (parallel_tokens) {
       pool().parallel_for(p.tokens, 1, [&](size_t begin, size_t end) {
-        std::vector<float> gate_up(2 * p.inter), act(p.inter), down(p.hidden);
-        for (size_t t = begin; t < end; ++t) run_token(static_cast<int64_t>(t), gate_up, act, down);
+        std::vector<float> gate_up(2 * p.inter), act(p.inter), down(p.hidden), routed(p.hidden);
+        for (size_t t = begin; t < end; ++t) run_token(static_cast<int64_t>(t), gate_up, act, down, routed);
       });
     } else {
-      std::vector<float> gate_up(2 * p.inter), act(p.inter), down(p.hidden);
-      for (int64_t t = 0; t < p.tokens; ++t) run_token(t, gate_up, act, down);
+      std::vector<float> gate_up(2 * p.inter), act(p.inter), down(p.hidden), routed(p.hidden);
+      for (int64_t t = 0; t < p.tokens; ++t) run_token(t, gate_up, act, down, routed);
     }
   }
 
@@ -337,6 +339,16 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void top_candidates(const TopCandidatesParams& p) override {
+    pool().parallel_for(static_cast<size_t>(p.rows), 1, [&](size_t begin, size_t end) {
+      for (size_t r = begin; r < end; ++r) {
+        top_candidates_row(p.logits + r * p.vocab, p.vocab, p.count, p.temperatures[r], p.values + r * p.count,
+                           p.ids + r * p.count, p.row_max + r, p.normaliser + r);
+        for (int64_t i = 0; i < p.count; ++i) p.ids[r * p.count + i] += static_cast<int32_t>(p.id_offset);
+      }
+    });
+  }
+
   void sample(const SampleParams& p) override {
     for (int64_t r = 0; r < p.rows; ++r) p.tokens[r] = sample_row(p.logits + r * p.vocab, p.vocab, p.options[r]);
   }
@@ -353,74 +365,6 @@ float dot(const float* a, const float* b, int64_t n) {
   float tail = 0.0f;
   for (; i < n; ++i) tail += a[i] * b[i];
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
-}
-
-int32_t sample_row(const float* logits, int64_t vocab, const ops::SamplingOptions& o) {
-  if (o.temperature <= 0.0f || o.top_k == 1) {
-    return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
-  }
-  // Candidates in descending logit order, ties by id, so that every filter below keeps a
-  // prefix. Only as long a prefix as the filters and the draw reach is sorted (a chunk at a
-  // time): sorting a 163840-entry vocabulary for every row was most of a sampling step.
-  std::vector<int32_t> ids(vocab);
-  std::iota(ids.begin(), ids.end(), 0);
-  auto desc = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-  const int64_t keep_k = o.top_k > 0 && o.top_k < vocab ? o.top_k : vocab;
-  int64_t sorted = 0;  // ids[0, sorted) are in their final order
-  auto sorted_through = [&](int64_t i) {  // ensures ids[i] is placed; i < keep_k
-    if (i < sorted) return;
-    const int64_t target = std::min(keep_k, std::max({i + 1, int64_t{1024}, 4 * sorted}));
-    std::partial_sort(ids.begin() + sorted, ids.begin() + target, ids.end(), desc);
-    sorted = target;
-  };
-  sorted_through(0);
-  const double max_logit = logits[ids[0]];
-  auto weight = [&](int64_t i) { return std::exp((logits[ids[i]] - max_logit) / o.temperature); };  // i placed
-  // The normaliser: over the top_k candidates, or over the whole vocabulary (any order).
-  double total = 0.0;
-  if (keep_k < vocab) {
-    sorted_through(keep_k - 1);
-    for (int64_t i = 0; i < keep_k; ++i) total += weight(i);
-  } else {
-    for (int64_t v = 0; v < vocab; ++v) total += std::exp((logits[v] - max_logit) / o.temperature);
-  }
-  // min_p keeps the candidates whose probability is at least min_p x the top one's (prob 1 /
-  // total); top_p the shortest prefix whose mass reaches top_p. Both scan the sorted prefix.
-  int64_t keep = keep_k;
-  if (o.min_p > 0.0f) {
-    int64_t n = 1;
-    for (; n < keep; ++n) {
-      sorted_through(n);
-      if (weight(n) < o.min_p) break;  // weight(0) == 1
-    }
-    keep = n;
-  }
-  double kept_mass = 0.0;  // of the kept prefix, in probability
-  if (o.top_p < 1.0f) {
-    int64_t needed = 0;
-    while (needed < keep) {
-      sorted_through(needed);
-      kept_mass += weight(needed++) / total;
-      if (kept_mass >= o.top_p) break;
-    }
-    keep = std::max<int64_t>(needed, 1);
-  } else if (keep == vocab) {
-    kept_mass = 1.0;  // everything: the normaliser's own mass
-  } else {
-    for (int64_t i = 0; i < keep; ++i) {
-      sorted_through(i);
-      kept_mass += weight(i) / total;
-    }
-  }
-  const double u = uniform01(o.seed, o.step) * kept_mass;
-  double cumulative = 0.0;
-  for (int64_t i = 0; i < keep; ++i) {
-    sorted_through(i);
-    cumulative += weight(i) / total;
-    if (u < cumulative) return ids[i];
-  }
-  sorted_through(keep - 1);
-  return ids[keep - 1];
 }
 
 std::unique_ptr<ops::Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }

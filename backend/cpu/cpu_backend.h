@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "backend/cpu/sampling.h"
 #include "ops/ops.h"
 
 namespace moeserve::cpu {
@@ -12,7 +13,5 @@ std::unique_ptr<ops::Backend> make_cpu_backend();
 
 // Shared helpers, also used by tests.
 float dot(const float* a, const float* b, int64_t n);
-// Draws one token from fp32 logits under `options` (greedy when temperature == 0).
-int32_t sample_row(const float* logits, int64_t vocab, const ops::SamplingOptions& options);
 
 }  // namespace moeserve::cpu

@@ -59,6 +59,16 @@ __device__ __forceinline__ void pdl_enter() {
 #endif
 }
 
+// Weights do not depend on the previous kernel, so a kernel may ask L2 for the first bytes
+// of the weights it will stream before pdl_enter(): the fetch overlaps the predecessor's
+// tail instead of starting after it (decode at small batch is a chain of short kernels whose
+// boundaries are the idle time). The warp's lanes cover [p, p + bytes) in 128-byte lines.
+__device__ __forceinline__ void warp_prefetch_l2(const void* p, int64_t bytes) {
+  const char* base = static_cast<const char*>(p);
+  for (int64_t offset = static_cast<int64_t>(threadIdx.x & 31) * 128; offset < bytes; offset += 32 * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(base + offset));
+}
+
 template <typename... KernelArgs, typename... Args>
 void launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
                 Args&&... args) {

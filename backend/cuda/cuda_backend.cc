@@ -3,6 +3,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -109,23 +110,39 @@ class CudaBackend final : public Backend {
     MS_CHECK(device >= 0 && device < count, "CUDA device {} requested, {} visible", device, count);
     MS_CUDA(cudaSetDevice(device));
     MS_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    MS_CUBLAS(cublasCreate(&cublas_));
-    MS_CUBLAS(cublasSetStream(cublas_, stream_));
-    // A fixed cuBLAS workspace: no allocation inside CUDA-graph capture.
-    MS_CUDA(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
-    MS_CUBLAS(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
-    MS_CUBLAS(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+    MS_CUDA(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
+    MS_CUDA(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming));
+    MS_CUDA(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming));
+    cur_ = stream_;
+    // One cuBLAS handle per stream, each with a fixed workspace (no allocation inside
+    // CUDA-graph capture; a handle's workspace must not be shared by concurrent streams).
+    for (int i = 0; i < 2; ++i) {
+      MS_CUBLAS(cublasCreate(&cublas_handles_[i]));
+      MS_CUBLAS(cublasSetStream(cublas_handles_[i], i == 0 ? stream_ : side_stream_));
+      MS_CUDA(cudaMalloc(&cublas_workspaces_[i], kCublasWorkspaceBytes));
+      MS_CUBLAS(cublasSetWorkspace(cublas_handles_[i], cublas_workspaces_[i], kCublasWorkspaceBytes));
+      MS_CUBLAS(cublasSetMathMode(cublas_handles_[i], CUBLAS_DEFAULT_MATH));
+    }
     MS_CUDA(cudaMallocHost(reinterpret_cast<void**>(&staging_), kStagingBytes));
+    const char* single = std::getenv("MOESERVE_SINGLE_STREAM");
+    overlap_ = single == nullptr || std::string(single) == "0";
   }
   ~CudaBackend() override {
     cudaSetDevice(device_);
     cudaStreamSynchronize(stream_);
+    cudaStreamSynchronize(side_stream_);
     moe_workspace_.reset();
     route_workspace_.reset();
     mla_workspace_.reset();
-    cublasDestroy(cublas_);
+    candidates_workspace_.reset();
+    for (int i = 0; i < 2; ++i) {
+      cublasDestroy(cublas_handles_[i]);
+      cudaFree(cublas_workspaces_[i]);
+    }
     cudaFreeHost(staging_);
-    cudaFree(cublas_workspace_);
+    cudaEventDestroy(fork_event_);
+    cudaEventDestroy(join_event_);
+    cudaStreamDestroy(side_stream_);
     cudaStreamDestroy(stream_);
   }
 
@@ -177,30 +194,53 @@ class CudaBackend final : public Backend {
     for (int64_t i = 0; i < n; ++i) bf[i] = f32_to_bf16(host_f32.f32()[i]);
     upload(dst, offset, bf.data(), static_cast<size_t>(n) * 2);
   }
-  void synchronize() override { MS_CUDA(cudaStreamSynchronize(stream_)); }
+  void synchronize() override {
+    MS_CUDA(cudaStreamSynchronize(side_stream_));
+    MS_CUDA(cudaStreamSynchronize(stream_));
+  }
+
+  // The side stream: forked from the main stream's current point, joined back by an event
+  // wait (captured into a graph as two branches and an edge). MOESERVE_SINGLE_STREAM=1 keeps
+  // every op on the main stream (for comparisons).
+  void side_begin() override {
+    if (!overlap_) return;
+    MS_CHECK(cur_ == stream_, "side_begin() while already on the side stream");
+    MS_CUDA(cudaEventRecord(fork_event_, stream_));
+    MS_CUDA(cudaStreamWaitEvent(side_stream_, fork_event_, 0));
+    cur_ = side_stream_;
+    side_pending_ = true;
+  }
+  void side_end() override { cur_ = stream_; }
+  void side_join() override {
+    cur_ = stream_;
+    if (!side_pending_) return;
+    MS_CUDA(cudaEventRecord(join_event_, side_stream_));
+    MS_CUDA(cudaStreamWaitEvent(stream_, join_event_, 0));
+    side_pending_ = false;
+  }
 
   void embedding(const EmbeddingParams& p) override {
-    launch_embedding(p.ids, p.table, p.out, p.tokens, p.hidden, p.vocab_begin, p.vocab_end, stream_);
+    launch_embedding(p.ids, p.table, p.out, p.tokens, p.hidden, p.vocab_begin, p.vocab_end, cur_);
   }
   void rms_norm(const RmsNormParams& p) override {
-    launch_rms_norm(p.x, p.weight, p.y, p.rows, p.dim, p.x_stride, p.y_stride, p.eps, stream_);
+    launch_rms_norm(p.x, p.weight, p.y, p.rows, p.dim, p.x_stride, p.y_stride, p.eps, cur_);
   }
-  void add(const AddParams& p) override { launch_add(p.acc, p.x, p.x_f32, p.count, stream_); }
+  void add(const AddParams& p) override { launch_add(p.acc, p.x, p.x_f32, p.count, cur_); }
   void add_rms_norm(const AddRmsNormParams& p) override {
-    launch_add_rms_norm(p.hidden, p.x, p.x_f32, p.weight, p.normed, p.rows, p.dim, p.eps, stream_);
+    launch_add_rms_norm(p.hidden, p.x, p.x_f32, p.weight, p.normed, p.rows, p.dim, p.eps, cur_);
   }
 
   void linear(const LinearParams& p) override {
     if (p.rows == 0) return;
     if (small_linear_supported(p.rows, p.in_features, p.x, p.weight, p.x_stride)) {
       launch_small_linear(p.x, p.weight, p.y, p.rows, p.in_features, p.out_features, p.x_stride, p.y_stride,
-                          p.accumulate, p.y_f32, stream_);
+                          p.accumulate, p.y_f32, cur_);
       return;
     }
     // Row-major y[T, N] = x[T, K] W[N, K]^T is column-major y^T = W^T^T x^T: A = W (K x N,
     // transposed), B = x (K x T), C = y (N x T).
     const float alpha = 1.0f, beta = p.accumulate ? 1.0f : 0.0f;
-    MS_CUBLAS(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(p.out_features),
+    MS_CUBLAS(cublasGemmEx(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(p.out_features),
                            static_cast<int>(p.rows), static_cast<int>(p.in_features), &alpha, p.weight, CUDA_R_16BF,
                            static_cast<int>(p.in_features), p.x, CUDA_R_16BF, static_cast<int>(p.x_stride), &beta,
                            p.y, p.y_f32 ? CUDA_R_32F : CUDA_R_16BF, static_cast<int>(p.y_stride), CUBLAS_COMPUTE_32F,
@@ -209,17 +249,22 @@ class CudaBackend final : public Backend {
 
   void rope(const RopeParams& p) override {
     launch_rope(p.x, p.positions, p.inv_freq, p.tokens, p.heads, p.token_stride, p.head_stride, p.rope_dim,
-                p.attention_factor, p.interleaved, stream_);
+                p.attention_factor, p.interleaved, cur_);
   }
-  void silu_mul(const SiluMulParams& p) override { launch_silu_mul(p.gate_up, p.out, p.tokens, p.inter, stream_); }
+  void silu_mul(const SiluMulParams& p) override { launch_silu_mul(p.gate_up, p.out, p.tokens, p.inter, cur_); }
 
   void mla_q_absorb(const MlaQAbsorbParams& p) override {
     if (p.tokens == 0) return;
+    if (mla_q_absorb_small_supported(p.tokens, p.latent, p.kv_b)) {
+      launch_mla_q_absorb_small(p.q, p.kv_b, p.q_latent, p.tokens, p.heads, p.q_head_stride, p.nope, p.v, p.latent,
+                                cur_);
+      return;
+    }
     // Per head h: q_latent_h [T, L] = q_nope_h [T, nope] @ W_uk_h [nope, L]; column-major
     // q_latent_h^T [L, T] = W_uk_h^T [L, nope] (W_uk_h row-major is col-major L x nope) x q_nope_h^T.
     const float alpha = 1.0f, beta = 0.0f;
     MS_CUBLAS(cublasGemmStridedBatchedEx(
-        cublas_, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(p.latent), static_cast<int>(p.tokens),
+        cublas(), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(p.latent), static_cast<int>(p.tokens),
         static_cast<int>(p.nope), &alpha, p.kv_b, CUDA_R_16BF, static_cast<int>(p.latent),
         (p.nope + p.v) * p.latent, p.q, CUDA_R_16BF, static_cast<int>(p.heads * p.q_head_stride), p.q_head_stride,
         &beta, p.q_latent, CUDA_R_16BF, static_cast<int>(p.heads * p.latent), p.latent, static_cast<int>(p.heads),
@@ -228,40 +273,49 @@ class CudaBackend final : public Backend {
 
   void mla_v_up(const MlaVUpParams& p) override {
     if (p.tokens == 0) return;
+    const void* w_uv = static_cast<const char*>(p.kv_b) + p.nope * p.latent * 2;  // head 0's W_uv [v, latent]
+    if (small_linear_supported(p.tokens, p.latent, p.attn_latent, w_uv, p.heads * p.latent) &&
+        ((p.nope + p.v) * p.latent) % 8 == 0) {
+      // Per head h: out[:, h, :] = attn_latent[:, h, :] @ W_uv[h]^T, one streaming launch for all heads.
+      launch_small_linear_batched(p.attn_latent, w_uv, p.out, p.tokens, p.latent, p.v, p.heads * p.latent,
+                                  p.heads * p.v, p.heads, p.latent, (p.nope + p.v) * p.latent, p.v,
+                                  /*accumulate=*/false, /*y_f32=*/false, cur_);
+      return;
+    }
     // Per head h: out_h [T, v] = latent_h [T, L] @ W_uv_h^T; column-major out_h^T [v, T] =
     // W_uv_h [v, L] (col-major L x v, transposed) x latent_h^T [L, T].
     const float alpha = 1.0f, beta = 0.0f;
     MS_CUBLAS(cublasGemmStridedBatchedEx(
-        cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(p.v), static_cast<int>(p.tokens),
+        cublas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(p.v), static_cast<int>(p.tokens),
         static_cast<int>(p.latent), &alpha, static_cast<const char*>(p.kv_b) + p.nope * p.latent * 2, CUDA_R_16BF,
         static_cast<int>(p.latent), (p.nope + p.v) * p.latent, p.attn_latent, CUDA_R_16BF,
         static_cast<int>(p.heads * p.latent), p.latent, &beta, p.out, CUDA_R_16BF, static_cast<int>(p.heads * p.v),
         p.v, static_cast<int>(p.heads), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 
-  void kv_write(const KvWriteParams& p) override { launch_kv_write(p.entries, p.slots, p.cache, p.tokens, p.width, stream_); }
+  void kv_write(const KvWriteParams& p) override { launch_kv_write(p.entries, p.slots, p.cache, p.tokens, p.width, cur_); }
 
   void mla_attention(const MlaAttentionParams& p) override {
     void* ws = workspace(mla_workspace_, mla_workspace_bytes(p.tokens, p.heads, p.latent,
                                                              p.max_pages_per_seq * p.page_size));
     launch_mla_attention(p.q_latent, p.q_rope, p.cache, p.block_tables, p.seq_of_token, p.positions, p.out, p.tokens,
                          p.heads, p.latent, p.rope, p.q_head_stride, p.rope_offset, p.page_size, p.max_pages_per_seq,
-                         p.scale, ws, stream_);
+                         p.scale, ws, cur_);
   }
 
   void moe_route(const MoeRouteParams& p) override {
     void* ws = workspace(route_workspace_, route_workspace_bytes(p.tokens, p.experts));
     launch_moe_route(p.x, p.weight, p.bias, p.topk_ids, p.topk_weights, p.tokens, p.hidden, p.experts, p.n_group,
-                     p.topk_group, p.top_k, p.norm_topk_prob, p.routed_scaling_factor, ws, stream_);
+                     p.topk_group, p.top_k, p.norm_topk_prob, p.routed_scaling_factor, ws, cur_);
   }
 
   void moe_experts(const MoeExpertsParams& p) override {
     if (p.tokens == 0) return;
     const int64_t local = p.expert_end - p.expert_begin, pairs = p.tokens * p.top_k;
     void* ws = workspace(moe_workspace_, moe_workspace_bytes(p.tokens, p.top_k, local, p.hidden, p.inter));
-    launch_moe_sort(p.topk_ids, pairs, p.expert_begin, p.expert_end, p.hidden, p.inter, ws, stream_);
+    launch_moe_sort(p.topk_ids, pairs, p.expert_begin, p.expert_end, p.hidden, p.inter, ws, cur_);
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    MS_CUDA(cudaStreamIsCapturing(stream_, &capture));
+    MS_CUDA(cudaStreamIsCapturing(cur_, &capture));
     // Many rows per expert (prefill): tensor-core GEMMs per active expert, which needs the row
     // counts on the host. Few rows (decode): the streaming kernels, no synchronisation.
     const bool gemm_path = capture == cudaStreamCaptureStatusNone && p.w13_host != nullptr &&
@@ -269,32 +323,39 @@ class CudaBackend final : public Backend {
     if (gemm_path) {
       expert_gemms(p, ws, pairs, local);
     } else {
-      launch_moe_expert_kernels(p.x, p.w13, p.w2, pairs, p.top_k, local, p.hidden, p.inter, ws, stream_);
+      launch_moe_expert_kernels(p.x, p.w13, p.w2, pairs, p.top_k, local, p.hidden, p.inter, ws, cur_);
     }
     launch_moe_combine(p.topk_weights, p.out, p.out_f32, p.tokens, p.top_k, local, p.hidden, p.inter, p.accumulate,
-                       ws, stream_);
+                       ws, cur_);
   }
 
   void sample(const SampleParams& p) override {
     for (int64_t r = 0; r < p.rows; ++r)
       MS_CHECK(p.options[r].temperature <= 0.0f || p.options[r].top_k == 1,
                "CUDA sampling supports greedy rows only; row {} has temperature {}", r, p.options[r].temperature);
-    launch_argmax_rows(p.logits, p.tokens, nullptr, p.rows, p.vocab, 0, stream_);
+    launch_argmax_rows(p.logits, p.tokens, nullptr, p.rows, p.vocab, 0, cur_);
   }
   void argmax_rows(const ArgmaxRowsParams& p) override {
-    launch_argmax_rows(p.logits, p.ids, p.values, p.rows, p.vocab, p.id_offset, stream_);
+    launch_argmax_rows(p.logits, p.ids, p.values, p.rows, p.vocab, p.id_offset, cur_);
+  }
+
+  void top_candidates(const TopCandidatesParams& p) override {
+    if (p.rows == 0) return;
+    void* ws = workspace(candidates_workspace_, top_candidates_workspace_bytes(p.rows, p.vocab, p.count));
+    launch_top_candidates(p.logits, p.temperatures, p.values, p.ids, p.row_max, p.normaliser, p.rows, p.vocab, p.count,
+                          p.id_offset, ws, cur_);
   }
 
   void fill_uniform(const FillUniformParams& p) override {
     launch_fill_uniform(p.out, p.out_f32, p.rows, p.cols, p.full_cols, p.row0, p.col0, p.seed, p.offset, p.amplitude,
-                        stream_);
+                        cur_);
   }
   void gather_rows(const GatherRowsParams& p) override {
-    launch_gather_rows(p.src, p.rows, p.dst, p.num_rows, p.width, stream_);
+    launch_gather_rows(p.src, p.rows, p.dst, p.num_rows, p.width, cur_);
   }
   void row_combine(const RowCombineParams& p) override {
     launch_row_combine(p.src, p.offsets, p.src_rows, p.weights, p.out, p.out_f32, p.rows, p.width, p.accumulate,
-                       stream_);
+                       cur_);
   }
 
   bool supports_graphs() const override { return true; }
@@ -321,9 +382,14 @@ class CudaBackend final : public Backend {
   size_t staging_used_ = 0;
   int device_;
   std::shared_ptr<BlockCache> cache_;
-  cudaStream_t stream_ = nullptr;
-  cublasHandle_t cublas_ = nullptr;
-  void* cublas_workspace_ = nullptr;
+  cudaStream_t stream_ = nullptr;       // main: every op, copy and collective by default
+  cudaStream_t side_stream_ = nullptr;  // between side_begin() and side_end()
+  cudaStream_t cur_ = nullptr;          // where ops are issued now
+  cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
+  bool overlap_ = true, side_pending_ = false;
+  cublasHandle_t cublas_handles_[2] = {nullptr, nullptr};  // main, side
+  void* cublas_workspaces_[2] = {nullptr, nullptr};
+  cublasHandle_t cublas() const { return cublas_handles_[cur_ == stream_ ? 0 : 1]; }
   static constexpr int64_t kGemmRowsPerExpert = 8;
 
   // Per active expert e with rows [o, o + n) in expert order:
@@ -333,25 +399,25 @@ class CudaBackend final : public Backend {
   void expert_gemms(const MoeExpertsParams& p, void* ws, int64_t pairs, int64_t local) {
     const MoeGemmBuffers b = moe_gemm_buffers(ws, pairs, local, p.hidden, p.inter);
     std::vector<int32_t> offsets(local + 1);
-    MS_CUDA(cudaMemcpyAsync(offsets.data(), b.offsets, offsets.size() * 4, cudaMemcpyDeviceToHost, stream_));
-    MS_CUDA(cudaStreamSynchronize(stream_));
-    launch_moe_gather_sorted(p.x, pairs, p.top_k, local, p.hidden, p.inter, ws, stream_);
+    MS_CUDA(cudaMemcpyAsync(offsets.data(), b.offsets, offsets.size() * 4, cudaMemcpyDeviceToHost, cur_));
+    MS_CUDA(cudaStreamSynchronize(cur_));
+    launch_moe_gather_sorted(p.x, pairs, p.top_k, local, p.hidden, p.inter, ws, cur_);
     const float alpha = 1.0f, beta = 0.0f;
     for (int64_t e = 0; e < local; ++e) {
       const int64_t o = offsets[e], n = offsets[e + 1] - offsets[e];
       if (n == 0) continue;
-      MS_CUBLAS(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(2 * p.inter), static_cast<int>(n),
+      MS_CUBLAS(cublasGemmEx(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(2 * p.inter), static_cast<int>(n),
                              static_cast<int>(p.hidden), &alpha, p.w13_host[e], CUDA_R_16BF, static_cast<int>(p.hidden),
                              static_cast<const char*>(b.x_sorted) + o * p.hidden * 2, CUDA_R_16BF,
                              static_cast<int>(p.hidden), &beta, static_cast<char*>(b.gate_up) + o * 2 * p.inter * 2,
                              CUDA_R_16BF, static_cast<int>(2 * p.inter), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
     const int64_t rows = offsets[local];
-    launch_silu_mul(b.gate_up, b.act, rows, p.inter, stream_);
+    launch_silu_mul(b.gate_up, b.act, rows, p.inter, cur_);
     for (int64_t e = 0; e < local; ++e) {
       const int64_t o = offsets[e], n = offsets[e + 1] - offsets[e];
       if (n == 0) continue;
-      MS_CUBLAS(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(p.hidden), static_cast<int>(n),
+      MS_CUBLAS(cublasGemmEx(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(p.hidden), static_cast<int>(n),
                              static_cast<int>(p.inter), &alpha, p.w2_host[e], CUDA_R_16BF, static_cast<int>(p.inter),
                              static_cast<const char*>(b.act) + o * p.inter * 2, CUDA_R_16BF, static_cast<int>(p.inter),
                              &beta, b.partial + o * p.hidden, CUDA_R_32F, static_cast<int>(p.hidden),
@@ -363,13 +429,13 @@ class CudaBackend final : public Backend {
   // the first run of each shape grows it, so a graph captured afterwards never does.
   void* workspace(BufferPtr& slot, int64_t bytes) {
     if (!slot || static_cast<int64_t>(slot->nbytes()) < bytes) {
-      MS_CUDA(cudaStreamSynchronize(stream_));
+      synchronize();
       slot = alloc(static_cast<size_t>(std::max<int64_t>(bytes, 256)));
     }
     return slot->data();
   }
 
-  BufferPtr moe_workspace_, route_workspace_, mla_workspace_;
+  BufferPtr moe_workspace_, route_workspace_, mla_workspace_, candidates_workspace_;
 };
 
 std::unique_ptr<ops::Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }

@@ -20,8 +20,13 @@ constexpr int kGemvMaxSplits = kGemvWarps;
 // rate. The chunks' partial sums are added in chunk order through shared memory.
 __global__ void __launch_bounds__(kGemvWarps * 32)
 small_linear_kernel(const bf16* x, const bf16* weight, void* y, int tokens, int in, int out, int64_t x_stride,
-                    int64_t y_stride, bool accumulate, bool y_f32, int k_splits) {
-  pdl_enter();
+                    int64_t y_stride, bool accumulate, bool y_f32, int k_splits, int64_t x_batch, int64_t w_batch,
+                    int64_t y_batch) {
+  // Batch blockIdx.y: its own input columns, weight matrix and output columns (MLA's per-head
+  // value up-projection); one batch for a plain projection.
+  x += blockIdx.y * x_batch;
+  weight += blockIdx.y * w_batch;
+  y = static_cast<char*>(y) + blockIdx.y * y_batch * (y_f32 ? 4 : 2);
   __shared__ float partial[kGemvWarps][kGemvRowsPerWarp][kTokensPerPass];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int pair = warp / k_splits, split = warp % k_splits;
@@ -29,10 +34,15 @@ small_linear_kernel(const bf16* x, const bf16* weight, void* y, int tokens, int 
   const int chunk = (in / 8 + k_splits - 1) / k_splits * 8;  // multiple of 8: 16-byte aligned chunks
   const int k0 = min(in, split * chunk), k1 = min(in, k0 + chunk);
   float acc[kGemvRowsPerWarp][kTokensPerPass] = {};
-  if (n0 < out) {
-    const bf16* rows[kGemvRowsPerWarp];
+  const bf16* rows[kGemvRowsPerWarp];
 #pragma unroll
-    for (int r = 0; r < kGemvRowsPerWarp; ++r) rows[r] = weight + static_cast<int64_t>(min(n0 + r, out - 1)) * in + k0;
+  for (int r = 0; r < kGemvRowsPerWarp; ++r) {
+    rows[r] = weight + static_cast<int64_t>(min(n0 + r, out - 1)) * in + k0;
+    // The first pass's bytes of each row (rows_dot_tokens loads 2 KB per row per pass).
+    if (n0 + r < out) warp_prefetch_l2(rows[r], min(int64_t{2048}, int64_t{k1 - k0} * 2));
+  }
+  pdl_enter();
+  if (n0 < out) {
     const bf16* x_rows[kTokensPerPass];
 #pragma unroll
     for (int j = 0; j < kTokensPerPass; ++j) x_rows[j] = x + static_cast<int64_t>(min(j, tokens - 1)) * x_stride + k0;
@@ -92,12 +102,19 @@ bool small_linear_supported(int64_t rows, int64_t in, const void* x, const void*
 
 void launch_small_linear(const void* x, const void* weight, void* y, int64_t rows, int64_t in, int64_t out,
                          int64_t x_stride, int64_t y_stride, bool accumulate, bool y_f32, cudaStream_t stream) {
-  const int k_splits = k_splits_for(in, out);
+  launch_small_linear_batched(x, weight, y, rows, in, out, x_stride, y_stride, 1, 0, 0, 0, accumulate, y_f32, stream);
+}
+
+void launch_small_linear_batched(const void* x, const void* weight, void* y, int64_t rows, int64_t in, int64_t out,
+                                 int64_t x_stride, int64_t y_stride, int64_t batches, int64_t x_batch,
+                                 int64_t w_batch, int64_t y_batch, bool accumulate, bool y_f32, cudaStream_t stream) {
+  const int k_splits = k_splits_for(in, out * batches);
   const int64_t rows_per_block = (kGemvWarps / k_splits) * kGemvRowsPerWarp;
-  launch_pdl(small_linear_kernel, static_cast<unsigned>((out + rows_per_block - 1) / rows_per_block),
+  launch_pdl(small_linear_kernel,
+             dim3(static_cast<unsigned>((out + rows_per_block - 1) / rows_per_block), static_cast<unsigned>(batches)),
              kGemvWarps * 32, 0, stream, static_cast<const bf16*>(x), static_cast<const bf16*>(weight), y,
              static_cast<int>(rows), static_cast<int>(in), static_cast<int>(out), x_stride, y_stride, accumulate,
-             y_f32, k_splits);
+             y_f32, k_splits, x_batch, w_batch, y_batch);
 }
 
 }  // namespace moeserve::cuda

@@ -17,6 +17,11 @@ void launch_rms_norm(const void* x, const void* weight, void* y, int64_t rows, i
 bool small_linear_supported(int64_t rows, int64_t in, const void* x, const void* weight, int64_t x_stride);
 void launch_small_linear(const void* x, const void* weight, void* y, int64_t rows, int64_t in, int64_t out,
                          int64_t x_stride, int64_t y_stride, bool accumulate, bool y_f32, cudaStream_t stream);
+// `batches` such projections at once: batch b reads x + b * x_batch and weight + b * w_batch
+// and writes y + b * y_batch (elements); each batch's pointers must meet the same conditions.
+void launch_small_linear_batched(const void* x, const void* weight, void* y, int64_t rows, int64_t in, int64_t out,
+                                 int64_t x_stride, int64_t y_stride, int64_t batches, int64_t x_batch,
+                                 int64_t w_batch, int64_t y_batch, bool accumulate, bool y_f32, cudaStream_t stream);
 void launch_add(void* acc, const void* x, bool x_f32, int64_t count, cudaStream_t stream);
 void launch_add_rms_norm(void* hidden, const void* x, bool x_f32, const void* weight, void* normed, int64_t rows,
                          int64_t dim, float eps, cudaStream_t stream);
@@ -35,6 +40,12 @@ void launch_fill_uniform(void* out, bool out_f32, int64_t rows, int64_t cols, in
                          int64_t col0, uint64_t stream_seed, float offset, float amplitude, cudaStream_t stream);
 void launch_f32_to_bf16(const float* src, void* dst, int64_t count, cudaStream_t stream);
 void launch_bf16_to_f32(const void* src, float* dst, int64_t count, cudaStream_t stream);
+
+// The absorbed query of a decode-sized batch (tokens <= 4, latent % 8 == 0, latent <= 2048,
+// kv_b 16-byte aligned): q_latent[t, h, :] = q_nope[t, h, :] @ W_uk[h] (mla_attention.cu).
+bool mla_q_absorb_small_supported(int64_t tokens, int64_t latent, const void* kv_b);
+void launch_mla_q_absorb_small(const void* q, const void* kv_b, void* q_latent, int64_t tokens, int64_t heads,
+                               int64_t q_head_stride, int64_t nope, int64_t v, int64_t latent, cudaStream_t stream);
 
 // MLA attention over the paged latent cache (mla_attention.cu).
 // Workspace: per (token, head, context split) partial softmax state (mla_workspace_bytes).
@@ -80,9 +91,13 @@ void launch_moe_combine(const float* topk_weights, void* out, bool out_f32, int6
                         int64_t local_experts, int64_t hidden, int64_t inter, bool accumulate, void* workspace,
                         cudaStream_t stream);
 
-// Sampling (sample.cu): greedy rows on device.
-// values may be null.
+// Sampling (sample.cu). Greedy rows: argmax per row (values may be null).
 void launch_argmax_rows(const float* logits, int32_t* tokens, float* values, int64_t rows, int64_t vocab,
                         int64_t id_offset, cudaStream_t stream);
+// Sampled rows: candidates (ops::TopCandidatesParams), in two launches through `workspace`.
+int64_t top_candidates_workspace_bytes(int64_t rows, int64_t vocab, int64_t count);
+void launch_top_candidates(const float* logits, const float* temperatures, float* values, int32_t* ids,
+                           float* row_max, double* normaliser, int64_t rows, int64_t vocab, int64_t count,
+                           int64_t id_offset, void* workspace, cudaStream_t stream);
 
 }  // namespace moeserve::cuda

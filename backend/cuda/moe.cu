@@ -62,13 +62,20 @@ constexpr int kRouteWarps = 4;
 
 __global__ void __launch_bounds__(kRouteWarps * 32)
 router_logits_kernel(const bf16* x, const float* weight, float* logits, int tokens, int hidden, int experts) {
-  pdl_enter();
   __shared__ float partial[kRouteWarps][kRouteTokens];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int e = blockIdx.x;
   const int t0 = blockIdx.y * kRouteTokens;
   const int count = min(kRouteTokens, tokens - t0);
   const float* w = weight + static_cast<int64_t>(e) * hidden;
+  // The expert's whole row (28 KB at hidden 7168; all 384 blocks are resident at once), each
+  // warp a quarter, asked of L2 while the previous kernel finishes.
+  {
+    const int64_t row_bytes = static_cast<int64_t>(hidden) * 4, share = (row_bytes / kRouteWarps + 127) / 128 * 128;
+    const int64_t begin = min(row_bytes, warp * share);
+    if (blockIdx.y == 0) warp_prefetch_l2(reinterpret_cast<const char*>(w) + begin, min(share, row_bytes - begin));
+  }
+  pdl_enter();
   float acc[kRouteTokens];
 #pragma unroll
   for (int j = 0; j < kRouteTokens; ++j) acc[j] = 0.0f;
@@ -454,12 +461,13 @@ __global__ void combine_kernel(const float* topk_weights, MoeWorkspace ws, void*
   auto* out32 = static_cast<float*>(out);
   auto* out16 = static_cast<bf16*>(out);
   const int64_t o = t * hidden + n;
-  float sum = accumulate ? (out_f32 ? out32[o] : to_f(out16[o])) : 0.0f;
+  float sum = 0.0f;
 #pragma unroll
   for (int k = 0; k < kMaxTopK; ++k) {
     if (k >= top_k) break;
     if (slots[k] >= 0) sum += weights[k] * ws.partial[static_cast<int64_t>(slots[k]) * hidden + n];
   }
+  if (accumulate) sum = (out_f32 ? out32[o] : to_f(out16[o])) + sum;  // one addition, as the CPU's
   if (out_f32) {
     out32[o] = sum;
   } else {

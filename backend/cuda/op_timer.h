@@ -48,6 +48,12 @@ class OpTimingBackend final : public ops::Backend {
     inner_.upload_weight_into(dst, offset, host_f32, keep_f32);
   }
   void synchronize() override { inner_.synchronize(); }
+  // Timed ops stay on the main stream, where the events are recorded: no overlap while timing.
+  void side_begin() override {
+    if (!enabled_) inner_.side_begin();
+  }
+  void side_end() override { inner_.side_end(); }
+  void side_join() override { inner_.side_join(); }
 
   void embedding(const ops::EmbeddingParams& p) override { timed("embedding", [&] { inner_.embedding(p); }); }
   void rms_norm(const ops::RmsNormParams& p) override { timed("rms_norm", [&] { inner_.rms_norm(p); }); }
@@ -68,6 +74,9 @@ class OpTimingBackend final : public ops::Backend {
   void moe_experts(const ops::MoeExpertsParams& p) override { timed("moe_experts", [&] { inner_.moe_experts(p); }); }
   void sample(const ops::SampleParams& p) override { timed("sample", [&] { inner_.sample(p); }); }
   void argmax_rows(const ops::ArgmaxRowsParams& p) override { timed("argmax_rows", [&] { inner_.argmax_rows(p); }); }
+  void top_candidates(const ops::TopCandidatesParams& p) override {
+    timed("top_candidates", [&] { inner_.top_candidates(p); });
+  }
   void fill_uniform(const ops::FillUniformParams& p) override { inner_.fill_uniform(p); }
   void gather_rows(const ops::GatherRowsParams& p) override { timed("gather_rows", [&] { inner_.gather_rows(p); }); }
   void row_combine(const ops::RowCombineParams& p) override { timed("row_combine", [&] { inner_.row_combine(p); }); }

@@ -1,7 +1,14 @@
-// Greedy sampling on the device: argmax per row and its value (ties: the smallest id, as on
-// the CPU), ids offset by the first id of the rank's vocab slice.
+// Sampling on the device: greedy rows reduce to their argmax (ties: the smallest id, as on the
+// CPU); sampled rows to their top candidates and softmax normaliser, from which the host
+// finishes the draw (cpu::sample_candidates). Ids are offset by the first id of the rank's
+// vocab slice.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
 
 namespace moeserve::cuda {
 
@@ -44,12 +51,314 @@ __global__ void argmax_kernel(const float* logits, int32_t* tokens, float* value
   }
 }
 
+// ---- Sampling candidates (ops::TopCandidatesParams) ----
+//
+// Stage 1, one block per (row, segment of the row): the segment's maximum, its softmax sum
+// relative to that maximum (fp64), and its top `count` by a radix select on order-preserving
+// 32-bit keys (four 8-bit digit passes over the segment, which stays in L2), ties at the
+// threshold taken in id order. Stage 2, one block per row: the segments' candidates (in shared
+// memory) selected again the same way, sorted (value descending, id ascending), and the
+// segments' sums rescaled to the row maximum and added in segment order.
+constexpr int kCandidateThreads = 512;
+constexpr int kMergeCapacity = 4608;    // stage-2 candidates per row held in shared memory (36 KB)
+constexpr int kMaxCandidates = 1024;    // count per row
+constexpr int kMinSegment = 2048;
+
+// Floats to keys whose unsigned order is the float order (-0 is taken as +0, so equal floats
+// have equal keys), and back.
+__device__ __forceinline__ uint32_t key_of(float v) {
+  const uint32_t bits = __float_as_uint(v == 0.0f ? 0.0f : v);
+  return (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+}
+__device__ __forceinline__ float float_of(uint32_t key) {
+  return __uint_as_float((key & 0x80000000u) ? key & 0x7fffffffu : ~key);
+}
+
+struct SelectScratch {
+  unsigned histogram[256];
+  unsigned prefix;
+  int remaining;
+  int taken;
+  int64_t min_id;
+};
+
+// Indices (into [0, n)) of the `count` largest keys, ties at the threshold by smallest id,
+// into `chosen` (unordered; count <= n). key_at(i) / id_at(i) read element i.
+template <typename KeyAt, typename IdAt>
+__device__ void select_top(int n, int count, KeyAt key_at, IdAt id_at, int* chosen, SelectScratch& s) {
+  if (count >= n) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) chosen[i] = i;
+    __syncthreads();
+    return;
+  }
+  // The threshold key K: fewer than `count` keys above it, at least `count` at or above.
+  uint32_t prefix = 0, mask = 0;
+  int remaining = count;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) s.histogram[b] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const uint32_t k = key_at(i);
+      if ((k & mask) == prefix) atomicAdd(&s.histogram[(k >> shift) & 0xffu], 1u);
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      // Lane l holds digits 255 - 8l down to 248 - 8l (descending); find the digit where the
+      // count of larger keys first reaches `remaining`.
+      const int lane = threadIdx.x;
+      unsigned lane_sum = 0;
+      for (int j = 0; j < 8; ++j) lane_sum += s.histogram[255 - 8 * lane - j];
+      unsigned before = lane_sum;  // inclusive scan over lanes, then exclusive
+      for (int offset = 1; offset < 32; offset <<= 1) {
+        const unsigned other = __shfl_up_sync(0xffffffffu, before, offset);
+        if (lane >= offset) before += other;
+      }
+      before -= lane_sum;
+      if (before < static_cast<unsigned>(remaining) && static_cast<unsigned>(remaining) <= before + lane_sum) {
+        unsigned cumulative = before;
+        for (int j = 0; j < 8; ++j) {
+          const int digit = 255 - 8 * lane - j;
+          if (cumulative + s.histogram[digit] >= static_cast<unsigned>(remaining)) {
+            s.prefix = prefix | (static_cast<uint32_t>(digit) << shift);
+            s.remaining = remaining - static_cast<int>(cumulative);
+            break;
+          }
+          cumulative += s.histogram[digit];
+        }
+      }
+    }
+    __syncthreads();
+    prefix = s.prefix;
+    remaining = s.remaining;
+    mask |= 0xffu << shift;
+    __syncthreads();
+  }
+  // Every key above K, then `remaining` keys equal to K in id order.
+  if (threadIdx.x == 0) s.taken = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    if (key_at(i) > prefix) chosen[atomicAdd(&s.taken, 1)] = i;
+  __syncthreads();
+  int64_t last = -1;
+  for (int t = 0; t < remaining; ++t) {
+    if (threadIdx.x == 0) s.min_id = INT64_MAX;
+    __syncthreads();
+    int64_t best = INT64_MAX;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+      if (key_at(i) == prefix) {
+        const int64_t id = id_at(i);
+        if (id > last && id < best) best = id;
+      }
+    atomicMin(reinterpret_cast<unsigned long long*>(&s.min_id), static_cast<unsigned long long>(best));
+    __syncthreads();
+    last = s.min_id;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+      if (key_at(i) == prefix && id_at(i) == last) chosen[s.taken + 0] = i;
+    __syncthreads();
+    if (threadIdx.x == 0) ++s.taken;
+    __syncthreads();
+  }
+}
+
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float m = scratch[0];
+  for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) m = fmaxf(m, scratch[w]);
+  return m;
+}
+
+__device__ __forceinline__ double block_sum_f64(double v, double* scratch) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  double total = 0.0;
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) total += scratch[w];
+  return total;
+}
+
+// Stage-1 output per (row, segment): `count` slots of (value, id) (the first min(count,
+// segment length) used), the segment maximum and its softmax sum.
+struct CandidateSegments {
+  float* values;     // [rows, segments, count]
+  int32_t* ids;      // [rows, segments, count], ids within the row (no offset)
+  float* max;        // [rows, segments]
+  double* sum;       // [rows, segments]
+};
+
+__global__ void __launch_bounds__(kCandidateThreads)
+segment_candidates_kernel(const float* logits, const float* temperatures, CandidateSegments out, int64_t vocab,
+                          int segment, int count) {
+  pdl_enter();
+  __shared__ SelectScratch scratch;
+  __shared__ int chosen[kMaxCandidates];
+  __shared__ float max_scratch[32];
+  __shared__ double sum_scratch[32];
+  const int row = blockIdx.y, seg = blockIdx.x, segments = gridDim.x;
+  const int64_t begin = static_cast<int64_t>(seg) * segment;
+  const int n = static_cast<int>(vocab - begin < segment ? vocab - begin : segment);
+  const float* x = logits + row * vocab + begin;
+  float local_max = -INFINITY;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) local_max = fmaxf(local_max, x[i]);
+  const float seg_max = block_max(local_max, max_scratch);
+  const float temperature = temperatures[row];
+  double local_sum = 0.0;
+  if (temperature > 0.0f)
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+      local_sum += exp((static_cast<double>(x[i]) - seg_max) / temperature);
+  const double seg_sum = block_sum_f64(local_sum, sum_scratch);
+  const int take = min(count, n);
+  select_top(n, take, [&](int i) { return key_of(x[i]); }, [&](int i) { return static_cast<int64_t>(i); }, chosen,
+             scratch);
+  const int64_t slot = (static_cast<int64_t>(row) * segments + seg);
+  for (int j = threadIdx.x; j < take; j += blockDim.x) {
+    out.values[slot * count + j] = x[chosen[j]] == 0.0f ? 0.0f : x[chosen[j]];
+    out.ids[slot * count + j] = static_cast<int32_t>(begin + chosen[j]);
+  }
+  if (threadIdx.x == 0) {
+    out.max[slot] = seg_max;
+    out.sum[slot] = seg_sum;
+  }
+}
+
+__global__ void __launch_bounds__(kCandidateThreads)
+merge_candidates_kernel(CandidateSegments in, const float* temperatures, float* values, int32_t* ids, float* row_max,
+                        double* normaliser, int64_t vocab, int segment, int segments, int count, int64_t id_offset) {
+  pdl_enter();
+  // After the selection, the sort reuses `keys` (kMaxCandidates 8-byte entries fit in it).
+  __shared__ __align__(16) uint32_t keys[kMergeCapacity];
+  __shared__ int32_t cand_ids[kMergeCapacity];
+  __shared__ SelectScratch scratch;
+  __shared__ int chosen[kMaxCandidates];
+  static_assert(kMergeCapacity * 4 >= kMaxCandidates * 8, "the sort buffer aliases keys");
+  auto* order = reinterpret_cast<unsigned long long*>(keys);
+  const int row = blockIdx.x;
+  // Gather the segments' candidates: segment s contributed min(count, its length).
+  int n = 0;
+  for (int s = 0; s < segments; ++s) {
+    const int64_t left = vocab - static_cast<int64_t>(s) * segment;
+    const int len = static_cast<int>(left < segment ? left : segment);
+    const int take = min(count, len);
+    const int64_t slot = static_cast<int64_t>(row) * segments + s;
+    for (int j = threadIdx.x; j < take; j += blockDim.x) {
+      keys[n + j] = key_of(in.values[slot * count + j]);
+      cand_ids[n + j] = in.ids[slot * count + j];
+    }
+    n += take;
+  }
+  __syncthreads();
+  select_top(n, count, [&](int i) { return keys[i]; }, [&](int i) { return static_cast<int64_t>(cand_ids[i]); },
+             chosen, scratch);
+  // Bitonic sort, descending, of (key, inverted id): value descending, then id ascending.
+  int padded = 1;
+  while (padded < count) padded <<= 1;
+  constexpr int kPerThread = kMaxCandidates / kCandidateThreads;
+  unsigned long long mine[kPerThread];
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int j = threadIdx.x + k * kCandidateThreads;
+    mine[k] = j < count ? (static_cast<unsigned long long>(keys[chosen[j]]) << 32) |
+                              (0xffffffffu - static_cast<uint32_t>(cand_ids[chosen[j]]))
+                        : 0ull;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int j = threadIdx.x + k * kCandidateThreads;
+    if (j < padded) order[j] = mine[k];
+  }
+  __syncthreads();
+  for (int size = 2; size <= padded; size <<= 1)
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      for (int j = threadIdx.x; j < padded; j += blockDim.x) {
+        const int partner = j ^ stride;
+        if (partner > j) {
+          const bool descending = (j & size) == 0;
+          const unsigned long long a = order[j], b = order[partner];
+          if (descending ? a < b : a > b) {
+            order[j] = b;
+            order[partner] = a;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  for (int j = threadIdx.x; j < count; j += blockDim.x) {
+    values[static_cast<int64_t>(row) * count + j] = float_of(static_cast<uint32_t>(order[j] >> 32));
+    ids[static_cast<int64_t>(row) * count + j] =
+        static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(order[j] & 0xffffffffu) + id_offset);
+  }
+  if (threadIdx.x == 0) {
+    const float temperature = temperatures[row];
+    float m = -INFINITY;
+    for (int s = 0; s < segments; ++s) m = fmaxf(m, in.max[static_cast<int64_t>(row) * segments + s]);
+    double total = 0.0;
+    for (int s = 0; s < segments; ++s) {
+      const int64_t slot = static_cast<int64_t>(row) * segments + s;
+      total += in.sum[slot] * exp((static_cast<double>(in.max[slot]) - m) / temperature);
+    }
+    row_max[row] = m;
+    normaliser[row] = temperature > 0.0f ? total : 1.0;
+  }
+}
+
+// Segments per row: as many as the merge holds (count candidates each), each at least
+// kMinSegment long.
+int candidate_segments(int64_t vocab, int64_t count) {
+  const int64_t by_length = (vocab + kMinSegment - 1) / kMinSegment;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(by_length, kMergeCapacity / count)));
+}
+
+int64_t segment_length(int64_t vocab, int segments) { return (vocab + segments - 1) / segments; }
+
+CandidateSegments segments_in(void* workspace, int64_t rows, int segments, int64_t count) {
+  char* p = static_cast<char*>(workspace);
+  const int64_t slots = rows * segments;
+  CandidateSegments s;
+  s.sum = reinterpret_cast<double*>(p);
+  p += slots * 8;
+  s.max = reinterpret_cast<float*>(p);
+  p += slots * 4;
+  s.values = reinterpret_cast<float*>(p);
+  p += slots * count * 4;
+  s.ids = reinterpret_cast<int32_t*>(p);
+  return s;
+}
+
 }  // namespace
 
 void launch_argmax_rows(const float* logits, int32_t* tokens, float* values, int64_t rows, int64_t vocab,
                         int64_t id_offset, cudaStream_t stream) {
   if (rows == 0) return;
   launch_pdl(argmax_kernel, rows, 1024, 0, stream, logits, tokens, values, vocab, id_offset);
+}
+
+int64_t top_candidates_workspace_bytes(int64_t rows, int64_t vocab, int64_t count) {
+  const int64_t slots = rows * candidate_segments(vocab, count);
+  return slots * (8 + 4) + slots * count * 8;
+}
+
+void launch_top_candidates(const float* logits, const float* temperatures, float* values, int32_t* ids,
+                           float* row_max, double* normaliser, int64_t rows, int64_t vocab, int64_t count,
+                           int64_t id_offset, void* workspace, cudaStream_t stream) {
+  if (rows == 0) return;
+  if (count < 1 || count > kMaxCandidates || count > vocab)
+    throw std::invalid_argument("top_candidates: count " + std::to_string(count) + " must be in [1, min(" +
+                                std::to_string(kMaxCandidates) + ", vocab " + std::to_string(vocab) + ")]");
+  const int segments = candidate_segments(vocab, count);
+  const int64_t segment = segment_length(vocab, segments);
+  const CandidateSegments ws = segments_in(workspace, rows, segments, count);
+  launch_pdl(segment_candidates_kernel, dim3(static_cast<unsigned>(segments), static_cast<unsigned>(rows)),
+             kCandidateThreads, 0, stream, logits, temperatures, ws, vocab, static_cast<int>(segment),
+             static_cast<int>(count));
+  launch_pdl(merge_candidates_kernel, static_cast<unsigned>(rows), kCandidateThreads, 0, stream, ws, temperatures,
+             values, ids, row_max, normaliser, vocab, static_cast<int>(segment), segments, static_cast<int>(count),
+             id_offset);
 }
 
 }  // namespace moeserve::cuda

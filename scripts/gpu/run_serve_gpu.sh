@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Issue 6 acceptance 5 on one H200: output tok/s through HTTP at concurrency 64 beside
-# bench-step's offline step for the same model and batch. Logs in $OUT.
+# bench-step's offline step for the same model and batch; greedy, then sampled requests
+# (temperature 0.8 with top_k 50: drawn from device-reduced candidates; with top_p 0.9 alone:
+# the flat synthetic distribution sends those rows to the full-logits fallback). Logs in $OUT.
 set -u
 export NCCL_NVLS_ENABLE=0
 BIN=${MOESERVE_BIN:-carry/moeserve}
@@ -18,6 +20,10 @@ for i in $(seq 1 120); do curl -s localhost:30000/health > /dev/null 2>&1 && bre
 head -3 "$OUT/serve.log"
 timeout 300 python3 scripts/gpu/serve_load.py --concurrency 64 --requests 128 --input-len 128 --output-len 512 \
   | tee "$OUT/serve_load.json"
+timeout 300 python3 scripts/gpu/serve_load.py --concurrency 64 --requests 128 --input-len 128 --output-len 512 \
+  --temperature 0.8 --top-k 50 --prompt-seed 1 | tee "$OUT/serve_load_topk50.json"
+timeout 300 python3 scripts/gpu/serve_load.py --concurrency 64 --requests 64 --input-len 128 --output-len 128 \
+  --temperature 0.8 --top-p 0.9 --prompt-seed 2 | tee "$OUT/serve_load_topp09.json"
 kill -TERM $server; wait $server
 timeout 200 "$BIN" bench-step --model synthetic:kimi-k2.6 --layers 3 --batch 64 --context 384 --iterations 10 \
   | tee "$OUT/bench_step_b64_c384.txt"

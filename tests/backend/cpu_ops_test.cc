@@ -142,6 +142,48 @@ TEST(Sampler, SortsOnlyThePrefixItNeedsAndDrawsWhatTheFullSortDraws) {
   EXPECT_EQ(cases, 3 * 2 * 12 * 20);
 }
 
+// Sampling from a row's top candidates draws what sampling the whole row draws, or says it
+// cannot (-1, the caller then samples the row): never a different token. With every entry a
+// candidate it never falls back; peaked rows with the usual filters rarely do.
+TEST(Sampler, CandidatesDrawWhatTheFullRowDrawsOrFallBack) {
+  int compared = 0, fell_back = 0;
+  for (int64_t vocab : {50, 3000, 20000})
+    for (float spread : {0.5f, 12.0f})
+      for (int variant = 0; variant < 12; ++variant) {
+        std::vector<float> logits(vocab);
+        for (int64_t v = 0; v < vocab; ++v)
+          logits[v] = std::round(spread * uniform_pm1(19 + variant, static_cast<uint64_t>(v)) * 64.0f) / 64.0f;
+        const int32_t top_k = std::vector<int32_t>{0, 0, 40, 400}[variant % 4];
+        const float top_p = std::vector<float>{1.0f, 0.9f, 0.5f}[variant % 3];
+        const float min_p = variant % 5 == 0 ? 0.05f : 0.0f;
+        const float temperature = variant % 2 ? 0.7f : 1.0f;
+        for (int64_t count : {std::min<int64_t>(64, vocab), vocab}) {
+          std::vector<float> values(count);
+          std::vector<int32_t> ids(count);
+          float row_max = 0;
+          double normaliser = 0;
+          cpu::top_candidates_row(logits.data(), vocab, count, temperature, values.data(), ids.data(), &row_max,
+                                  &normaliser);
+          EXPECT_EQ(row_max, values[0]);
+          for (uint64_t step = 0; step < 10; ++step) {
+            const ops::SamplingOptions o{temperature, top_k, top_p, min_p, 5, step};
+            const int32_t got = cpu::sample_candidates({values.data(), ids.data(), count, normaliser}, vocab, o);
+            if (got < 0) {
+              EXPECT_LT(count, vocab) << "a complete candidate list never falls back";
+              ++fell_back;
+              continue;
+            }
+            EXPECT_EQ(got, cpu::sample_row(logits.data(), vocab, o))
+                << "vocab " << vocab << " spread " << spread << " variant " << variant << " count " << count;
+            ++compared;
+          }
+        }
+      }
+  // Peaked rows (spread 12) with 64 candidates mostly suffice; flat ones often do not.
+  EXPECT_GT(compared, 3 * 2 * 12 * 10);
+  EXPECT_GT(fell_back, 0);
+}
+
 TEST(Sampler, SeededDrawsAreReproducibleAndFollowTheDistribution) {
   std::vector<float> logits = {0.0f, std::log(3.0f)};  // p = [0.25, 0.75]
   int ones = 0;

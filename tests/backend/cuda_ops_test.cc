@@ -239,6 +239,31 @@ TEST_F(CudaOps, MlaAbsorbAttentionAndValueUp) {
   expect_close(from_gpu_bf16(*d_out, out.size()), out, "mla_v_up");
 }
 
+// The absorbed query and the value up-projection alone, at decode sizes (1-4 tokens: the
+// streaming kernels) and above (cuBLAS), for DeepSeek-V3's head shape and a small one.
+TEST_F(CudaOps, MlaQAbsorbAndValueUpAtEveryBatchSize) {
+  struct Shape {
+    int64_t heads, nope, v, latent, rope;
+  };
+  for (const Shape& sh : {Shape{16, 128, 128, 512, 64}, Shape{4, 16, 16, 32, 8}}) {
+    for (int64_t tokens : {1, 3, 4, 6}) {
+      const int64_t qk = sh.nope + sh.rope;
+      auto q = random(tokens * sh.heads * qk), kv_b = random(sh.heads * (sh.nope + sh.v) * sh.latent, 0.05f);
+      auto att = random(tokens * sh.heads * sh.latent);
+      std::vector<float> q_lat(tokens * sh.heads * sh.latent), out(tokens * sh.heads * sh.v);
+      cpu->mla_q_absorb({q.data(), kv_b.data(), q_lat.data(), tokens, sh.heads, qk, sh.nope, sh.v, sh.latent});
+      cpu->mla_v_up({att.data(), kv_b.data(), out.data(), tokens, sh.heads, sh.nope, sh.v, sh.latent});
+      auto d_q = to_gpu_bf16(q), d_kvb = to_gpu_bf16(kv_b), d_att = to_gpu_bf16(att);
+      auto d_qlat = poisoned_bf16(q_lat.size()), d_out = poisoned_bf16(out.size());
+      gpu->mla_q_absorb({d_q->data(), d_kvb->data(), d_qlat->data(), tokens, sh.heads, qk, sh.nope, sh.v, sh.latent});
+      gpu->mla_v_up({d_att->data(), d_kvb->data(), d_out->data(), tokens, sh.heads, sh.nope, sh.v, sh.latent});
+      SCOPED_TRACE(testing::Message() << "latent " << sh.latent << ", tokens " << tokens);
+      expect_close(from_gpu_bf16(*d_qlat, q_lat.size()), q_lat, "mla_q_absorb");
+      expect_close(from_gpu_bf16(*d_out, out.size()), out, "mla_v_up");
+    }
+  }
+}
+
 TEST_F(CudaOps, MlaAttentionLongContextOverManySplits) {
   // One decoding token at position 1000 (16 context splits) and one at 3 (most splits empty).
   const int64_t heads = 8, latent = 512, rope = 64, qk = 192, nope = 128, page_size = 64, max_pages = 16;
@@ -384,6 +409,101 @@ TEST_F(CudaOps, FillUniformMatchesTheHostGenerator) {
   auto d32 = poisoned_f32(ref.size());
   gpu->fill_uniform({d32->data(), rows, cols, full_cols, 3, 40, 777, 1.0f, 0.1f, true});
   EXPECT_EQ(from_gpu_f32(*d32, ref.size()), ref);  // bit-identical
+}
+
+// Two chains on two streams (side_begin / side_end / side_join), run directly and as a
+// captured graph replayed on new input: the result is the in-order (CPU) result. rows 1 takes
+// the streaming projection kernel, rows 8 cuBLAS (the side stream has its own handle).
+TEST_F(CudaOps, SideStreamForkJoinDirectAndCaptured) {
+  const int64_t in = 4096, out = 2048;
+  for (int64_t rows : {1, 8}) {
+    auto w1 = random(out * in, 1.0f / 64), w2 = random(out * in, 1.0f / 64), w3 = random(out * out, 1.0f / 45);
+    auto norm_w = random(out);
+    auto d_w1 = to_gpu_bf16(w1), d_w2 = to_gpu_bf16(w2), d_w3 = to_gpu_bf16(w3), d_nw = to_gpu_bf16(norm_w);
+    auto d_x = gpu->alloc(rows * in * 2);
+    auto d_y1 = poisoned_bf16(rows * out), d_y2 = poisoned_bf16(rows * out), d_z = poisoned_bf16(rows * out);
+    // main: y1 = x W1^T; side: y2 = rms_norm(x W2^T); main: z = y1 W3^T; join; z += y2.
+    auto issue = [&](ops::Backend& b, const void* x, void* y1, void* y2, void* z, const void* pw1, const void* pw2,
+                     const void* pw3, const void* pnw) {
+      b.linear({x, pw1, y1, rows, in, out, in, out});
+      b.side_begin();
+      b.linear({x, pw2, y2, rows, in, out, in, out});
+      b.rms_norm({y2, pnw, y2, rows, out, out, out, 1e-6f});
+      b.side_end();
+      b.linear({y1, pw3, z, rows, out, out, out, out});
+      b.side_join();
+      b.add({z, y2, rows * out});
+    };
+    auto reference = [&](const std::vector<float>& x) {
+      std::vector<float> y1(rows * out), y2(rows * out), z(rows * out);
+      issue(*cpu, x.data(), y1.data(), y2.data(), z.data(), w1.data(), w2.data(), w3.data(), norm_w.data());
+      return z;
+    };
+    auto upload_x = [&](const std::vector<float>& x) {
+      std::vector<uint16_t> bits(x.size());
+      for (size_t i = 0; i < x.size(); ++i) bits[i] = f32_to_bf16(x[i]);
+      gpu->upload(*d_x, 0, bits.data(), bits.size() * 2);
+    };
+    auto x = random(rows * in);
+    upload_x(x);
+    issue(*gpu, d_x->data(), d_y1->data(), d_y2->data(), d_z->data(), d_w1->data(), d_w2->data(), d_w3->data(),
+          d_nw->data());
+    // y1 and y2 are rounded to bf16 on the GPU only (relative 2^-9 each): well inside 1e-2.
+    expect_close(from_gpu_bf16(*d_z, rows * out), reference(x), "side stream, direct");
+
+    gpu->begin_capture();
+    issue(*gpu, d_x->data(), d_y1->data(), d_y2->data(), d_z->data(), d_w1->data(), d_w2->data(), d_w3->data(),
+          d_nw->data());
+    auto graph = gpu->end_capture();
+    ASSERT_NE(graph, nullptr);
+    auto x2 = random(rows * in);
+    upload_x(x2);
+    std::vector<uint16_t> nan(rows * out, 0x7fc0);
+    gpu->upload(*d_z, 0, nan.data(), nan.size() * 2);
+    gpu->upload(*d_y2, 0, nan.data(), nan.size() * 2);
+    gpu->replay(*graph);
+    expect_close(from_gpu_bf16(*d_z, rows * out), reference(x2), "side stream, graph replay");
+  }
+}
+
+// Sampling candidates against the CPU reference: the same top `count` (values, ids with the
+// slice offset, in order), the same maximum, and the fp64 normaliser to 1e-12 relative (the
+// sums differ only in order). Rows with ties and signed zeros, greedy rows (normaliser 1),
+// vocabularies that split into uneven segments, counts from 1 to the 1024 maximum.
+TEST_F(CudaOps, TopCandidatesMatchTheCpu) {
+  for (int64_t vocab : {1000, 81920, 163840})
+    for (int64_t count : {1, 64, 256, 1024}) {
+      if (count > vocab) continue;
+      const int64_t rows = 3;
+      auto logits = random(rows * vocab, 6.0f);
+      for (int64_t v = 0; v < vocab; v += 7) logits[v] = std::round(logits[v]);  // many exact ties
+      logits[1 * vocab + 5] = -0.0f;
+      logits[1 * vocab + 9] = 0.0f;
+      for (int64_t v = 0; v < vocab; ++v) logits[2 * vocab + v] = 1.5f;  // one flat row: ties everywhere
+      const std::vector<float> temperatures = {0.7f, 0.0f, 1.3f};
+      std::vector<float> values(rows * count), row_max(rows);
+      std::vector<int32_t> ids(rows * count);
+      std::vector<double> norm(rows);
+      cpu->top_candidates({logits.data(), temperatures.data(), values.data(), ids.data(), row_max.data(), norm.data(),
+                           rows, vocab, count, 4096});
+      auto d_l = to_gpu_raw(logits), d_t = to_gpu_raw(temperatures);
+      auto d_v = poisoned_f32(rows * count), d_m = poisoned_f32(rows);
+      auto d_i = to_gpu_raw(std::vector<int32_t>(rows * count, -1));
+      auto d_n = to_gpu_raw(std::vector<double>(rows, std::nan("")));
+      gpu->top_candidates({static_cast<float*>(d_l->data()), static_cast<float*>(d_t->data()),
+                           static_cast<float*>(d_v->data()), static_cast<int32_t*>(d_i->data()),
+                           static_cast<float*>(d_m->data()), static_cast<double*>(d_n->data()), rows, vocab, count,
+                           4096});
+      SCOPED_TRACE(testing::Message() << "vocab " << vocab << ", count " << count);
+      std::vector<int32_t> got_ids(rows * count);
+      gpu->download(got_ids.data(), *d_i, 0, got_ids.size() * 4);
+      std::vector<double> got_norm(rows);
+      gpu->download(got_norm.data(), *d_n, 0, rows * 8);
+      EXPECT_EQ(got_ids, ids);
+      EXPECT_EQ(from_gpu_f32(*d_v, values.size()), values);
+      EXPECT_EQ(from_gpu_f32(*d_m, rows), row_max);
+      for (int64_t r = 0; r < rows; ++r) EXPECT_NEAR(got_norm[r], norm[r], 1e-12 * norm[r]) << "row " << r;
+    }
 }
 
 TEST_F(CudaOps, GreedySampleIsArgmax) {

@@ -36,6 +36,34 @@ def test_seeded_sampling_is_reproducible_and_matches_generate(server):
     assert other != a
 
 
+def test_device_candidates_draw_what_full_logits_draw(server):
+    """Sampled rows are drawn from each row's top candidates and softmax normaliser, reduced
+    where the logits are (moeserve_sampled_rows_total), or from the row's full logits when the
+    draw reaches past them (moeserve_sampling_fallbacks_total; the tiny model's 512-entry
+    vocabulary is flat enough that pure temperature sampling does): the same tokens as
+    sampling the full logits on the host (`moeserve generate`), for every filter."""
+    client = openai_client(server)
+    before = server.metrics()
+    cases = [dict(temperature=1.0), dict(temperature=0.7, top_p=0.8), dict(temperature=1.3, min_p=0.05),
+             dict(temperature=0.9, top_k=300), dict(temperature=0.6, top_k=20, top_p=0.95)]
+    for i, case in enumerate(cases):
+        body = {"return_token_ids": True, "ignore_eos": True, **{k: v for k, v in case.items() if k in ("top_k", "min_p")}}
+        got = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=16, seed=100 + i,
+                                        temperature=case["temperature"], top_p=case.get("top_p", 1.0),
+                                        extra_body=body).choices[0].model_extra["token_ids"]
+        flags = ["--seed", str(100 + i), "--ignore-eos"]
+        for key, flag in (("temperature", "--temperature"), ("top_p", "--top-p"), ("top_k", "--top-k"),
+                          ("min_p", "--min-p")):
+            if key in case:
+                flags += [flag, str(case[key])]
+        assert got == generate_ids([PROMPT], n=16, extra=flags)[0], case
+    after = server.metrics()
+    # top_k 300 is past the 256 candidates a row is reduced to: that request's rows bring logits.
+    candidate_cases = [c for c in cases if c.get("top_k", 0) <= 256]
+    assert after["moeserve_sampled_rows_total"] - before.get("moeserve_sampled_rows_total", 0) == 16 * len(candidate_cases)
+    assert after["moeserve_sampling_fallbacks_total"] > before.get("moeserve_sampling_fallbacks_total", 0)
+
+
 def test_logprobs_completions_and_chat(server):
     client = openai_client(server)
     r = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=5, temperature=0, logprobs=3)

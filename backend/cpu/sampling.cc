@@ -1,0 +1,157 @@
+#include "backend/cpu/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "core/random.h"
+
+namespace moeserve::cpu {
+
+namespace {
+
+// The filters and the draw, over the row's candidates in final order (descending logit, ties
+// to the smaller id), which `source` places on demand:
+//   bool place(int64_t i): candidate i is available (false: the source cannot reach it);
+//   float logit(int64_t i), int32_t id(int64_t i): candidate i, once placed;
+//   double full_normaliser(double max_logit, double temperature): over the whole vocabulary.
+// Returns the drawn id, or -1 when a needed candidate cannot be placed.
+template <typename Source>
+int32_t draw(Source& source, int64_t vocab, const ops::SamplingOptions& o) {
+  if (!source.place(0)) return -1;
+  if (o.temperature <= 0.0f || o.top_k == 1) return source.id(0);
+  const double max_logit = source.logit(0);
+  auto weight = [&](int64_t i) { return std::exp((source.logit(i) - max_logit) / o.temperature); };  // i placed
+  // The normaliser: over the top_k candidates, or over the whole vocabulary.
+  const int64_t keep_k = o.top_k > 0 && o.top_k < vocab ? o.top_k : vocab;
+  double total = 0.0;
+  if (keep_k < vocab) {
+    if (!source.place(keep_k - 1)) return -1;
+    for (int64_t i = 0; i < keep_k; ++i) total += weight(i);
+  } else {
+    total = source.full_normaliser(max_logit, o.temperature);
+  }
+  // min_p keeps the candidates whose probability is at least min_p x the top one's (prob 1 /
+  // total); top_p the shortest prefix whose mass reaches top_p. Both scan the sorted prefix.
+  int64_t keep = keep_k;
+  if (o.min_p > 0.0f) {
+    int64_t n = 1;
+    for (; n < keep; ++n) {
+      if (!source.place(n)) return -1;
+      if (weight(n) < o.min_p) break;  // weight(0) == 1
+    }
+    keep = n;
+  }
+  double kept_mass = 0.0;  // of the kept prefix, in probability
+  if (o.top_p < 1.0f) {
+    int64_t needed = 0;
+    while (needed < keep) {
+      if (!source.place(needed)) return -1;
+      kept_mass += weight(needed++) / total;
+      if (kept_mass >= o.top_p) break;
+    }
+    keep = std::max<int64_t>(needed, 1);
+  } else if (keep == vocab) {
+    kept_mass = 1.0;  // everything: the normaliser's own mass
+  } else {
+    for (int64_t i = 0; i < keep; ++i) {
+      if (!source.place(i)) return -1;
+      kept_mass += weight(i) / total;
+    }
+  }
+  const double u = uniform01(o.seed, o.step) * kept_mass;
+  double cumulative = 0.0;
+  for (int64_t i = 0; i < keep; ++i) {
+    if (!source.place(i)) return -1;
+    cumulative += weight(i) / total;
+    if (u < cumulative) return source.id(i);
+  }
+  if (!source.place(keep - 1)) return -1;
+  return source.id(keep - 1);
+}
+
+// A full row, sorted lazily: only as long a prefix as the filters and the draw reach, a
+// chunk at a time (sorting a 163840-entry vocabulary for every row was most of a sampling
+// step). The prefix never goes past the top_k cut. A chunk is selected with nth_element and
+// then sorted: O(n + k log k), where partial_sort's heap is O(n log k) (15x slower for the
+// first 1024 of 163840).
+class LogitsSource {
+ public:
+  LogitsSource(const float* logits, int64_t vocab, int64_t limit) : logits_(logits), limit_(limit), ids_(vocab) {
+    std::iota(ids_.begin(), ids_.end(), 0);
+  }
+  bool place(int64_t i) {
+    if (i < sorted_) return true;
+    const int64_t target = std::min(limit_, std::max({i + 1, int64_t{1024}, 4 * sorted_}));
+    auto before = [&](int32_t a, int32_t b) { return logits_[a] > logits_[b] || (logits_[a] == logits_[b] && a < b); };
+    if (target < static_cast<int64_t>(ids_.size()))
+      std::nth_element(ids_.begin() + sorted_, ids_.begin() + target, ids_.end(), before);
+    std::sort(ids_.begin() + sorted_, ids_.begin() + target, before);
+    sorted_ = target;
+    return true;
+  }
+  float logit(int64_t i) const { return logits_[ids_[i]]; }
+  int32_t id(int64_t i) const { return ids_[i]; }
+  double full_normaliser(double max_logit, double temperature) const {
+    double total = 0.0;  // in id order
+    for (size_t v = 0; v < ids_.size(); ++v) total += std::exp((logits_[v] - max_logit) / temperature);
+    return total;
+  }
+
+ private:
+  const float* logits_;
+  int64_t limit_;
+  std::vector<int32_t> ids_;
+  int64_t sorted_ = 0;  // ids_[0, sorted_) are in their final order
+};
+
+class CandidateSource {
+ public:
+  explicit CandidateSource(const CandidateRow& row) : row_(row) {}
+  bool place(int64_t i) const { return i < row_.count; }
+  float logit(int64_t i) const { return row_.values[i]; }
+  int32_t id(int64_t i) const { return row_.ids[i]; }
+  double full_normaliser(double, double) const { return row_.normaliser; }
+
+ private:
+  const CandidateRow& row_;
+};
+
+}  // namespace
+
+int32_t sample_row(const float* logits, int64_t vocab, const ops::SamplingOptions& o) {
+  if (o.temperature <= 0.0f || o.top_k == 1)
+    return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);  // no sort
+  LogitsSource source(logits, vocab, o.top_k > 0 && o.top_k < vocab ? o.top_k : vocab);
+  return draw(source, vocab, o);
+}
+
+int32_t sample_candidates(const CandidateRow& row, int64_t vocab, const ops::SamplingOptions& o) {
+  CandidateSource source(row);
+  return draw(source, vocab, o);
+}
+
+void top_candidates_row(const float* logits, int64_t vocab, int64_t count, float temperature, float* values,
+                        int32_t* ids, float* row_max, double* normaliser) {
+  std::vector<int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + count, order.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (int64_t i = 0; i < count; ++i) {
+    values[i] = logits[order[i]];
+    ids[i] = order[i];
+  }
+  const float max = *std::max_element(logits, logits + vocab);
+  *row_max = max;
+  double total = 0.0;
+  if (temperature > 0.0f) {
+    for (int64_t v = 0; v < vocab; ++v) total += std::exp((static_cast<double>(logits[v]) - max) / temperature);
+  } else {
+    total = 1.0;
+  }
+  *normaliser = total;
+}
+
+}  // namespace moeserve::cpu
