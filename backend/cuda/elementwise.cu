@@ -80,32 +80,47 @@ __device__ __forceinline__ void store_bf16x8(bf16* p, const float (&v)[8]) {
 __global__ void __launch_bounds__(kRowThreads)
 row_norm_vec_kernel(const bf16* x, const float* x_f32, bf16* residual, const bf16* weight, bf16* y, int64_t dim,
                     int64_t x_stride, int64_t y_stride, float eps) {
-  pdl_enter();
   __shared__ float scratch[32];
   const int64_t chunks = dim / 8;
-  Chunk v[kRowChunks];
-  float sum_sq = 0.0f;
+  // Every load of the row is issued before any value is used (a store to `residual` between
+  // them would keep the compiler from hoisting the next chunk's loads: one memory latency per
+  // chunk); the weight, which does not depend on the previous kernel, before the wait.
+  Chunk w[kRowChunks];
+#pragma unroll
+  for (int c = 0; c < kRowChunks; ++c) {
+    const int64_t i = (threadIdx.x + static_cast<int64_t>(c) * kRowThreads) * 8;
+    if (i / 8 < chunks) w[c] = load_bf16x8(weight + i);
+  }
+  pdl_enter();
+  Chunk v[kRowChunks], b[kRowChunks];
 #pragma unroll
   for (int c = 0; c < kRowChunks; ++c) {
     const int64_t i = (threadIdx.x + static_cast<int64_t>(c) * kRowThreads) * 8;
     if (i / 8 >= chunks) break;
     if (residual == nullptr) {
       v[c] = load_bf16x8(x + blockIdx.x * x_stride + i);
+      continue;
+    }
+    v[c] = load_bf16x8(residual + blockIdx.x * dim + i);
+    if (x_f32 != nullptr) {
+      const float4 lo = *reinterpret_cast<const float4*>(x_f32 + blockIdx.x * dim + i);
+      const float4 hi = *reinterpret_cast<const float4*>(x_f32 + blockIdx.x * dim + i + 4);
+      const float f[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+      for (int q = 0; q < 8; ++q) b[c].v[q] = to_f(to_bf(f[q]));
     } else {
+      b[c] = load_bf16x8(x + blockIdx.x * dim + i);
+    }
+  }
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kRowChunks; ++c) {
+    const int64_t i = (threadIdx.x + static_cast<int64_t>(c) * kRowThreads) * 8;
+    if (i / 8 >= chunks) break;
+    if (residual != nullptr) {
       // hidden = bf16(hidden + bf16(branch)), as add_kernel.
-      const Chunk h = load_bf16x8(residual + blockIdx.x * dim + i);
-      Chunk b;
-      if (x_f32 != nullptr) {
-        const float4 lo = *reinterpret_cast<const float4*>(x_f32 + blockIdx.x * dim + i);
-        const float4 hi = *reinterpret_cast<const float4*>(x_f32 + blockIdx.x * dim + i + 4);
-        const float f[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
-        for (int q = 0; q < 8; ++q) b.v[q] = to_f(to_bf(f[q]));
-      } else {
-        b = load_bf16x8(x + blockIdx.x * dim + i);
-      }
-#pragma unroll
-      for (int q = 0; q < 8; ++q) v[c].v[q] = to_f(to_bf(h.v[q] + b.v[q]));
+      for (int q = 0; q < 8; ++q) v[c].v[q] = to_f(to_bf(v[c].v[q] + b[c].v[q]));
       store_bf16x8(residual + blockIdx.x * dim + i, v[c].v);
     }
 #pragma unroll
@@ -116,11 +131,10 @@ row_norm_vec_kernel(const bf16* x, const float* x_f32, bf16* residual, const bf1
   for (int c = 0; c < kRowChunks; ++c) {
     const int64_t i = (threadIdx.x + static_cast<int64_t>(c) * kRowThreads) * 8;
     if (i / 8 >= chunks) break;
-    const Chunk w = load_bf16x8(weight + i);
     float out[8];
     // transformers: weight * (x * rsqrt(...)).to(bf16)
 #pragma unroll
-    for (int q = 0; q < 8; ++q) out[q] = w.v[q] * to_f(to_bf(v[c].v[q] * inv));
+    for (int q = 0; q < 8; ++q) out[q] = w[c].v[q] * to_f(to_bf(v[c].v[q] * inv));
     store_bf16x8(y + blockIdx.x * y_stride + i, out);
   }
 }

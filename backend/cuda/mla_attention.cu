@@ -297,30 +297,31 @@ __global__ void mla_merge_kernel(Partials partials, bf16* out, int heads, int la
   }
 }
 
-// Absorbed query of a decode-sized batch. One block per head: its W_uk [nope, latent] (128 KB
-// for DeepSeek-V3) is read once, as latent / 8 lanes of 16-byte chunks per row times `groups`
-// of rows; each thread keeps its 8 columns' sums for every token, and the groups' partial sums
-// are added in group order through shared memory. Replaces a cuBLAS batched GEMM whose kernel
-// is a full stream dependency (no programmatic launch) at one to four tokens.
+// Absorbed query of a decode-sized batch. One block per (head, 64 latent columns): the
+// columns' slice of W_uk [nope, latent] (16 KB per block for DeepSeek-V3) is read once, as 8
+// lanes of 16-byte chunks per row times 32 groups of rows (four rows per thread, all loaded
+// before use); each thread keeps its 8 columns' sums for every token, and the groups' partial
+// sums are added in group order through shared memory. Replaces a cuBLAS batched GEMM whose
+// kernel is a full stream dependency (no programmatic launch) at one to four tokens.
 constexpr int kAbsorbThreads = 256;
 constexpr int kAbsorbTokens = 4;
+constexpr int kAbsorbColumns = 64;  // latent columns per block
 constexpr int kAbsorbRowsInFlight = 8;
 
 __global__ void __launch_bounds__(kAbsorbThreads)
 mla_q_absorb_small_kernel(const bf16* q, const bf16* kv_b, bf16* q_latent, int tokens, int heads,
                           int64_t q_head_stride, int nope, int v, int latent) {
   const int h = blockIdx.x;
-  const int lanes = latent / 8, groups = kAbsorbThreads / lanes;
+  const int col0 = blockIdx.y * kAbsorbColumns;
+  const int columns = min(kAbsorbColumns, latent - col0);
+  const int lanes = columns / 8, groups = kAbsorbThreads / lanes;
   const int lane = threadIdx.x % lanes, group = threadIdx.x / lanes;
-  const bf16* w = kv_b + static_cast<int64_t>(h) * (nope + v) * latent;  // W_uk[h]: rows [0, nope)
-  {
-    const int warps = kAbsorbThreads / 32, warp = threadIdx.x / 32;
-    const int64_t bytes = static_cast<int64_t>(nope) * latent * 2, share = (bytes / warps + 127) / 128 * 128;
-    const int64_t begin = min(bytes, warp * share);
-    warp_prefetch_l2(reinterpret_cast<const char*>(w) + begin, min(share, bytes - begin));
-  }
+  const bf16* w = kv_b + static_cast<int64_t>(h) * (nope + v) * latent + col0;  // W_uk[h][:, col0:]
+  // The rows' slices of this block, asked of L2 before the wait (one 128-byte line each).
+  for (int n = threadIdx.x; n < nope; n += kAbsorbThreads)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(w + static_cast<int64_t>(n) * latent));
   pdl_enter();
-  __shared__ float partial[kAbsorbThreads * 8 * kAbsorbTokens];  // [groups][tokens][latent], 32 KB
+  __shared__ float partial[kAbsorbThreads * 8 * kAbsorbTokens];  // [groups][tokens][columns], 32 KB
   float acc[kAbsorbTokens][8];
 #pragma unroll
   for (int j = 0; j < kAbsorbTokens; ++j)
@@ -352,27 +353,28 @@ mla_q_absorb_small_kernel(const bf16* q, const bf16* kv_b, bf16* q_latent, int t
 #pragma unroll
     for (int j = 0; j < kAbsorbTokens; ++j)
 #pragma unroll
-      for (int e = 0; e < 8; ++e) partial[(group * kAbsorbTokens + j) * latent + lane * 8 + e] = acc[j][e];
+      for (int e = 0; e < 8; ++e) partial[(group * kAbsorbTokens + j) * columns + lane * 8 + e] = acc[j][e];
   }
   __syncthreads();
-  for (int o = threadIdx.x; o < tokens * latent; o += kAbsorbThreads) {
-    const int j = o / latent, l = o % latent;
+  for (int o = threadIdx.x; o < tokens * columns; o += kAbsorbThreads) {
+    const int j = o / columns, l = o % columns;
     float sum = 0.0f;
-    for (int g = 0; g < groups; ++g) sum += partial[(g * kAbsorbTokens + j) * latent + l];
-    q_latent[(static_cast<int64_t>(j) * heads + h) * latent + l] = to_bf(sum);
+    for (int g = 0; g < groups; ++g) sum += partial[(g * kAbsorbTokens + j) * columns + l];
+    q_latent[(static_cast<int64_t>(j) * heads + h) * latent + col0 + l] = to_bf(sum);
   }
 }
 
 }  // namespace
 
 bool mla_q_absorb_small_supported(int64_t tokens, int64_t latent, const void* kv_b) {
-  return tokens >= 1 && tokens <= kAbsorbTokens && latent % 8 == 0 && latent / 8 <= kAbsorbThreads &&
-         aligned16({kv_b});
+  return tokens >= 1 && tokens <= kAbsorbTokens && latent % 8 == 0 && aligned16({kv_b});
 }
 
 void launch_mla_q_absorb_small(const void* q, const void* kv_b, void* q_latent, int64_t tokens, int64_t heads,
                                int64_t q_head_stride, int64_t nope, int64_t v, int64_t latent, cudaStream_t stream) {
-  launch_pdl(mla_q_absorb_small_kernel, static_cast<unsigned>(heads), kAbsorbThreads, 0, stream,
+  launch_pdl(mla_q_absorb_small_kernel,
+             dim3(static_cast<unsigned>(heads), static_cast<unsigned>((latent + kAbsorbColumns - 1) / kAbsorbColumns)),
+             kAbsorbThreads, 0, stream,
              static_cast<const bf16*>(q), static_cast<const bf16*>(kv_b), static_cast<bf16*>(q_latent),
              static_cast<int>(tokens), static_cast<int>(heads), q_head_stride, static_cast<int>(nope),
              static_cast<int>(v), static_cast<int>(latent));

@@ -1,8 +1,8 @@
 """Issue 6, acceptance 1: the official `openai` client against `moeserve serve` on CPU ranks
 under single, tp2, ep2, pp2 (and ep2-dp: attention DP): completions and chat, streaming and
-not. Greedy outputs through the server equal `moeserve generate` for the same prompts under
-the same plan (token ids for completions, text for both), and streaming returns exactly what
-non-streaming does.
+not. Greedy and seeded sampled outputs through the server equal `moeserve generate` for the
+same prompts under the same plan (token ids for completions, text for both), and streaming
+returns exactly what non-streaming does.
 """
 import json
 import pathlib
@@ -66,6 +66,22 @@ def test_completions_equal_generate(served):
         assert text == detokenize(visible)
         assert finish == ("stop" if len(want) < NEW_TOKENS else "length")
         assert got_stream == got
+
+
+def test_sampled_completions_equal_generate(served):
+    """Sampled rows, batched: drawn from the ranks' reduced candidates (merged over the vocab
+    split, per DP replica; rows whose top_p reaches past them fetch their logits), the same
+    tokens as `moeserve generate` sampling full logits on the host."""
+    plan, server = served
+    client = openai_client(server)
+    flags = ["--temperature", "0.9", "--top-p", "0.95", "--seed", "7"]
+    expected = generate_ids(PROMPTS, plan=plan, n=NEW_TOKENS, extra=flags)
+    args = dict(model=MODEL, max_tokens=NEW_TOKENS, temperature=0.9, top_p=0.95, seed=7,
+                extra_body={"return_token_ids": True})
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        got = list(pool.map(lambda p: client.completions.create(prompt=p, **args).choices[0], PROMPTS))
+    for prompt, want, choice in zip(PROMPTS, expected, got):
+        assert choice.model_extra["token_ids"] == want, f"{plan}: prompt {prompt}"
 
 
 def test_completions_with_a_text_prompt(served):
