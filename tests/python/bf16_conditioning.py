@@ -80,6 +80,7 @@ def measure(model, device="cpu", greedy=True, attn="eager"):
         entry["greedy_steps_equal"] = [next((i for i, (a, b) in enumerate(zip(x, y)) if a != b), len(x))
                                        for x, y in zip(got, ref)]
         entry["min_margin_ratio"] = _margin(fp32, [bf16], ref, device)
+        entry["min_router_margin"] = _router_margin(fp32, [bf16], ref, device)
     return entry
 
 
@@ -99,12 +100,63 @@ def _margin(fp32, lows, ref, device):
     return float(torch.cat(ratios).min())
 
 
+def _router_logits(model, ids):
+    """The fp32 router logits [positions, experts] of every MoE layer for one sequence."""
+    captured = []
+    hooks = [layer.mlp.gate.register_forward_hook(lambda _m, _i, out: captured.append(out[0].float().cpu()))
+             for layer in model.model.layers if hasattr(layer.mlp, "gate")]
+    try:
+        model(ids)
+    finally:
+        for h in hooks:
+            h.remove()
+    return captured
+
+
+def _router_margin(fp32, lows, ref, device):
+    """Smallest routing margin over every MoE layer and decision position (prompts and the fp32
+    greedy steps `ref`, teacher-forced): the fp32 gap between the last chosen and the first
+    unchosen expert score (and, with group-limited routing, group score: a sum of two scores,
+    so its noise counts twice), over the largest bf16 error of any expert score at that
+    position (over the bf16 models `lows`). Below 1 an expert choice can flip under bf16
+    rounding, moving the token's hidden state far more than rounding does. Reported by
+    measure(), not used to choose SEEDS: on the GPU it did not predict which checkpoints
+    moeserve's bf16 path keeps on the fp32 path (2026-11-30: q_lora_grouped_dense0 seed 311,
+    router margin 0.011, kept every argmax; seed 1272, 0.129, lost 2 of 33)."""
+    cfg = fp32.config
+    experts, groups = cfg.n_routed_experts, cfg.n_group
+    ratios = []
+    with torch.no_grad():
+        for p, cont in zip(PROMPTS, ref):
+            ids = torch.tensor([p + cont[:-1]], device=device)
+            truth = _router_logits(fp32, ids)
+            noisy = [_router_logits(low, ids) for low in lows]
+            for layer, logits in enumerate(truth):
+                scores = logits.double().sigmoid()
+                noise = torch.stack([(n[layer].double().sigmoid() - scores).abs().amax(-1) for n in noisy]).amax(0)
+                bias = fp32.model.layers[[i for i, l in enumerate(fp32.model.layers) if hasattr(l.mlp, "gate")][layer]]
+                choice = scores + bias.mlp.gate.e_score_correction_bias.double().cpu()
+                ratio = torch.full((choice.shape[0],), float("inf"), dtype=torch.float64)
+                if groups > 1:
+                    group_scores = choice.view(-1, groups, experts // groups).topk(2, dim=-1)[0].sum(-1)
+                    ordered = group_scores.sort(dim=-1, descending=True).values
+                    gap = ordered[:, cfg.topk_group - 1] - ordered[:, cfg.topk_group]
+                    ratio = torch.minimum(ratio, gap / (2 * noise).clamp_min(1e-12))
+                    keep = torch.zeros_like(group_scores, dtype=torch.bool)
+                    keep.scatter_(1, group_scores.topk(cfg.topk_group, dim=-1).indices, True)
+                    choice = choice.masked_fill(~keep.repeat_interleave(experts // groups, dim=1), float("-inf"))
+                ordered = choice.sort(dim=-1, descending=True).values
+                gap = ordered[:, cfg.num_experts_per_tok - 1] - ordered[:, cfg.num_experts_per_tok]
+                ratios.append(torch.minimum(ratio, gap / noise.clamp_min(1e-12)))
+    return float(torch.cat(ratios).min()) if ratios else float("inf")
+
+
 def conditioned(entry):
     return entry["hf_bf16_argmax_agreement"] >= 0.995 and entry.get("greedy_bf16_equals_fp32", True)
 
 
-SEARCH_SEEDS = 600   # seeds [0, SEARCH_SEEDS) are candidates
-SEARCH_FINALISTS = 8  # best by the eager margin, re-measured with eager and SDPA
+SEARCH_SEEDS = 2600  # seeds [0, SEARCH_SEEDS) are candidates
+SEARCH_FINALISTS = 4  # best by the eager margin, re-measured with eager and SDPA
 
 
 def margin_of(model, device="cpu", attns=("eager",)):
@@ -159,7 +211,7 @@ def main():
         print(f"{name:26s} err {entry['hf_bf16_error']:.4f}  argmax {entry['hf_bf16_argmax_agreement']:.4f}  "
               f"greedy {'same' if entry['greedy_bf16_equals_fp32'] else 'DIFF'} {entry['greedy_steps_equal']}  "
               f"max|logit| {entry['max_abs_logit']:.2f}  min gap {entry['min_top2_gap']:.3f}  "
-              f"margin {entry['min_margin_ratio']:.2f}  "
+              f"margin {entry['min_margin_ratio']:.2f}  router margin {entry['min_router_margin']:.2f}  "
               f"[sdpa err {sdpa['hf_bf16_error']:.4f} argmax {sdpa['hf_bf16_argmax_agreement']:.4f} "
               f"greedy {'same' if sdpa['greedy_bf16_equals_fp32'] else 'DIFF'}]", flush=True)
     if args.json:

@@ -32,11 +32,11 @@ continuations (tests/python/bf16_conditioning.py measures this). What was done, 
   4. Even so, bf16 activation noise (~1-3% relative after a few layers) leaves a ~1-3% chance
      per decision of a flip (a routing flip, even with 2., moves a token's hidden state a lot),
      and the GPU check needs 129 decisions per config (33 prompt positions, 96 greedy steps)
-     to agree. So each config has a fixed seed (SEEDS): among seeds [0, 600), the one whose
+     to agree. So each config has a fixed seed (SEEDS): among seeds [0, 2600), the one whose
      smallest decision margin is largest, where a decision's margin is its fp32 top-2 gap
      over the largest transformers-bf16 logit error at that position (eager and SDPA, two
      different bf16 roundings), and only seeds whose bf16 greedy path equals fp32's count.
-     The chosen margins are 0.5-1.3 (a margin above 2 rules a flip out against any rounding
+     The chosen margins are 0.78-2.09 (a margin above 2 rules a flip out against any rounding
      no noisier than transformers'; the seeds first chosen here only required 0.2, and a third
      rounding -- moeserve's GPU path -- still flipped 3 of 6 configs' greedy paths).
      Found with `python3 tests/python/bf16_conditioning.py --search` (~8 minutes per config on
@@ -77,11 +77,11 @@ CONFIGS = {
 
 # Per-config seed of the random draw: the smallest bf16-conditioned one (see module docstring).
 SEEDS = {
-    "no_q_lora_dense1": 57,            # smallest decision margin 0.60 (eager and SDPA bf16)
-    "q_lora_grouped_dense0": 311,      # 0.50
-    "dense3_yarn": 567,                # 1.29
+    "no_q_lora_dense1": 714,           # smallest decision margin 2.09 (eager and SDPA bf16)
+    "q_lora_grouped_dense0": 1272,     # 0.89
+    "dense3_yarn": 2381,               # 1.67
     "kimi_k2_shared2": 442,            # 0.78
-    "kimi_k25_nested": 381,            # 1.04
+    "kimi_k25_nested": 1047,           # 1.23
     "yarn_mscale_no_interleave": 473,  # 1.16
 }
 ROUTED_SCALE = 0.3
