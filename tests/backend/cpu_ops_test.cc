@@ -117,6 +117,14 @@ int32_t sample_by_full_sort(const std::vector<float>& logits, const ops::Samplin
   return ids[keep - 1];
 }
 
+// A row of logits in [-spread, spread] on a 1/64 grid (many exact ties), drawn from `seed`.
+std::vector<float> quantised_row(int64_t vocab, float spread, uint64_t seed) {
+  std::vector<float> logits(vocab);
+  for (int64_t v = 0; v < vocab; ++v)
+    logits[v] = std::round(spread * uniform_pm1(seed, static_cast<uint64_t>(v)) * 64.0f) / 64.0f;
+  return logits;
+}
+
 TEST(Sampler, SortsOnlyThePrefixItNeedsAndDrawsWhatTheFullSortDraws) {
   // Vocabularies past the first 1024-candidate chunk, peaked and flat rows, ties, and every
   // filter alone and together. The normaliser over the whole vocabulary is summed in id
@@ -125,9 +133,7 @@ TEST(Sampler, SortsOnlyThePrefixItNeedsAndDrawsWhatTheFullSortDraws) {
   for (int64_t vocab : {5, 3000, 20000})
     for (float spread : {0.5f, 8.0f})
       for (int variant = 0; variant < 12; ++variant) {
-        std::vector<float> logits(vocab);
-        for (int64_t v = 0; v < vocab; ++v)
-          logits[v] = std::round(spread * uniform_pm1(7 + variant, static_cast<uint64_t>(v)) * 64.0f) / 64.0f;
+        const std::vector<float> logits = quantised_row(vocab, spread, 7 + variant);
         const int32_t top_k = std::vector<int32_t>{0, 0, 50, 2000}[variant % 4];
         const float top_p = std::vector<float>{1.0f, 0.9f, 0.3f}[variant % 3];
         const float min_p = variant % 5 == 0 ? 0.05f : 0.0f;
@@ -150,9 +156,7 @@ TEST(Sampler, CandidatesDrawWhatTheFullRowDrawsOrFallBack) {
   for (int64_t vocab : {50, 3000, 20000})
     for (float spread : {0.5f, 12.0f})
       for (int variant = 0; variant < 12; ++variant) {
-        std::vector<float> logits(vocab);
-        for (int64_t v = 0; v < vocab; ++v)
-          logits[v] = std::round(spread * uniform_pm1(19 + variant, static_cast<uint64_t>(v)) * 64.0f) / 64.0f;
+        const std::vector<float> logits = quantised_row(vocab, spread, 19 + variant);
         const int32_t top_k = std::vector<int32_t>{0, 0, 40, 400}[variant % 4];
         const float top_p = std::vector<float>{1.0f, 0.9f, 0.5f}[variant % 3];
         const float min_p = variant % 5 == 0 ? 0.05f : 0.0f;
