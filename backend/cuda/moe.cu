@@ -244,6 +244,85 @@ __global__ void route_select_flat_kernel(const float* logits, const float* bias,
   }
 }
 
+// The same selection for a decode-sized batch, one block of kSelectThreads per token: at one
+// token a single warp walking 12 experts per lane through top_k rounds of shuffles is a serial
+// chain (~10 us on an H200 for 384 experts, top 8); here each thread holds at most
+// kSelectPerThread experts, and a round is a warp reduction plus one exchange of the four
+// warps' bests through shared memory. Same scores, same order, same sum: the same result.
+constexpr int kSelectThreads = 128;
+constexpr int kSelectPerThread = 8;  // experts <= 1024
+constexpr int64_t kBlockSelectTokens = 8;
+
+__global__ void __launch_bounds__(kSelectThreads)
+route_select_block_kernel(const float* logits, const float* bias, int32_t* topk_ids, float* topk_weights, int experts,
+                          int top_k, bool norm_topk_prob, float scaling) {
+  pdl_enter();
+  constexpr int kWarps = kSelectThreads / 32;
+  __shared__ float warp_best[kWarps], warp_score[kWarps];
+  __shared__ int warp_id[kWarps];
+  __shared__ float picked[32];
+  const int t = blockIdx.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float score[kSelectPerThread], choice[kSelectPerThread];
+#pragma unroll
+  for (int j = 0; j < kSelectPerThread; ++j) {
+    const int e = threadIdx.x + kSelectThreads * j;
+    score[j] = e < experts ? 1.0f / (1.0f + expf(-logits[static_cast<int64_t>(t) * experts + e])) : 0.0f;
+    choice[j] = e < experts ? score[j] + bias[e] : -INFINITY;
+  }
+  float sum = 0.0f;
+  for (int k = 0; k < top_k; ++k) {
+    float best = -INFINITY, best_score = 0.0f;
+    int best_id = -1;
+#pragma unroll
+    for (int j = 0; j < kSelectPerThread; ++j)  // ids grow with j: '>' keeps the smallest on ties
+      if (choice[j] > best) {
+        best = choice[j];
+        best_id = threadIdx.x + kSelectThreads * j;
+        best_score = score[j];
+      }
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const float other = __shfl_xor_sync(0xffffffffu, best, offset);
+      const int other_id = __shfl_xor_sync(0xffffffffu, best_id, offset);
+      const float other_score = __shfl_xor_sync(0xffffffffu, best_score, offset);
+      if (other_id >= 0 && (best_id < 0 || better(other, other_id, best, best_id))) {
+        best = other;
+        best_id = other_id;
+        best_score = other_score;
+      }
+    }
+    if (lane == 0) {
+      warp_best[warp] = best;
+      warp_id[warp] = best_id;
+      warp_score[warp] = best_score;
+    }
+    __syncthreads();
+    best = warp_best[0];
+    best_id = warp_id[0];
+    best_score = warp_score[0];
+    for (int w = 1; w < kWarps; ++w)
+      if (warp_id[w] >= 0 && (best_id < 0 || better(warp_best[w], warp_id[w], best, best_id))) {
+        best = warp_best[w];
+        best_id = warp_id[w];
+        best_score = warp_score[w];
+      }
+    __syncthreads();  // the next round rewrites the warps' bests
+#pragma unroll
+    for (int j = 0; j < kSelectPerThread; ++j)
+      if (threadIdx.x + kSelectThreads * j == best_id) choice[j] = -INFINITY;
+    if (threadIdx.x == 0) {
+      topk_ids[static_cast<int64_t>(t) * top_k + k] = best_id;
+      picked[k] = best_score;
+    }
+    sum += best_score;
+  }
+  __syncthreads();  // picked[] of the last round
+  if (threadIdx.x < top_k) {
+    const float weight = norm_topk_prob ? picked[threadIdx.x] / (sum + 1e-20f) : picked[threadIdx.x];
+    topk_weights[static_cast<int64_t>(t) * top_k + threadIdx.x] = weight * scaling;
+  }
+}
+
 struct MoeWorkspace {
   int32_t* active;   // [local_experts]: the local experts with rows, then unused entries
   int32_t* num_active;  // [1]
@@ -490,6 +569,12 @@ void launch_moe_route(const void* x, const float* weight, const float* bias, int
   const dim3 grid(static_cast<unsigned>(experts), static_cast<unsigned>((tokens + kRouteTokens - 1) / kRouteTokens));
   launch_pdl(router_logits_kernel, grid, kRouteWarps * 32, 0, stream, static_cast<const bf16*>(x), weight, logits,
              static_cast<int>(tokens), static_cast<int>(hidden), static_cast<int>(experts));
+  if (topk_group >= n_group && tokens <= kBlockSelectTokens && experts <= kSelectThreads * kSelectPerThread &&
+      top_k <= 32) {
+    launch_pdl(route_select_block_kernel, tokens, kSelectThreads, 0, stream, logits, bias, topk_ids, topk_weights,
+               static_cast<int>(experts), static_cast<int>(top_k), norm_topk_prob, routed_scaling_factor);
+    return;
+  }
   if (topk_group >= n_group && experts <= 32 * kSelectPerLane && top_k <= 32) {
     launch_pdl(route_select_flat_kernel, tokens, 32, 0, stream, logits, bias, topk_ids, topk_weights,
                static_cast<int>(experts), static_cast<int>(top_k), norm_topk_prob, routed_scaling_factor);

@@ -320,10 +320,12 @@ TEST_F(CudaOps, KvWriteToPagedSlots) {
 }
 
 TEST_F(CudaOps, MoeRouteSelectsTheSameExperts) {
-  // 384/1/1 and 64/4/4 (every group kept) take the register kernel, the others the grouped one.
-  for (auto [experts, n_group, topk_group, top_k] :
-       std::vector<std::array<int64_t, 4>>{{384, 1, 1, 8}, {64, 4, 4, 6}, {256, 8, 4, 8}, {16, 4, 2, 4}}) {
-    const int64_t tokens = 50, hidden = 512;
+  // 384/1/1 and 64/4/4 (every group kept) take the register kernels (a block per token at
+  // up to 8 tokens, a warp per token above), the others the grouped one.
+  for (auto [experts, n_group, topk_group, top_k, tokens] : std::vector<std::array<int64_t, 5>>{
+           {384, 1, 1, 8, 50}, {384, 1, 1, 8, 1}, {384, 1, 1, 8, 3}, {64, 4, 4, 6, 50}, {64, 4, 4, 6, 2},
+           {256, 8, 4, 8, 50}, {16, 4, 2, 4, 50}}) {
+    const int64_t hidden = 512;
     auto x = random(tokens * hidden);
     std::vector<float> w(experts * hidden), bias(experts);
     for (size_t i = 0; i < w.size(); ++i) w[i] = 0.2f * uniform_pm1(99, i);
@@ -341,7 +343,7 @@ TEST_F(CudaOps, MoeRouteSelectsTheSameExperts) {
     gpu->download(g_ids.data(), *d_ids, 0, g_ids.size() * 4);
     auto g_w = from_gpu_f32(*d_wt, weights.size());
     // Same fp32 inputs and fp32 math: the same experts in the same (descending) order.
-    EXPECT_EQ(g_ids, ids) << experts << " experts";
+    EXPECT_EQ(g_ids, ids) << experts << " experts, " << tokens << " tokens";
     expect_close(g_w, weights, "moe_route weights", 1e-5);
   }
 }
