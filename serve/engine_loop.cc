@@ -380,27 +380,12 @@ void EngineLoop::switch_plan() {
   replan_done_.notify_all();
 }
 
-void EngineLoop::step() {
-  const auto start = Clock::now();
-  sched::ScheduledStep step = scheduler_->schedule();
-  if (step.empty()) {
-    // Nothing can run (the waiting head does not fit yet and nothing runs to free pages):
-    // cannot happen for requests that passed the size checks; fail them rather than spin.
-    fail_all(500, "the scheduler could not place any request");
-    return;
-  }
-  for (const auto& chunk : step.chunks) {
-    Active& a = *active_.at(chunk.id);
-    if (!a.admitted) {
-      a.admitted = true;
-      queue_time_.observe(seconds_between(a.arrival, start));
-    }
-  }
-  // What the head returns, the least that lets every row draw: greedy rows without logprobs
-  // need only each row's argmax; sampled rows their top candidates and softmax normaliser
-  // (both reduced on the devices); full fp32 logits come to the host only for logprobs, a
-  // top_k beyond the candidates, or a pipelined step of several micro-batches (the
-  // candidates' fallback can fetch the last one's logits only).
+HeadMode EngineLoop::choose_head(sched::ScheduledStep& step) const {
+  // The least that lets every row draw: greedy rows without logprobs need only each row's
+  // argmax; sampled rows their top candidates and softmax normaliser (both reduced on the
+  // devices); full fp32 logits come to the host only for logprobs, a top_k beyond the
+  // candidates, or a pipelined step of several micro-batches (the candidates' fallback can
+  // fetch the last one's logits only).
   HeadMode head = HeadMode::kGreedy;
   for (const auto& chunk : step.chunks) {
     if (chunk.logit_row < 0) continue;
@@ -413,7 +398,7 @@ void EngineLoop::step() {
     }
   }
   if (head == HeadMode::kCandidates && step.plan.micro_batches.size() != 1) head = HeadMode::kLogits;
-  if (head == HeadMode::kCandidates) {
+  if (head == HeadMode::kCandidates) {  // each logit row's temperature (greedy rows: 0)
     for (auto& micro_batch : step.plan.micro_batches)
       for (auto& replica : micro_batch.replicas) replica.batch.temperatures.assign(replica.batch.logit_rows.size(), 0.0f);
     for (const auto& chunk : step.chunks) {
@@ -423,7 +408,20 @@ void EngineLoop::step() {
           o.top_k == 1 ? 0.0f : std::max(o.temperature, 0.0f);
     }
   }
-  const auto host_before_forward = Clock::now();
+  return head;
+}
+
+bool EngineLoop::forward_and_draw(const sched::ScheduledStep& step, HeadMode head, std::vector<int32_t>& sampled,
+                                  std::vector<TokenLogprob>& logprobs, double& forward_seconds) {
+  auto engine_failed = [&](const std::exception& e) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      failure_ = e.what();
+    }
+    fail_all(500, std::string("the engine failed: ") + e.what());
+    return false;
+  };
+  const auto before_forward = Clock::now();
   std::vector<std::vector<Tensor>> logits;  // or argmax ids when greedy
   std::vector<std::vector<SampleCandidates>> candidates;
   try {
@@ -431,20 +429,15 @@ void EngineLoop::step() {
     if (head == HeadMode::kCandidates) candidates = engine_->execute_candidates(step.plan);
     if (head == HeadMode::kLogits) logits = engine_->execute(step.plan);
   } catch (const std::exception& e) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      failure_ = e.what();
-    }
-    fail_all(500, std::string("the engine failed: ") + e.what());
-    return;
+    return engine_failed(e);
   }
-  const auto after_forward = Clock::now();
+  forward_seconds = seconds_between(before_forward, Clock::now());
   const int64_t vocab = engine_->config().vocab_size;
   std::vector<const sched::ScheduledChunk*> rows;  // the chunks that sample, in step order
   for (const auto& chunk : step.chunks)
     if (chunk.logit_row >= 0) rows.push_back(&chunk);
-  std::vector<int32_t> sampled(rows.size(), -1);
-  std::vector<TokenLogprob> logprobs(rows.size());
+  sampled.assign(rows.size(), -1);
+  logprobs.assign(rows.size(), TokenLogprob{});
   auto options_of = [&](size_t i) {
     const Active& a = *active_.at(rows[i]->id);
     ops::SamplingOptions options = a.request.sampling;
@@ -453,24 +446,22 @@ void EngineLoop::step() {
   };
   auto sample = [&](size_t i) {
     const sched::ScheduledChunk& chunk = *rows[i];
-    const Active& a = *active_.at(chunk.id);
     if (head == HeadMode::kGreedy) {
       sampled[i] = logits.at(chunk.micro_batch).at(chunk.replica).i32()[chunk.logit_row];
-      logprobs[i] = TokenLogprob{sampled[i], 0, {}};
       return;
     }
-    if (head == HeadMode::kCandidates) {
+    if (head == HeadMode::kCandidates) {  // -1: drawn from the row's logits below
       const SampleCandidates& c = candidates.at(chunk.micro_batch).at(chunk.replica);
       const int64_t r = chunk.logit_row;
       sampled[i] = cpu::sample_candidates({c.values.data() + r * c.count, c.ids.data() + r * c.count, c.count,
                                            c.normaliser[r]},
                                           vocab, options_of(i));
-      return;  // -1: drawn from the row's logits below
+      return;
     }
+    const int top_logprobs = active_.at(chunk.id)->request.top_logprobs;
     const float* row = logits.at(chunk.micro_batch).at(chunk.replica).f32() + chunk.logit_row * vocab;
     sampled[i] = cpu::sample_row(row, vocab, options_of(i));
-    logprobs[i] = a.request.top_logprobs >= 0 ? token_logprob(row, vocab, sampled[i], a.request.top_logprobs)
-                                              : TokenLogprob{sampled[i], 0, {}};
+    if (top_logprobs >= 0) logprobs[i] = token_logprob(row, vocab, sampled[i], top_logprobs);
   };
   if (head != HeadMode::kLogits) {
     for (size_t i = 0; i < rows.size(); ++i) sample(i);
@@ -493,12 +484,7 @@ void EngineLoop::step() {
     try {
       full = engine_->fetch_logits_rows(replica, logit_rows);
     } catch (const std::exception& e) {
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        failure_ = e.what();
-      }
-      fail_all(500, std::string("the engine failed: ") + e.what());
-      return;
+      return engine_failed(e);
     }
     ThreadPool::global().parallel_for(indices.size(), 1, [&](size_t begin, size_t end) {
       for (size_t j = begin; j < end; ++j)
@@ -506,10 +492,34 @@ void EngineLoop::step() {
     });
     sampling_fallbacks_ += static_cast<int64_t>(indices.size());
   }
-  if (head == HeadMode::kCandidates) {
-    sampled_rows_ += static_cast<int64_t>(rows.size());
-    for (size_t i = 0; i < rows.size(); ++i) logprobs[i] = TokenLogprob{sampled[i], 0, {}};
+  if (head == HeadMode::kCandidates) sampled_rows_ += static_cast<int64_t>(rows.size());
+  // Rows that asked for logprobs always run with the logits head, where sample() filled them.
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (active_.at(rows[i]->id)->request.top_logprobs < 0) logprobs[i] = TokenLogprob{sampled[i], 0, {}};
+  return true;
+}
+
+void EngineLoop::step() {
+  const auto start = Clock::now();
+  sched::ScheduledStep step = scheduler_->schedule();
+  if (step.empty()) {
+    // Nothing can run (the waiting head does not fit yet and nothing runs to free pages):
+    // cannot happen for requests that passed the size checks; fail them rather than spin.
+    fail_all(500, "the scheduler could not place any request");
+    return;
   }
+  for (const auto& chunk : step.chunks) {
+    Active& a = *active_.at(chunk.id);
+    if (!a.admitted) {
+      a.admitted = true;
+      queue_time_.observe(seconds_between(a.arrival, start));
+    }
+  }
+  const HeadMode head = choose_head(step);
+  std::vector<int32_t> sampled;
+  std::vector<TokenLogprob> logprobs;
+  double forward_seconds = 0;
+  if (!forward_and_draw(step, head, sampled, logprobs, forward_seconds)) return;
   scheduler_->commit(step, sampled);
   const auto now = Clock::now();
   size_t next = 0;
@@ -540,7 +550,7 @@ void EngineLoop::step() {
   const auto end = Clock::now();
   step_time_.observe(seconds_between(start, end));
   if (step.prefill_tokens == 0) decode_step_time_.observe(seconds_between(start, end));
-  double host = seconds_between(start, host_before_forward) + seconds_between(after_forward, end);
+  const double host = seconds_between(start, end) - forward_seconds;
   scheduler_cpu_seconds_.fetch_add(host);
   std::lock_guard<std::mutex> lock(mutex_);
   ++snapshot_.steps;

@@ -116,6 +116,12 @@ class EngineLoop {
   struct Active;
   void run();
   void step();
+  // The head a step needs (and, for candidates, each logit row's temperature in its batch).
+  HeadMode choose_head(sched::ScheduledStep& step) const;
+  // Runs the step and draws a token per logit row (in step order), with its logprobs where
+  // asked; false after an engine failure (every request then failed).
+  bool forward_and_draw(const sched::ScheduledStep& step, HeadMode head, std::vector<int32_t>& sampled,
+                        std::vector<TokenLogprob>& logprobs, double& forward_seconds);
   void finish(uint64_t id, OutputEvent event);
   void fail_all(int status, const std::string& message);
   void publish_snapshot();
