@@ -17,20 +17,23 @@ using bf16 = __nv_bfloat16;
 __device__ __forceinline__ float to_f(bf16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ bf16 to_bf(float v) { return __float2bfloat16_rn(v); }
 
-__device__ __forceinline__ float warp_sum(float v) {
+template <typename T>  // float, double
+__device__ __forceinline__ T warp_sum(T v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
 }
 
-// Sum over the block; every thread gets the result. `scratch` holds >= 32 floats.
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
+// Sum over the block (warps added in warp order); every thread gets the result. `scratch`
+// holds >= 32 values.
+template <typename T>
+__device__ __forceinline__ T block_sum(T v, T* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   v = warp_sum(v);
   __syncthreads();
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
   const int warps = (blockDim.x + 31) >> 5;
-  float total = 0.0f;
+  T total = 0;
   for (int w = 0; w < warps; ++w) total += scratch[w];
   return total;
 }
@@ -63,10 +66,12 @@ __device__ __forceinline__ void pdl_enter() {
 // of the weights it will stream before pdl_enter(): the fetch overlaps the predecessor's
 // tail instead of starting after it (decode at small batch is a chain of short kernels whose
 // boundaries are the idle time). The warp's lanes cover [p, p + bytes) in 128-byte lines.
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
 __device__ __forceinline__ void warp_prefetch_l2(const void* p, int64_t bytes) {
   const char* base = static_cast<const char*>(p);
   for (int64_t offset = static_cast<int64_t>(threadIdx.x & 31) * 128; offset < bytes; offset += 32 * 128)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(base + offset));
+    prefetch_l2(base + offset);
 }
 
 template <typename... KernelArgs, typename... Args>

@@ -321,7 +321,7 @@ mla_q_absorb_small_kernel(const bf16* q, const bf16* kv_b, bf16* q_latent, int t
   const bf16* w = kv_b + static_cast<int64_t>(h) * (nope + v) * latent + col0;  // W_uk[h][:, col0:]
   // The rows' slices of this block, asked of L2 before the wait (one 128-byte line each).
   for (int n = threadIdx.x; n < nope; n += kAbsorbThreads)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(w + static_cast<int64_t>(n) * latent));
+    prefetch_l2(w + static_cast<int64_t>(n) * latent);
   pdl_enter();
   __shared__ float partial[kAbsorbThreads * 8 * kAbsorbTokens];  // [groups][tokens][columns], 32 KB
   float acc[kAbsorbTokens][8];

@@ -188,133 +188,66 @@ __global__ void route_select_kernel(const float* logits, const float* bias, int3
 }
 
 // The same selection without group limits (topk_group == n_group, as Kimi K2's single group),
-// from registers: lane l holds experts l, l + 32, ...; each of the top_k rounds takes the
-// warp's best (larger choice score, then smaller id: the reference's order) and retires it.
-// The general kernel above keeps the scores in shared memory and rescans them every round.
-constexpr int kSelectPerLane = 16;  // experts <= 512
+// from registers, one block of kThreads per token: thread i holds experts i, i + kThreads, ...
+// (kPerThread of them); each of the top_k rounds takes the block's best (larger choice score,
+// then smaller id: the reference's order) -- a warp reduction, then the warps' bests through
+// shared memory -- and retires it. Same scores, order and sum whatever the block size. One warp
+// per token serves many tokens; at decode sizes a single warp walking 12 experts per lane
+// through top_k rounds is a serial chain (~10 us on an H200 for 384 experts, top 8), so a
+// token gets four warps there. The general kernel above keeps the scores in shared memory and
+// rescans them every round.
+struct Pick {
+  float choice;  // -inf: retired or missing
+  int id;        // -1: none
+  float score;
+};
 
-__global__ void route_select_flat_kernel(const float* logits, const float* bias, int32_t* topk_ids,
-                                         float* topk_weights, int experts, int top_k, bool norm_topk_prob,
-                                         float scaling) {
-  pdl_enter();
-  const int t = blockIdx.x;
-  const int lane = threadIdx.x & 31;
-  float score[kSelectPerLane], choice[kSelectPerLane];
-#pragma unroll
-  for (int j = 0; j < kSelectPerLane; ++j) {
-    const int e = lane + 32 * j;
-    score[j] = e < experts ? 1.0f / (1.0f + expf(-logits[static_cast<int64_t>(t) * experts + e])) : 0.0f;
-    choice[j] = e < experts ? score[j] + bias[e] : -INFINITY;
-  }
-  float sum = 0.0f, my_weight = 0.0f;
-  int my_id = 0;
-  for (int k = 0; k < top_k; ++k) {
-    float best = -INFINITY, best_score = 0.0f;
-    int best_id = -1;
-#pragma unroll
-    for (int j = 0; j < kSelectPerLane; ++j)  // ids grow with j: '>' keeps the smallest on ties
-      if (choice[j] > best) {  // retired and missing experts are -inf: never taken
-        best = choice[j];
-        best_id = lane + 32 * j;
-        best_score = score[j];
-      }
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      const float other = __shfl_xor_sync(0xffffffffu, best, offset);
-      const int other_id = __shfl_xor_sync(0xffffffffu, best_id, offset);
-      const float other_score = __shfl_xor_sync(0xffffffffu, best_score, offset);
-      if (other_id >= 0 && (best_id < 0 || better(other, other_id, best, best_id))) {
-        best = other;
-        best_id = other_id;
-        best_score = other_score;
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kSelectPerLane; ++j)
-      if (lane + 32 * j == best_id) choice[j] = -INFINITY;
-    if (lane == k) {
-      my_id = best_id;
-      my_weight = best_score;
-    }
-    sum += best_score;
-  }
-  if (lane < top_k) {
-    const float weight = norm_topk_prob ? my_weight / (sum + 1e-20f) : my_weight;
-    topk_ids[static_cast<int64_t>(t) * top_k + lane] = my_id;
-    topk_weights[static_cast<int64_t>(t) * top_k + lane] = weight * scaling;
-  }
+__device__ __forceinline__ void keep_better(Pick& best, const Pick& other) {
+  if (other.id >= 0 && (best.id < 0 || better(other.choice, other.id, best.choice, best.id))) best = other;
 }
 
-// The same selection for a decode-sized batch, one block of kSelectThreads per token: at one
-// token a single warp walking 12 experts per lane through top_k rounds of shuffles is a serial
-// chain (~10 us on an H200 for 384 experts, top 8); here each thread holds at most
-// kSelectPerThread experts, and a round is a warp reduction plus one exchange of the four
-// warps' bests through shared memory. Same scores, same order, same sum: the same result.
-constexpr int kSelectThreads = 128;
-constexpr int kSelectPerThread = 8;  // experts <= 1024
-constexpr int64_t kBlockSelectTokens = 8;
-
-__global__ void __launch_bounds__(kSelectThreads)
-route_select_block_kernel(const float* logits, const float* bias, int32_t* topk_ids, float* topk_weights, int experts,
-                          int top_k, bool norm_topk_prob, float scaling) {
+template <int kThreads, int kPerThread>
+__global__ void __launch_bounds__(kThreads)
+route_select_register_kernel(const float* logits, const float* bias, int32_t* topk_ids, float* topk_weights,
+                             int experts, int top_k, bool norm_topk_prob, float scaling) {
   pdl_enter();
-  constexpr int kWarps = kSelectThreads / 32;
-  __shared__ float warp_best[kWarps], warp_score[kWarps];
-  __shared__ int warp_id[kWarps];
+  constexpr int kWarps = kThreads / 32;
+  __shared__ Pick warp_best[kWarps];
   __shared__ float picked[32];
   const int t = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  float score[kSelectPerThread], choice[kSelectPerThread];
+  float score[kPerThread], choice[kPerThread];
 #pragma unroll
-  for (int j = 0; j < kSelectPerThread; ++j) {
-    const int e = threadIdx.x + kSelectThreads * j;
+  for (int j = 0; j < kPerThread; ++j) {
+    const int e = threadIdx.x + kThreads * j;
     score[j] = e < experts ? 1.0f / (1.0f + expf(-logits[static_cast<int64_t>(t) * experts + e])) : 0.0f;
     choice[j] = e < experts ? score[j] + bias[e] : -INFINITY;
   }
   float sum = 0.0f;
   for (int k = 0; k < top_k; ++k) {
-    float best = -INFINITY, best_score = 0.0f;
-    int best_id = -1;
+    Pick best{-INFINITY, -1, 0.0f};
 #pragma unroll
-    for (int j = 0; j < kSelectPerThread; ++j)  // ids grow with j: '>' keeps the smallest on ties
-      if (choice[j] > best) {
-        best = choice[j];
-        best_id = threadIdx.x + kSelectThreads * j;
-        best_score = score[j];
-      }
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      const float other = __shfl_xor_sync(0xffffffffu, best, offset);
-      const int other_id = __shfl_xor_sync(0xffffffffu, best_id, offset);
-      const float other_score = __shfl_xor_sync(0xffffffffu, best_score, offset);
-      if (other_id >= 0 && (best_id < 0 || better(other, other_id, best, best_id))) {
-        best = other;
-        best_id = other_id;
-        best_score = other_score;
-      }
+    for (int j = 0; j < kPerThread; ++j)  // ids grow with j: '>' keeps the smallest on ties
+      if (choice[j] > best.choice) best = Pick{choice[j], static_cast<int>(threadIdx.x) + kThreads * j, score[j]};
+    for (int offset = 16; offset > 0; offset >>= 1)
+      keep_better(best, Pick{__shfl_xor_sync(0xffffffffu, best.choice, offset),
+                             __shfl_xor_sync(0xffffffffu, best.id, offset),
+                             __shfl_xor_sync(0xffffffffu, best.score, offset)});
+    if (kWarps > 1) {
+      if (lane == 0) warp_best[warp] = best;
+      __syncthreads();
+      best = warp_best[0];
+      for (int w = 1; w < kWarps; ++w) keep_better(best, warp_best[w]);
+      __syncthreads();  // the next round rewrites the warps' bests
     }
-    if (lane == 0) {
-      warp_best[warp] = best;
-      warp_id[warp] = best_id;
-      warp_score[warp] = best_score;
-    }
-    __syncthreads();
-    best = warp_best[0];
-    best_id = warp_id[0];
-    best_score = warp_score[0];
-    for (int w = 1; w < kWarps; ++w)
-      if (warp_id[w] >= 0 && (best_id < 0 || better(warp_best[w], warp_id[w], best, best_id))) {
-        best = warp_best[w];
-        best_id = warp_id[w];
-        best_score = warp_score[w];
-      }
-    __syncthreads();  // the next round rewrites the warps' bests
 #pragma unroll
-    for (int j = 0; j < kSelectPerThread; ++j)
-      if (threadIdx.x + kSelectThreads * j == best_id) choice[j] = -INFINITY;
+    for (int j = 0; j < kPerThread; ++j)
+      if (static_cast<int>(threadIdx.x) + kThreads * j == best.id) choice[j] = -INFINITY;
     if (threadIdx.x == 0) {
-      topk_ids[static_cast<int64_t>(t) * top_k + k] = best_id;
-      picked[k] = best_score;
+      topk_ids[static_cast<int64_t>(t) * top_k + k] = best.id;
+      picked[k] = best.score;
     }
-    sum += best_score;
+    sum += best.score;
   }
   __syncthreads();  // picked[] of the last round
   if (threadIdx.x < top_k) {
@@ -322,6 +255,11 @@ route_select_block_kernel(const float* logits, const float* bias, int32_t* topk_
     topk_weights[static_cast<int64_t>(t) * top_k + threadIdx.x] = weight * scaling;
   }
 }
+
+constexpr int kSelectPerLane = 16;         // one warp per token: experts <= 512
+constexpr int kSelectThreads = 128;        // decode sizes: four warps per token,
+constexpr int kSelectPerThread = 8;        //   experts <= 1024
+constexpr int64_t kBlockSelectTokens = 8;  // tokens up to which a token gets four warps
 
 struct MoeWorkspace {
   int32_t* active;   // [local_experts]: the local experts with rows, then unused entries
@@ -571,13 +509,15 @@ void launch_moe_route(const void* x, const float* weight, const float* bias, int
              static_cast<int>(tokens), static_cast<int>(hidden), static_cast<int>(experts));
   if (topk_group >= n_group && tokens <= kBlockSelectTokens && experts <= kSelectThreads * kSelectPerThread &&
       top_k <= 32) {
-    launch_pdl(route_select_block_kernel, tokens, kSelectThreads, 0, stream, logits, bias, topk_ids, topk_weights,
-               static_cast<int>(experts), static_cast<int>(top_k), norm_topk_prob, routed_scaling_factor);
+    launch_pdl(route_select_register_kernel<kSelectThreads, kSelectPerThread>, tokens, kSelectThreads, 0, stream,
+               logits, bias, topk_ids, topk_weights, static_cast<int>(experts), static_cast<int>(top_k),
+               norm_topk_prob, routed_scaling_factor);
     return;
   }
   if (topk_group >= n_group && experts <= 32 * kSelectPerLane && top_k <= 32) {
-    launch_pdl(route_select_flat_kernel, tokens, 32, 0, stream, logits, bias, topk_ids, topk_weights,
-               static_cast<int>(experts), static_cast<int>(top_k), norm_topk_prob, routed_scaling_factor);
+    launch_pdl(route_select_register_kernel<32, kSelectPerLane>, tokens, 32, 0, stream, logits, bias, topk_ids,
+               topk_weights, static_cast<int>(experts), static_cast<int>(top_k), norm_topk_prob,
+               routed_scaling_factor);
     return;
   }
   const size_t shared = sizeof(float) * (2 * experts + n_group) + (experts > n_group ? experts : n_group);

@@ -153,7 +153,7 @@ __device__ void select_top(int n, int count, KeyAt key_at, IdAt id_at, int* chos
     __syncthreads();
     last = s.min_id;
     for (int i = threadIdx.x; i < n; i += blockDim.x)
-      if (key_at(i) == prefix && id_at(i) == last) chosen[s.taken + 0] = i;
+      if (key_at(i) == prefix && id_at(i) == last) chosen[s.taken] = i;
     __syncthreads();
     if (threadIdx.x == 0) ++s.taken;
     __syncthreads();
@@ -169,17 +169,6 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   float m = scratch[0];
   for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) m = fmaxf(m, scratch[w]);
   return m;
-}
-
-__device__ __forceinline__ double block_sum_f64(double v, double* scratch) {
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  double total = 0.0;
-  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) total += scratch[w];
-  return total;
 }
 
 // Stage-1 output per (row, segment): `count` slots of (value, id) (the first min(count,
@@ -211,7 +200,7 @@ segment_candidates_kernel(const float* logits, const float* temperatures, Candid
   if (temperature > 0.0f)
     for (int i = threadIdx.x; i < n; i += blockDim.x)
       local_sum += exp((static_cast<double>(x[i]) - seg_max) / temperature);
-  const double seg_sum = block_sum_f64(local_sum, sum_scratch);
+  const double seg_sum = block_sum(local_sum, sum_scratch);
   const int take = min(count, n);
   select_top(n, take, [&](int i) { return key_of(x[i]); }, [&](int i) { return static_cast<int64_t>(i); }, chosen,
              scratch);
