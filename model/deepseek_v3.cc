@@ -74,12 +74,10 @@ struct DeepseekV3::Activations {
   BufferPtr gathered_pairs;
   // Candidate heads: C = candidates_per_slice() per row of this rank's vocab slice.
   BufferPtr temperatures;                               // [R] fp32, uploaded with the step
-  BufferPtr cand_values, cand_ids;                      // [R, C]
-  BufferPtr cand_max;                                   // [R]
+  BufferPtr cand_values, cand_ids;                      // [R, C]: a row's first value is its slice's maximum
   BufferPtr cand_normaliser;                            // [R] fp64
   BufferPtr gathered_cand_values, gathered_cand_ids;    // [attn_tp, R, C]
   BufferPtr gathered_cand_normaliser;                   // [attn_tp, R] fp64
-  BufferPtr gathered_cand_max;                          // [attn_tp, R]
 };
 
 namespace {
@@ -319,14 +317,12 @@ size_t DeepseekV3::lay_out_head(Activations* a, int64_t rows, ops::Buffer* arena
   layout.place(&Activations::temperatures, n, 4);
   layout.place(&Activations::cand_values, n * c, 4);
   layout.place(&Activations::cand_ids, n * c, 4);
-  layout.place(&Activations::cand_max, n, 4);
   layout.place(&Activations::cand_normaliser, n, 8);
   if (tp > 1) {
     layout.place(&Activations::gathered_logits, tp * n * vocab_local, 4);
     layout.place(&Activations::gathered_pairs, tp * 2 * n, 4);
     layout.place(&Activations::gathered_cand_values, tp * n * c, 4);
     layout.place(&Activations::gathered_cand_ids, tp * n * c, 4);
-    layout.place(&Activations::gathered_cand_max, tp * n, 4);
     layout.place(&Activations::gathered_cand_normaliser, tp * n, 8);
   }
   return layout.used();
@@ -492,15 +488,15 @@ Tensor DeepseekV3::greedy_to_host(Activations& a, int64_t rows) {
 void DeepseekV3::candidates_to_host(Activations& a, int64_t rows) {
   const int64_t c = candidates_per_slice();
   const int tp = a.gathered_cand_values ? groups_.attn_tp->size() : 1;
-  // [tp, rows, c] sorted slices, their maxima and normalisers (each relative to its maximum).
-  std::vector<float> values(static_cast<size_t>(tp * rows * c)), maxima(static_cast<size_t>(tp * rows));
+  // [tp, rows, c] sorted slices (each slice's first value is its maximum) and their
+  // normalisers, each relative to its slice's maximum.
+  std::vector<float> values(static_cast<size_t>(tp * rows * c));
   std::vector<int32_t> ids(values.size());
-  std::vector<double> sums(maxima.size());
+  std::vector<double> sums(static_cast<size_t>(tp * rows));
   if (rows) {
     const bool gathered = tp > 1;
     backend_.download(values.data(), gathered ? *a.gathered_cand_values : *a.cand_values, 0, values.size() * 4);
     backend_.download(ids.data(), gathered ? *a.gathered_cand_ids : *a.cand_ids, 0, ids.size() * 4);
-    backend_.download(maxima.data(), gathered ? *a.gathered_cand_max : *a.cand_max, 0, maxima.size() * 4);
     backend_.download(sums.data(), gathered ? *a.gathered_cand_normaliser : *a.cand_normaliser, 0, sums.size() * 8);
   }
   SampleCandidates out;
@@ -523,12 +519,12 @@ void DeepseekV3::candidates_to_host(Activations& a, int64_t rows) {
       out.ids[r * out.count + j] = ids[(best * rows + r) * c + next[best]];
       ++next[best];
     }
-    float row_max = maxima[r];
-    for (int k = 1; k < tp; ++k) row_max = std::max(row_max, maxima[k * rows + r]);
+    auto slice_max = [&](int k) { return values[(k * rows + r) * c]; };
+    const float row_max = out.values[r * out.count];
     const double temperature = temperatures_[r];
     double total = 0.0;
     for (int k = 0; k < tp; ++k)
-      total += sums[k * rows + r] * std::exp((static_cast<double>(maxima[k * rows + r]) - row_max) / temperature);
+      total += sums[k * rows + r] * std::exp((static_cast<double>(slice_max(k)) - row_max) / temperature);
     out.normaliser[r] = temperature > 0.0 ? total : 1.0;
   }
   candidates_ = std::move(out);
@@ -609,14 +605,12 @@ void DeepseekV3::lm_head(Activations& a, int64_t rows) {
     const int64_t c = candidates_per_slice();
     backend_.top_candidates({static_cast<const float*>(ptr(a.local_logits)), static_cast<const float*>(ptr(a.temperatures)),
                              static_cast<float*>(ptr(a.cand_values)), static_cast<int32_t*>(ptr(a.cand_ids)),
-                             static_cast<float*>(ptr(a.cand_max)), static_cast<double*>(ptr(a.cand_normaliser)), rows,
-                             vocab_local, c, shard_.vocab.begin});
+                             static_cast<double*>(ptr(a.cand_normaliser)), rows, vocab_local, c, shard_.vocab.begin});
     if (a.gathered_cand_values) {
       comm::Communicator& tp = *groups_.attn_tp;
       tp.set_site("lm_head");
       tp.all_gather(ptr(a.cand_values), ptr(a.gathered_cand_values), static_cast<size_t>(rows * c), DType::F32);
       tp.all_gather(ptr(a.cand_ids), ptr(a.gathered_cand_ids), static_cast<size_t>(rows * c), DType::I32);
-      tp.all_gather(ptr(a.cand_max), ptr(a.gathered_cand_max), static_cast<size_t>(rows), DType::F32);
       // fp64 normalisers travel as pairs of 4-byte words.
       tp.all_gather(ptr(a.cand_normaliser), ptr(a.gathered_cand_normaliser), static_cast<size_t>(2 * rows), DType::F32);
     }

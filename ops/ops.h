@@ -217,8 +217,8 @@ struct ArgmaxRowsParams {
 };
 
 // Sampling without moving logits: per row, the `count` largest logits in descending order
-// (ties: the smaller id first; ids + id_offset, the first id of a vocab slice), the row's
-// maximum, and the softmax normaliser at the row's temperature, sum over the row of
+// (ties: the smaller id first; ids + id_offset, the first id of a vocab slice; values[0] is the
+// row's maximum), and the softmax normaliser at the row's temperature, sum over the row of
 // exp((logit - max) / temperature) in fp64 (1 when the temperature is <= 0). The host merges
 // vocab slices and finishes the draw (cpu::sample_candidates). count <= vocab.
 struct TopCandidatesParams {
@@ -226,7 +226,6 @@ struct TopCandidatesParams {
   const float* temperatures;  // [rows], backend memory
   float* values;              // [rows, count]
   int32_t* ids;               // [rows, count]
-  float* row_max;             // [rows]
   double* normaliser;         // [rows]
   int64_t rows, vocab, count, id_offset;
 };

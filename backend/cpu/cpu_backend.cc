@@ -343,7 +343,7 @@ class CpuBackend final : public Backend {
     pool().parallel_for(static_cast<size_t>(p.rows), 1, [&](size_t begin, size_t end) {
       for (size_t r = begin; r < end; ++r) {
         top_candidates_row(p.logits + r * p.vocab, p.vocab, p.count, p.temperatures[r], p.values + r * p.count,
-                           p.ids + r * p.count, p.row_max + r, p.normaliser + r);
+                           p.ids + r * p.count, p.normaliser + r);
         for (int64_t i = 0; i < p.count; ++i) p.ids[r * p.count + i] += static_cast<int32_t>(p.id_offset);
       }
     });

@@ -133,18 +133,14 @@ int32_t sample_candidates(const CandidateRow& row, int64_t vocab, const ops::Sam
 }
 
 void top_candidates_row(const float* logits, int64_t vocab, int64_t count, float temperature, float* values,
-                        int32_t* ids, float* row_max, double* normaliser) {
-  std::vector<int32_t> order(vocab);
-  std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + count, order.end(), [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
+                        int32_t* ids, double* normaliser) {
+  LogitsSource sorted(logits, vocab, count);
+  sorted.place(count - 1);
   for (int64_t i = 0; i < count; ++i) {
-    values[i] = logits[order[i]];
-    ids[i] = order[i];
+    values[i] = sorted.logit(i);
+    ids[i] = sorted.id(i);
   }
-  const float max = *std::max_element(logits, logits + vocab);
-  *row_max = max;
+  const float max = values[0];
   double total = 0.0;
   if (temperature > 0.0f) {
     for (int64_t v = 0; v < vocab; ++v) total += std::exp((static_cast<double>(logits[v]) - max) / temperature);

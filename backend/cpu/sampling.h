@@ -28,6 +28,6 @@ int32_t sample_candidates(const CandidateRow& row, int64_t vocab, const ops::Sam
 
 // The CPU reference of ops::TopCandidatesParams for one row: `count` <= vocab.
 void top_candidates_row(const float* logits, int64_t vocab, int64_t count, float temperature, float* values,
-                        int32_t* ids, float* row_max, double* normaliser);
+                        int32_t* ids, double* normaliser);
 
 }  // namespace moeserve::cpu

@@ -342,7 +342,7 @@ class CudaBackend final : public Backend {
   void top_candidates(const TopCandidatesParams& p) override {
     if (p.rows == 0) return;
     void* ws = workspace(candidates_workspace_, top_candidates_workspace_bytes(p.rows, p.vocab, p.count));
-    launch_top_candidates(p.logits, p.temperatures, p.values, p.ids, p.row_max, p.normaliser, p.rows, p.vocab, p.count,
+    launch_top_candidates(p.logits, p.temperatures, p.values, p.ids, p.normaliser, p.rows, p.vocab, p.count,
                           p.id_offset, ws, cur_);
   }
 

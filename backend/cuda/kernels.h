@@ -97,7 +97,7 @@ void launch_argmax_rows(const float* logits, int32_t* tokens, float* values, int
 // Sampled rows: candidates (ops::TopCandidatesParams), in two launches through `workspace`.
 int64_t top_candidates_workspace_bytes(int64_t rows, int64_t vocab, int64_t count);
 void launch_top_candidates(const float* logits, const float* temperatures, float* values, int32_t* ids,
-                           float* row_max, double* normaliser, int64_t rows, int64_t vocab, int64_t count,
+                           double* normaliser, int64_t rows, int64_t vocab, int64_t count,
                            int64_t id_offset, void* workspace, cudaStream_t stream);
 
 }  // namespace moeserve::cuda

@@ -216,7 +216,7 @@ segment_candidates_kernel(const float* logits, const float* temperatures, Candid
 }
 
 __global__ void __launch_bounds__(kCandidateThreads)
-merge_candidates_kernel(CandidateSegments in, const float* temperatures, float* values, int32_t* ids, float* row_max,
+merge_candidates_kernel(CandidateSegments in, const float* temperatures, float* values, int32_t* ids,
                         double* normaliser, int64_t vocab, int segment, int segments, int count, int64_t id_offset) {
   pdl_enter();
   // After the selection, the sort reuses `keys` (kMaxCandidates 8-byte entries fit in it).
@@ -291,7 +291,6 @@ merge_candidates_kernel(CandidateSegments in, const float* temperatures, float* 
       const int64_t slot = static_cast<int64_t>(row) * segments + s;
       total += in.sum[slot] * exp((static_cast<double>(in.max[slot]) - m) / temperature);
     }
-    row_max[row] = m;
     normaliser[row] = temperature > 0.0f ? total : 1.0;
   }
 }
@@ -333,7 +332,7 @@ int64_t top_candidates_workspace_bytes(int64_t rows, int64_t vocab, int64_t coun
 }
 
 void launch_top_candidates(const float* logits, const float* temperatures, float* values, int32_t* ids,
-                           float* row_max, double* normaliser, int64_t rows, int64_t vocab, int64_t count,
+                           double* normaliser, int64_t rows, int64_t vocab, int64_t count,
                            int64_t id_offset, void* workspace, cudaStream_t stream) {
   if (rows == 0) return;
   if (count < 1 || count > kMaxCandidates || count > vocab)
@@ -346,7 +345,7 @@ void launch_top_candidates(const float* logits, const float* temperatures, float
              kCandidateThreads, 0, stream, logits, temperatures, ws, vocab, static_cast<int>(segment),
              static_cast<int>(count));
   launch_pdl(merge_candidates_kernel, static_cast<unsigned>(rows), kCandidateThreads, 0, stream, ws, temperatures,
-             values, ids, row_max, normaliser, vocab, static_cast<int>(segment), segments, static_cast<int>(count),
+             values, ids, normaliser, vocab, static_cast<int>(segment), segments, static_cast<int>(count),
              id_offset);
 }
 
