@@ -79,8 +79,23 @@ std::map<Collective, double> NcclCommunicator::collect_timing() {
   return ms_by_collective;
 }
 
+void NcclCommunicator::use_peer_all_reduce(std::shared_ptr<PeerAllReduce> group) {
+  if (group) {
+    int device = -1;
+    MS_CHECK(cudaStreamGetDevice(stream_, &device) == cudaSuccess, "{}: cudaStreamGetDevice failed", name_);
+    MS_CHECK(group->size() == size_ && group->device(rank_) == device,
+             "{}: the peer all-reduce group ({} GPUs, rank {} on GPU {}) does not match this communicator "
+             "(rank {} of {} on GPU {})", name_, group->size(), rank_, group->device(rank_), rank_, size_, device);
+  }
+  peer_ = std::move(group);
+}
+
 void NcclCommunicator::all_reduce_sum(void* data, size_t count, DType dtype) {
   stats_.record(Collective::AllReduce, static_cast<int64_t>(count * dtype_size(dtype)));
+  if (peer_ && peer_->fits(data, count, dtype)) {
+    maybe_timed(Collective::AllReduce, [&] { peer_->all_reduce_sum(rank_, data, count, dtype, stream_); });
+    return;
+  }
   maybe_timed(Collective::AllReduce,
               [&] { MS_NCCL(ncclAllReduce(data, data, count, nccl_type(dtype), ncclSum, comm_, stream_)); });
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/peer_all_reduce.h"
 
 typedef struct CUstream_st* cudaStream_t;
 typedef struct ncclComm* ncclComm_t;
@@ -38,6 +39,10 @@ class NcclCommunicator final : public Communicator {
   void broadcast(void* data, size_t count, DType dtype, int root) override;
   void barrier() override;
 
+  // Small fp32 / bf16 all-reduces go through `group` (this communicator's ranks, in its rank
+  // order) instead of NCCL; see peer_all_reduce.h. nullptr: NCCL only.
+  void use_peer_all_reduce(std::shared_ptr<PeerAllReduce> group);
+
   // Time every call with CUDA events on the stream (for benchmarks; off by default).
   // collect_timing() waits for the recorded calls and returns milliseconds per collective.
   void set_timing(bool enabled) { timing_ = enabled; }
@@ -54,6 +59,7 @@ class NcclCommunicator final : public Communicator {
   int rank_ = 0;
   int size_ = 1;
   void* barrier_scratch_ = nullptr;
+  std::shared_ptr<PeerAllReduce> peer_;
   bool timing_ = false;
   struct Timed {
     Collective collective;

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <map>
+#include <mutex>
+
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 
@@ -47,6 +50,18 @@ std::unique_ptr<ops::Backend> make_rank_backend(const std::string& kind, int ran
 #ifdef MOESERVE_WITH_CUDA
 struct NcclWorld::Impl {
   std::vector<std::unique_ptr<comm::NcclCommunicator>> world;
+  // One peer all-reduce per member list, shared by the communicators of those ranks (attention
+  // TP and MoE groups with the same members share it: one stream per rank orders their calls
+  // alike on every rank). nullptr where peer access is unavailable.
+  std::mutex peer_mutex;
+  std::map<std::vector<int>, std::shared_ptr<comm::PeerAllReduce>> peer_groups;
+
+  std::shared_ptr<comm::PeerAllReduce> peer_group(const std::vector<int>& members) {
+    std::lock_guard<std::mutex> lock(peer_mutex);
+    auto [it, inserted] = peer_groups.try_emplace(members);
+    if (inserted) it->second = comm::PeerAllReduce::create(members);  // rank = GPU (make_rank_backend)
+    return it->second;
+  }
 };
 
 NcclWorld::NcclWorld(const std::vector<ops::Backend*>& rank_backends) : impl_(std::make_unique<Impl>()) {
@@ -59,10 +74,14 @@ RankComms NcclWorld::split_for(const parallel::ParallelPlan& plan, int rank) {
   const parallel::RankCoord c = parallel::rank_coord(plan, rank);
   comm::NcclCommunicator& world = *impl_->world[rank];
   // color: which group; key: the rank's index in it (the group-rank order of rank_comms.h).
+  auto attn_tp = world.split(c.stage * plan.attn_dp + c.dp_index, c.tp_index,
+                             fmt::format("attn_tp.s{}.d{}", c.stage, c.dp_index));
+  auto moe = world.split(c.stage, c.moe_index, fmt::format("moe.s{}", c.stage));
+  attn_tp->use_peer_all_reduce(impl_->peer_group(attn_tp_members(plan, rank)));
+  moe->use_peer_all_reduce(impl_->peer_group(moe_members(plan, rank)));
   RankComms comms;
-  comms.attn_tp = world.split(c.stage * plan.attn_dp + c.dp_index, c.tp_index,
-                              fmt::format("attn_tp.s{}.d{}", c.stage, c.dp_index));
-  comms.moe = world.split(c.stage, c.moe_index, fmt::format("moe.s{}", c.stage));
+  comms.attn_tp = std::move(attn_tp);
+  comms.moe = std::move(moe);
   comms.pipeline = world.split(c.dp_index * plan.attn_tp + c.tp_index, c.stage,
                                fmt::format("pipeline.d{}.t{}", c.dp_index, c.tp_index));
   return comms;

@@ -1,0 +1,98 @@
+#include "comm/peer_all_reduce.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "comm/peer_all_reduce_kernel.h"
+#include "core/error.h"
+
+namespace moeserve::comm {
+
+namespace {
+
+#define MS_CUDA_OK(call, what)                                                                  \
+  do {                                                                                          \
+    const cudaError_t status_ = (call);                                                         \
+    MS_CHECK(status_ == cudaSuccess, "peer all-reduce: {} failed: {}", what, cudaGetErrorString(status_)); \
+  } while (0)
+
+}  // namespace
+
+static_assert(PeerAllReduce::kMaxRanks == peer::kMaxRanks && PeerAllReduce::kMaxBytes == peer::kMaxBytes);
+
+PeerAllReduce::PeerAllReduce(std::vector<int> devices) : devices_(std::move(devices)), memory_(devices_.size()) {}
+
+std::shared_ptr<PeerAllReduce> PeerAllReduce::create(const std::vector<int>& devices) {
+  const char* env = std::getenv("MOESERVE_PEER_ALL_REDUCE");
+  if (env != nullptr && std::strcmp(env, "0") == 0) return nullptr;
+  const int n = static_cast<int>(devices.size());
+  if (n < 2 || n > kMaxRanks) return nullptr;
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) {
+      int ok = 0;
+      if (i != j && (cudaDeviceCanAccessPeer(&ok, devices[i], devices[j]) != cudaSuccess || !ok)) return nullptr;
+    }
+  int previous = 0;
+  MS_CUDA_OK(cudaGetDevice(&previous), "cudaGetDevice");
+  std::shared_ptr<PeerAllReduce> group(new PeerAllReduce(devices));
+  for (int i = 0; i < n; ++i) {
+    MS_CUDA_OK(cudaSetDevice(devices[i]), "cudaSetDevice");
+    for (int j = 0; j < n; ++j) {
+      if (i == j) continue;
+      const cudaError_t status = cudaDeviceEnablePeerAccess(devices[j], 0);
+      if (status == cudaErrorPeerAccessAlreadyEnabled) {
+        cudaGetLastError();  // NCCL (or an earlier group) enabled it: fine
+      } else {
+        MS_CUDA_OK(status, "cudaDeviceEnablePeerAccess");
+      }
+    }
+    RankMemory& m = group->memory_[i];
+    MS_CUDA_OK(cudaMalloc(&m.receive, 2 * n * kMaxBytes), "receive buffer allocation");
+    MS_CUDA_OK(cudaMalloc(&m.flags, n * peer::kMaxBlocks * sizeof(uint32_t)), "flag allocation");
+    MS_CUDA_OK(cudaMalloc(&m.calls, peer::kMaxBlocks * sizeof(uint32_t)), "counter allocation");
+    MS_CUDA_OK(cudaMemset(m.flags, 0, n * peer::kMaxBlocks * sizeof(uint32_t)), "flag reset");
+    MS_CUDA_OK(cudaMemset(m.calls, 0, peer::kMaxBlocks * sizeof(uint32_t)), "counter reset");
+    MS_CUDA_OK(cudaDeviceSynchronize(), "initialisation");
+  }
+  MS_CUDA_OK(cudaSetDevice(previous), "cudaSetDevice");
+  return group;
+}
+
+PeerAllReduce::~PeerAllReduce() {
+  int previous = 0;
+  cudaGetDevice(&previous);
+  for (size_t i = 0; i < memory_.size(); ++i) {
+    cudaSetDevice(devices_[i]);
+    cudaFree(memory_[i].receive);
+    cudaFree(memory_[i].flags);
+    cudaFree(memory_[i].calls);
+  }
+  cudaSetDevice(previous);
+}
+
+bool PeerAllReduce::fits(const void* data, size_t count, DType dtype) const {
+  if (dtype != DType::F32 && dtype != DType::BF16) return false;
+  const size_t bytes = count * dtype_size(dtype);
+  return bytes > 0 && bytes <= kMaxBytes && bytes % 16 == 0 && reinterpret_cast<uintptr_t>(data) % 16 == 0;
+}
+
+void PeerAllReduce::all_reduce_sum(int rank, void* data, size_t count, DType dtype, cudaStream_t stream) {
+  MS_CHECK(rank >= 0 && rank < size() && fits(data, count, dtype), "peer all-reduce: rank {} of {}, {} x {} does not fit",
+           rank, size(), count, dtype_name(dtype));
+  peer::Args args{};
+  args.rank = rank;
+  args.size = size();
+  for (int r = 0; r < size(); ++r) {
+    args.receive[r] = memory_[r].receive;
+    args.flags[r] = memory_[r].flags;
+  }
+  args.calls = memory_[rank].calls;
+  args.data = static_cast<char*>(data);
+  args.bytes = static_cast<int64_t>(count * dtype_size(dtype));
+  args.bf16 = dtype == DType::BF16;
+  peer::launch(args, stream);
+}
+
+}  // namespace moeserve::comm
