@@ -52,7 +52,8 @@ void run_bench_step(const BenchStepArgs& args) {
   options.page_size = args.page_size;
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
   const int64_t per_replica = (max_batch + options.plan.attn_dp - 1) / options.plan.attn_dp;
-  options.num_pages = per_replica * ((args.context + 1 + args.page_size - 1) / args.page_size);
+  // Pipeline plans also run one group of the batch per stage in flight (pp times the sequences).
+  options.num_pages = per_replica * options.plan.pp * ((args.context + 1 + args.page_size - 1) / args.page_size);
 
   double copy_gbs = 0, bf16_tflops = 0;
 #ifdef MOESERVE_WITH_CUDA
@@ -91,6 +92,19 @@ void run_bench_step(const BenchStepArgs& args) {
                           {"bytes_per_gpu", bytes}, {"gbs_per_gpu", gbs}, {"copy_fraction", copy_gbs > 0 ? gbs / copy_gbs : 0},
                           {"tflops_per_gpu", tflops}, {"gemm_fraction", bf16_tflops > 0 ? tflops / bf16_tflops : 0},
                           {"experts_hit_rank0", r.experts_hit_per_rank[0]}};
+    if (r.pipelined) {
+      // Asynchronous pipelining: each stage runs one group's step while the next runs another's.
+      const runtime::PipelinedResult& p = *r.pipelined;
+      const double p_bytes = p.max_rank_bytes();
+      const double p_gbs = p_bytes / (p.group_step_ms() * 1e-3) / 1e9;
+      std::printf("  pipelined, %d groups of %lld in flight: %.3f ms per group step (%.3f per round), %.1f tok/s, "
+                  "%.3f GB/GPU/group step, %.1f GB/s/GPU, %.1f%% of copy\n",
+                  p.groups, (long long)r.batch, p.group_step_ms(), p.round_ms, p.tokens_per_s, p_bytes / 1e9, p_gbs,
+                  copy_gbs > 0 ? 100 * p_gbs / copy_gbs : 0.0);
+      row["pipelined"] = {{"groups", p.groups}, {"group_step_ms", p.group_step_ms()}, {"round_ms", p.round_ms},
+                          {"tokens_per_s", p.tokens_per_s}, {"bytes_per_gpu", p_bytes}, {"gbs_per_gpu", p_gbs},
+                          {"copy_fraction", copy_gbs > 0 ? p_gbs / copy_gbs : 0}};
+    }
     if (!r.op_ms_per_step.empty()) {
       std::printf("  per op (rank 0, graphs off): ");
       double total = 0;

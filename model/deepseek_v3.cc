@@ -235,6 +235,11 @@ void DeepseekV3::load(WeightSource& source) {
   }
 }
 
+void DeepseekV3::record_routing(int64_t moe_layer, const int32_t* ids, size_t count) {
+  if (static_cast<int64_t>(last_routing_.size()) <= moe_layer) last_routing_.resize(static_cast<size_t>(moe_layer + 1));
+  last_routing_[moe_layer].insert(last_routing_[moe_layer].end(), ids, ids + count);
+}
+
 void DeepseekV3::all_reduce(comm::Communicator* group, ops::Buffer& buffer, int64_t count, const char* site,
                             DType dtype) {
   if (group == nullptr || group->size() == 1) return;
@@ -563,7 +568,6 @@ void DeepseekV3::run(Activations& a, int64_t logit_rows, int64_t max_pages_per_s
                         shard_.vocab.begin, shard_.vocab.end});
     all_reduce(groups_.attn_tp, *a.hidden, T * hidden, "embedding", backend_.activation_dtype());
   }
-  if (record_routing_) last_routing_.clear();
   int64_t moe_layer = 0;
   // normed = input_norm(hidden) for the first layer; after that, every residual add is fused
   // with the norm that follows it (the next branch's input). The stage's last add stands
@@ -744,7 +748,7 @@ void DeepseekV3::moe(const Layer& layer, int64_t moe_layer, Activations& a) {
   const ModelConfig& c = config_;
   const int64_t T = a.tokens, hidden = c.hidden_size;
   if (plan_.attn_dp > 1) {
-    moe_dispatch_combine(layer, a);
+    moe_dispatch_combine(layer, moe_layer, a);
     return;
   }
   // Every rank of the stage holds every token (attention TP): route locally, run the owned
@@ -765,8 +769,9 @@ void DeepseekV3::moe(const Layer& layer, int64_t moe_layer, Activations& a) {
                             static_cast<float>(c.routed_scaling_factor)};
   backend_.moe_route(route);
   if (record_routing_) {
-    last_routing_.emplace_back(T * c.num_experts_per_tok);
-    if (T) backend_.download(last_routing_.back().data(), *a.topk_ids, 0, last_routing_.back().size() * 4);
+    std::vector<int32_t> ids(static_cast<size_t>(T * c.num_experts_per_tok));
+    if (T) backend_.download(ids.data(), *a.topk_ids, 0, ids.size() * 4);
+    record_routing(moe_layer, ids.data(), ids.size());
   }
   ops::MoeExpertsParams experts{};
   experts.x = ptr(a.normed);
@@ -803,7 +808,7 @@ void DeepseekV3::moe(const Layer& layer, int64_t moe_layer, Activations& a) {
 //      an all-reduce "moe" over its TP group (rows of other ranks are zero).
 // Rows move in backend memory (gather_rows, all_to_all_v, row_combine); only the routing
 // and the row counts come to the host to lay the exchange out.
-void DeepseekV3::moe_dispatch_combine(const Layer& layer, Activations& a) {
+void DeepseekV3::moe_dispatch_combine(const Layer& layer, int64_t moe_layer, Activations& a) {
   const ModelConfig& c = config_;
   const int64_t T = a.tokens, hidden = c.hidden_size, top_k = c.num_experts_per_tok;
   const int ranks = plan_.ranks_per_stage();
@@ -833,7 +838,7 @@ void DeepseekV3::moe_dispatch_combine(const Layer& layer, Activations& a) {
     backend_.download(topk_ids.data(), *a.topk_ids, 0, topk_ids.size() * 4);
     backend_.download(topk_weights.data(), *a.topk_weights, 0, topk_weights.size() * 4);
   }
-  if (record_routing_) last_routing_.push_back(topk_ids);
+  if (record_routing_) record_routing(moe_layer, topk_ids.data(), topk_ids.size());
 
   // (token, k) pairs per expert, in token then k order.
   std::vector<std::vector<int64_t>> by_expert(c.n_routed_experts);  // entries: i * top_k + k

@@ -111,9 +111,13 @@ class DeepseekV3 {
   // finish and returns an empty Tensor on every stage.
   void set_return_logits(bool enabled) { return_logits_ = enabled; }
 
-  // Keep a host copy of each MoE layer's routing ([tokens, top_k] expert ids) after every
-  // forward (a synchronising download: for accounting, not for timed runs).
-  void set_record_routing(bool record) { record_routing_ = record; }
+  // Keep a host copy of each MoE layer's routing ([tokens, top_k] expert ids) while recording
+  // (a synchronising download: for accounting, not for timed runs). Switching it on clears
+  // the copy; every forward until then appends its tokens (all micro-batches of a step).
+  void set_record_routing(bool record) {
+    if (record && !record_routing_) last_routing_.clear();
+    record_routing_ = record;
+  }
   const std::vector<std::vector<int32_t>>& last_routing() const { return last_routing_; }
 
   // The latent cache of each local layer ([num_pages * page_size, latent + rope]).
@@ -142,7 +146,7 @@ class DeepseekV3 {
   void attention(const Layer& layer, int64_t local_layer, Activations& a, int64_t max_pages_per_seq);
   void dense_mlp(const Layer& layer, Activations& a);
   void moe(const Layer& layer, int64_t moe_layer, Activations& a);
-  void moe_dispatch_combine(const Layer& layer, Activations& a);
+  void moe_dispatch_combine(const Layer& layer, int64_t moe_layer, Activations& a);
   void shared_experts(const Layer& layer, Activations& a, bool accumulate);
   void lm_head(Activations& a, int64_t rows);
   Tensor logits_to_host(Activations& a, int64_t rows);
@@ -166,7 +170,8 @@ class DeepseekV3 {
   SampleCandidates candidates_;      // of the last kCandidates forward
   std::vector<float> temperatures_;  // its rows' temperatures
   int64_t last_logit_rows_ = 0;
-  std::vector<std::vector<int32_t>> last_routing_;  // [moe layer][tokens * top_k]
+  std::vector<std::vector<int32_t>> last_routing_;  // [moe layer][tokens * top_k], appended per forward
+  void record_routing(int64_t moe_layer, const int32_t* ids, size_t count);
 
   ops::BufferPtr embed_;       // [vocab slice, hidden]
   ops::BufferPtr final_norm_;  // [hidden]

@@ -1,7 +1,9 @@
 #include "runtime/engine.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 
 #include "backend/cpu/cpu_backend.h"
 #include "comm/in_process.h"
@@ -148,6 +150,68 @@ std::vector<std::vector<Tensor>> Engine::Impl::run_step(const StepPlan& step, co
     }
   });
   return logits;
+}
+
+void Engine::execute_pipelined(const StepPlan& step, int rounds) {
+  MS_CHECK(impl_->failure.empty(), "the engine stopped after a failed step: {}", impl_->failure);
+  MS_CHECK(rounds > 0, "execute_pipelined: rounds must be positive, got {}", rounds);
+  const parallel::ParallelPlan& plan = options_.plan;
+  const int64_t hidden = config_.hidden_size;
+  const size_t groups = step.micro_batches.size();
+  const int ranks_per_stage = plan.attn_tp * plan.attn_dp;
+  std::mutex mutex;
+  std::condition_variable progressed;
+  std::vector<int> finished(groups, 0);  // [group] last-stage ranks done with a step of it, all rounds
+  bool failed = false;
+  try {
+    impl_->workers->run([&](int r) {
+      Rank& rank = impl_->ranks[r];
+      rank.model->set_head_mode(HeadMode::kLogits);
+      const parallel::RankShard& shard = rank.model->shard();
+      const int stage = rank.coord.stage;
+      comm::Communicator& pipeline = *rank.comms.pipeline;
+      pipeline.set_site("pipeline");
+      const DType act = rank.backend->activation_dtype();
+      try {
+        for (int round = 0; round < rounds; ++round)
+          for (size_t m = 0; m < groups; ++m) {
+            const ForwardBatch& batch = step.micro_batches[m].replicas[rank.coord.dp_index].batch;
+            const int64_t T = batch.num_tokens();
+            if (shard.first_stage && round > 0) {  // the group's previous step has left the last stage
+              std::unique_lock<std::mutex> lock(mutex);
+              progressed.wait(lock, [&] { return failed || finished[m] >= round * ranks_per_stage; });
+              MS_CHECK(!failed, "execute_pipelined: another rank failed");
+            }
+            if (!shard.first_stage) {
+              ops::Buffer& hidden_in = rank.model->hidden_states(T);
+              pipeline.recv(hidden_in.data(), static_cast<size_t>(T * hidden), act, stage - 1);
+            }
+            rank.model->forward(batch);
+            ++rank.forward_passes;
+            if (!shard.last_stage) {
+              pipeline.send(rank.model->hidden_states(T).data(), static_cast<size_t>(T * hidden), act, stage + 1);
+              continue;
+            }
+            rank.backend->synchronize();  // the step's outputs exist: the host could sample now
+            {
+              std::lock_guard<std::mutex> lock(mutex);
+              ++finished[m];
+            }
+            progressed.notify_all();
+          }
+      } catch (...) {
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          failed = true;
+        }
+        progressed.notify_all();
+        throw;
+      }
+    });
+  } catch (const Error& e) {
+    impl_->failure = e.what();
+    throw;
+  }
 }
 
 std::vector<std::vector<Tensor>> Engine::execute(const StepPlan& step) { return run(step, HeadMode::kLogits); }

@@ -74,6 +74,13 @@ class Engine {
   // candidates do not cover.
   std::vector<std::vector<SampleCandidates>> execute_candidates(const StepPlan& step);
   Tensor fetch_logits_rows(int replica, const std::vector<int64_t>& rows);
+  // Asynchronous pipelining across steps: the step's micro-batches are independent groups of
+  // sequences, each decoding `rounds` steps, one step of every group in flight at once. A
+  // group's step n + 1 starts on the first stage once its step n has left the last stage (its
+  // outputs are on the host), so with as many groups as stages every stage keeps working: while
+  // the last stage runs group A's step, the first runs group B's. The step's inputs are reused
+  // each round (a benchmark: the tokens do not feed back); nothing is returned.
+  void execute_pipelined(const StepPlan& step, int rounds);
 
   // What one rank holds, for tools that drive the ranks directly (benchmarks).
   struct RankView {

@@ -22,6 +22,12 @@ double StepBenchResult::max_rank_bytes() const {
   return m;
 }
 
+double PipelinedResult::max_rank_bytes() const {
+  double m = 0;
+  for (const auto& c : group_cost_per_rank) m = std::max(m, c.total_bytes());
+  return m;
+}
+
 double StepBenchResult::total_flops() const {
   double f = 0;
   for (const auto& c : cost_per_rank) f += c.flops;
@@ -31,7 +37,8 @@ double StepBenchResult::total_flops() const {
 namespace {
 
 // A decode step: every sequence has `context` cached tokens and decodes position `context`.
-StepPlan decode_step(const Engine& engine, int64_t batch, int64_t context) {
+// micro_batch > 0: micro-batches of that many sequences (else the engine's setting).
+StepPlan decode_step(const Engine& engine, int64_t batch, int64_t context, int64_t micro_batch = 0) {
   const EngineOptions& o = engine.options();
   const parallel::ParallelPlan& plan = o.plan;
   std::vector<PagePool> pools;
@@ -53,7 +60,7 @@ StepPlan decode_step(const Engine& engine, int64_t batch, int64_t context) {
   so.max_pages_per_seq = (context + 1 + o.page_size - 1) / o.page_size;
   so.attn_dp = plan.attn_dp;
   so.pp = plan.pp;
-  so.max_micro_batch_size = o.pp_max_micro_batch_size;
+  so.max_micro_batch_size = micro_batch > 0 ? micro_batch : o.pp_max_micro_batch_size;
   return build_step(seqs, live, pools, so);
 }
 
@@ -164,6 +171,74 @@ std::vector<CommTiming> time_communication(Engine& engine, const StepPlan& step,
 }
 #endif
 
+// What each rank must read and compute for the steps the engine ran since routing recording
+// was switched on (the experts they routed to, per stage: the union over the stage's ranks and
+// the step's micro-batches); the recording is switched off again. `batch` sequences at `context` cached tokens.
+void cost_from_routing(Engine& engine, int64_t batch, int64_t context, std::vector<perf::StepCost>& cost_per_rank,
+                       std::vector<std::vector<int64_t>>& experts_hit_per_rank) {
+  const ModelConfig& config = engine.config();
+  const parallel::ParallelPlan& plan = engine.options().plan;
+  const int world = plan.world();
+  std::vector<std::vector<std::vector<int32_t>>> routing(world);  // [rank][moe layer][pairs]
+  engine.for_each_rank([&](Engine::RankView& r) {
+    routing[r.rank] = r.model.last_routing();
+    r.model.set_record_routing(false);
+  });
+  cost_per_rank.assign(world, {});
+  experts_hit_per_rank.assign(world, {});
+  const parallel::ShardDims dims = shard_dims(config);
+  for (int rank = 0; rank < world; ++rank) {
+    const parallel::RankShard shard = parallel::shard_of(plan, dims, rank);
+    std::vector<std::set<int32_t>> hit(routing[rank].size());
+    for (int other = 0; other < world; ++other) {
+      if (parallel::rank_coord(plan, other).stage != shard.coord.stage) continue;
+      for (size_t l = 0; l < std::min(hit.size(), routing[other].size()); ++l)
+        for (int32_t e : routing[other][l])
+          if (shard.experts.contains(e)) hit[l].insert(e);
+    }
+    perf::StepShape shape;
+    // Tokens this rank runs: its replica's share of the batch (all micro-batches).
+    shape.tokens = (batch + plan.attn_dp - 1 - shard.coord.dp_index) / plan.attn_dp;
+    shape.context = context;
+    for (const auto& h : hit) shape.experts_hit.push_back(static_cast<int64_t>(h.size()));
+    experts_hit_per_rank[rank] = shape.experts_hit;
+    const double elem = engine.options().backend == "cuda" ? 2.0 : 4.0;
+    cost_per_rank[rank] = perf::decode_step_cost(config, shard, shape, elem, elem);
+  }
+}
+
+// Pipeline plans: as many groups of `batch` sequences as stages, one step of each in flight
+// (Engine::execute_pipelined). The steady-state time of a round (every group one step) is the
+// difference between runs of 2 + iterations and of 2 rounds over `iterations` (the fill and
+// drain cancel out), median of three. The bytes are those of one group's step: the routing
+// of the first group (the same sequences as decode_step(batch)) run as a step of its own.
+PipelinedResult time_pipelined(Engine& engine, int64_t batch, const StepBenchOptions& options) {
+  const parallel::ParallelPlan& plan = engine.options().plan;
+  PipelinedResult out;
+  out.groups = plan.pp;
+  const StepPlan grouped = decode_step(engine, batch * plan.pp, options.context, batch);
+  MS_CHECK(static_cast<int>(grouped.micro_batches.size()) == plan.pp, "bench-step: {} groups of {} expected, got {}",
+           plan.pp, batch, grouped.micro_batches.size());
+  engine.execute_pipelined(grouped, 3);  // warm-up: captures the graphs
+  auto timed = [&](int rounds) {
+    const auto t0 = std::chrono::steady_clock::now();
+    engine.execute_pipelined(grouped, rounds);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::vector<double> round_ms;
+  for (int repeat = 0; repeat < 3; ++repeat) {
+    const double short_run = timed(2);
+    const double long_run = timed(2 + options.iterations);
+    round_ms.push_back((long_run - short_run) / options.iterations);
+  }
+  out.round_ms = median(round_ms);
+  out.tokens_per_s = static_cast<double>(batch * plan.pp) / (out.round_ms * 1e-3);
+  engine.for_each_rank([&](Engine::RankView& r) { r.model.set_record_routing(true); });
+  engine.execute(decode_step(engine, batch, options.context, batch));
+  cost_from_routing(engine, batch, options.context, out.group_cost_per_rank, out.experts_hit_per_rank);
+  return out;
+}
+
 }  // namespace
 
 std::vector<StepBenchResult> benchmark_decode_steps(Engine& engine, const std::vector<int64_t>& batches,
@@ -200,34 +275,11 @@ std::vector<StepBenchResult> benchmark_decode_steps(Engine& engine, const std::v
     result.tokens_per_s = static_cast<double>(batch) / (result.step_ms * 1e-3);
 
     // The experts this step routes to, per stage (union over the stage's ranks), for the bytes.
-    std::vector<std::vector<std::vector<int32_t>>> routing(world);  // [rank][moe layer][pairs]
     engine.for_each_rank([&](Engine::RankView& r) { r.model.set_record_routing(true); });
     engine.execute(step);
-    engine.for_each_rank([&](Engine::RankView& r) {
-      routing[r.rank] = r.model.last_routing();
-      r.model.set_record_routing(false);
-    });
-    result.cost_per_rank.resize(world);
-    result.experts_hit_per_rank.resize(world);
-    const parallel::ShardDims dims = shard_dims(config);
-    for (int rank = 0; rank < world; ++rank) {
-      const parallel::RankShard shard = parallel::shard_of(plan, dims, rank);
-      std::vector<std::set<int32_t>> hit(routing[rank].size());
-      for (int other = 0; other < world; ++other) {
-        if (parallel::rank_coord(plan, other).stage != shard.coord.stage) continue;
-        for (size_t l = 0; l < std::min(hit.size(), routing[other].size()); ++l)
-          for (int32_t e : routing[other][l])
-            if (shard.experts.contains(e)) hit[l].insert(e);
-      }
-      perf::StepShape shape;
-      // Tokens this rank runs: its replica's share of the batch (all micro-batches).
-      shape.tokens = (batch + plan.attn_dp - 1 - shard.coord.dp_index) / plan.attn_dp;
-      shape.context = options.context;
-      for (const auto& h : hit) shape.experts_hit.push_back(static_cast<int64_t>(h.size()));
-      result.experts_hit_per_rank[rank] = shape.experts_hit;
-      const double elem = engine.options().backend == "cuda" ? 2.0 : 4.0;
-      result.cost_per_rank[rank] = perf::decode_step_cost(config, shard, shape, elem, elem);
-    }
+    cost_from_routing(engine, batch, options.context, result.cost_per_rank, result.experts_hit_per_rank);
+
+    if (plan.pp > 1 && options.pipelined) result.pipelined = time_pipelined(engine, batch, options);
 
 #ifdef MOESERVE_WITH_CUDA
     const bool on_gpus = engine.options().backend == "cuda";

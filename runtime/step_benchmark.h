@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,21 @@ struct StepBenchOptions {
   int warmup = 3;
   bool breakdown = false;  // per-op times (GPU backends)
   bool comm = true;        // communication time and NCCL-alone latency (multi-GPU)
+  bool pipelined = true;   // pipeline plans: also time groups in flight (PipelinedResult)
+};
+
+// A pipeline plan with one group of `batch` sequences per stage in flight (asynchronous
+// pipelining, Engine::execute_pipelined): every stage runs one group's step while the next
+// stage runs another's.
+struct PipelinedResult {
+  int groups = 0;           // = stages
+  double round_ms = 0;      // steady state: every group one step
+  double tokens_per_s = 0;  // groups * batch per round
+  std::vector<perf::StepCost> group_cost_per_rank;  // one group's step
+  std::vector<std::vector<int64_t>> experts_hit_per_rank;
+  // Each stage runs `groups` group steps per round: its bytes per group step over this time.
+  double group_step_ms() const { return groups > 0 ? round_ms / groups : 0; }
+  double max_rank_bytes() const;
 };
 
 struct CommTiming {
@@ -40,6 +56,7 @@ struct StepBenchResult {
   std::vector<std::vector<int64_t>> experts_hit_per_rank;  // [rank][moe layer]
   std::map<std::string, std::pair<int64_t, double>> op_ms_per_step;  // rank 0: op -> (calls, ms)
   std::vector<CommTiming> comm;  // rank 0
+  std::optional<PipelinedResult> pipelined;  // pipeline plans
   double max_rank_bytes() const;
   double total_flops() const;
 };
