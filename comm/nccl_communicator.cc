@@ -100,6 +100,13 @@ void NcclCommunicator::all_reduce_sum(void* data, size_t count, DType dtype) {
               [&] { MS_NCCL(ncclAllReduce(data, data, count, nccl_type(dtype), ncclSum, comm_, stream_)); });
 }
 
+bool NcclCommunicator::all_reduce_add_rms_norm(float* branch, const ResidualNorm& norm) {
+  if (!peer_ || !peer_->fits_rows(branch, norm)) return false;
+  stats_.record(Collective::AllReduce, norm.rows * norm.dim * 4);
+  maybe_timed(Collective::AllReduce, [&] { peer_->all_reduce_add_rms_norm(rank_, branch, norm, stream_); });
+  return true;
+}
+
 void NcclCommunicator::all_gather(const void* send, void* recv, size_t count, DType dtype) {
   stats_.record(Collective::AllGather, static_cast<int64_t>(count * dtype_size(dtype)));
   maybe_timed(Collective::AllGather,

@@ -30,6 +30,7 @@ class NcclCommunicator final : public Communicator {
   std::string name() const override { return name_; }
 
   void all_reduce_sum(void* data, size_t count, DType dtype) override;
+  bool all_reduce_add_rms_norm(float* branch, const ResidualNorm& norm) override;
   void all_gather(const void* send, void* recv, size_t count, DType dtype) override;
   void reduce_scatter_sum(const void* send, void* recv, size_t count, DType dtype) override;
   void all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,

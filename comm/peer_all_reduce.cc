@@ -78,9 +78,7 @@ bool PeerAllReduce::fits(const void* data, size_t count, DType dtype) const {
   return bytes > 0 && bytes <= kMaxBytes && bytes % 16 == 0 && reinterpret_cast<uintptr_t>(data) % 16 == 0;
 }
 
-void PeerAllReduce::all_reduce_sum(int rank, void* data, size_t count, DType dtype, cudaStream_t stream) {
-  MS_CHECK(rank >= 0 && rank < size() && fits(data, count, dtype), "peer all-reduce: rank {} of {}, {} x {} does not fit",
-           rank, size(), count, dtype_name(dtype));
+peer::Args PeerAllReduce::arguments(int rank, void* data, int64_t bytes, bool bf16) const {
   peer::Args args{};
   args.rank = rank;
   args.size = size();
@@ -90,9 +88,36 @@ void PeerAllReduce::all_reduce_sum(int rank, void* data, size_t count, DType dty
   }
   args.calls = memory_[rank].calls;
   args.data = static_cast<char*>(data);
-  args.bytes = static_cast<int64_t>(count * dtype_size(dtype));
-  args.bf16 = dtype == DType::BF16;
-  peer::launch(args, stream);
+  args.bytes = bytes;
+  args.bf16 = bf16;
+  return args;
+}
+
+bool PeerAllReduce::fits_rows(const float* branch, const ResidualNorm& norm) const {
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return norm.rows > 0 && norm.rows <= peer::kMaxBlocks && norm.dim > 0 && norm.dim % 8 == 0 &&
+         norm.dim <= peer::kMaxRowElements && norm.rows * norm.dim * 4 <= peer::kMaxBytes && aligned(branch) &&
+         aligned(norm.hidden) && aligned(norm.weight) && aligned(norm.normed);
+}
+
+void PeerAllReduce::all_reduce_add_rms_norm(int rank, float* branch, const ResidualNorm& norm, cudaStream_t stream) {
+  MS_CHECK(rank >= 0 && rank < size() && fits_rows(branch, norm),
+           "peer all-reduce: rank {} of {}, a [{}, {}] branch does not fit the fused kernel", rank, size(), norm.rows,
+           norm.dim);
+  peer::Args args = arguments(rank, branch, norm.rows * norm.dim * 4, false);
+  args.hidden = norm.hidden;
+  args.weight = norm.weight;
+  args.normed = norm.normed;
+  args.rows = norm.rows;
+  args.dim = norm.dim;
+  args.eps = norm.eps;
+  peer::launch_add_rms_norm(args, stream);
+}
+
+void PeerAllReduce::all_reduce_sum(int rank, void* data, size_t count, DType dtype, cudaStream_t stream) {
+  MS_CHECK(rank >= 0 && rank < size() && fits(data, count, dtype), "peer all-reduce: rank {} of {}, {} x {} does not fit",
+           rank, size(), count, dtype_name(dtype));
+  peer::launch(arguments(rank, data, static_cast<int64_t>(count * dtype_size(dtype)), dtype == DType::BF16), stream);
 }
 
 }  // namespace moeserve::comm

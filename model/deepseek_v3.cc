@@ -576,21 +576,28 @@ void DeepseekV3::run(Activations& a, int64_t logit_rows, int64_t max_pages_per_s
     backend_.rms_norm({ptr(a.hidden), ptr(layers_[0]->input_norm), ptr(a.normed), T, hidden, hidden, hidden, eps});
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& layer = *layers_[i];
-    attention(layer, static_cast<int64_t>(i), a, max_pages_per_seq);
-    backend_.add_rms_norm({ptr(a.hidden), ptr(a.branch), ptr(layer.post_attention_norm), ptr(a.normed), T, hidden, eps,
-                           /*x_f32=*/true});
-    if (layer.is_moe) {
-      moe(layer, moe_layer++, a);
-    } else {
-      dense_mlp(layer, a);
-    }
-    if (i + 1 < layers_.size())
-      backend_.add_rms_norm({ptr(a.hidden), ptr(a.branch), ptr(layers_[i + 1]->input_norm), ptr(a.normed), T, hidden,
-                             eps, /*x_f32=*/true});
-    else
-      backend_.add({ptr(a.hidden), ptr(a.branch), T * hidden, /*x_f32=*/true});
+    add_branch(attention(layer, static_cast<int64_t>(i), a, max_pages_per_seq), a, ptr(layer.post_attention_norm));
+    const BranchSum mlp = layer.is_moe ? moe(layer, moe_layer++, a) : dense_mlp(layer, a);
+    add_branch(mlp, a, i + 1 < layers_.size() ? ptr(layers_[i + 1]->input_norm) : nullptr);
   }
   if (shard_.last_stage) lm_head(a, logit_rows);
+}
+
+void DeepseekV3::add_branch(const BranchSum& sum, Activations& a, const void* norm_weight) {
+  const int64_t T = a.tokens, hidden = config_.hidden_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  if (norm_weight == nullptr) {
+    all_reduce(sum.group, *a.branch, T * hidden, sum.site, DType::F32);
+    backend_.add({ptr(a.hidden), ptr(a.branch), T * hidden, /*x_f32=*/true});
+    return;
+  }
+  if (sum.group != nullptr && sum.group->size() > 1 && T > 0) {
+    sum.group->set_site(sum.site);
+    const comm::ResidualNorm fused{ptr(a.hidden), norm_weight, ptr(a.normed), T, hidden, eps};
+    if (sum.group->all_reduce_add_rms_norm(static_cast<float*>(ptr(a.branch)), fused)) return;
+  }
+  all_reduce(sum.group, *a.branch, T * hidden, sum.site, DType::F32);
+  backend_.add_rms_norm({ptr(a.hidden), ptr(a.branch), norm_weight, ptr(a.normed), T, hidden, eps, /*x_f32=*/true});
 }
 
 void DeepseekV3::lm_head(Activations& a, int64_t rows) {
@@ -655,7 +662,8 @@ Tensor DeepseekV3::logits_to_host(Activations& a, int64_t rows) {
   return logits;
 }
 
-void DeepseekV3::attention(const Layer& layer, int64_t local_layer, Activations& a, int64_t max_pages_per_seq) {
+DeepseekV3::BranchSum DeepseekV3::attention(const Layer& layer, int64_t local_layer, Activations& a,
+                                            int64_t max_pages_per_seq) {
   const ModelConfig& c = config_;
   const int64_t T = a.tokens, hidden = c.hidden_size;
   const int64_t heads = shard_.heads.size();
@@ -718,10 +726,10 @@ void DeepseekV3::attention(const Layer& layer, int64_t local_layer, Activations&
                           heads * c.v_head_dim, hidden};
   o_proj.y_f32 = true;
   backend_.linear(o_proj);
-  all_reduce(groups_.attn_tp, *a.branch, T * hidden, "attention", DType::F32);
+  return {groups_.attn_tp, "attention"};
 }
 
-void DeepseekV3::dense_mlp(const Layer& layer, Activations& a) {
+DeepseekV3::BranchSum DeepseekV3::dense_mlp(const Layer& layer, Activations& a) {
   const int64_t T = a.tokens, hidden = config_.hidden_size, inter = layer.mlp_inter;
   // [T, 2 * inter] -> [T, inter] -> [T, hidden] partial over this rank's columns.
   backend_.linear({ptr(a.normed), ptr(layer.mlp_w13), ptr(a.gate_up), T, hidden, 2 * inter, hidden, 2 * inter});
@@ -729,7 +737,7 @@ void DeepseekV3::dense_mlp(const Layer& layer, Activations& a) {
   ops::LinearParams down{ptr(a.act), ptr(layer.mlp_w2), ptr(a.branch), T, inter, hidden, inter, hidden};
   down.y_f32 = true;
   backend_.linear(down);
-  all_reduce(groups_.attn_tp, *a.branch, T * hidden, "dense_mlp", DType::F32);
+  return {groups_.attn_tp, "dense_mlp"};
 }
 
 void DeepseekV3::shared_experts(const Layer& layer, Activations& a, bool accumulate) {
@@ -744,13 +752,10 @@ void DeepseekV3::shared_experts(const Layer& layer, Activations& a, bool accumul
   backend_.linear(down);
 }
 
-void DeepseekV3::moe(const Layer& layer, int64_t moe_layer, Activations& a) {
+DeepseekV3::BranchSum DeepseekV3::moe(const Layer& layer, int64_t moe_layer, Activations& a) {
   const ModelConfig& c = config_;
   const int64_t T = a.tokens, hidden = c.hidden_size;
-  if (plan_.attn_dp > 1) {
-    moe_dispatch_combine(layer, moe_layer, a);
-    return;
-  }
+  if (plan_.attn_dp > 1) return moe_dispatch_combine(layer, moe_layer, a);
   // Every rank of the stage holds every token (attention TP): route locally, run the owned
   // experts' column slices, add the shared experts' column slice, one all-reduce sums all.
   // The shared experts write the branch on the side stream while the router runs; the routed
@@ -792,7 +797,7 @@ void DeepseekV3::moe(const Layer& layer, int64_t moe_layer, Activations& a) {
   experts.accumulate = has_shared;
   backend_.side_join();
   backend_.moe_experts(experts);
-  all_reduce(groups_.moe, *a.branch, T * hidden, "moe", DType::F32);
+  return {groups_.moe, "moe"};
 }
 
 // Attention DP: each replica holds its own tokens, so routed tokens travel to the ranks that
@@ -808,7 +813,7 @@ void DeepseekV3::moe(const Layer& layer, int64_t moe_layer, Activations& a) {
 //      an all-reduce "moe" over its TP group (rows of other ranks are zero).
 // Rows move in backend memory (gather_rows, all_to_all_v, row_combine); only the routing
 // and the row counts come to the host to lay the exchange out.
-void DeepseekV3::moe_dispatch_combine(const Layer& layer, int64_t moe_layer, Activations& a) {
+DeepseekV3::BranchSum DeepseekV3::moe_dispatch_combine(const Layer& layer, int64_t moe_layer, Activations& a) {
   const ModelConfig& c = config_;
   const int64_t T = a.tokens, hidden = c.hidden_size, top_k = c.num_experts_per_tok;
   const int ranks = plan_.ranks_per_stage();
@@ -947,8 +952,8 @@ void DeepseekV3::moe_dispatch_combine(const Layer& layer, int64_t moe_layer, Act
   combine.out_f32 = true;
   backend_.row_combine(combine);
   shared_experts(layer, a, /*accumulate=*/true);
-  all_reduce(groups_.attn_tp, *a.branch, T * hidden, "moe", DType::F32);
   backend_.synchronize();  // the exchange buffers above are freed on return
+  return {groups_.attn_tp, "moe"};
 }
 
 }  // namespace moeserve

@@ -143,10 +143,20 @@ class DeepseekV3 {
   void upload_metadata(Activations& a, const ForwardBatch& batch);
   // The device work of a step: embedding (first stage), layers, and (last stage) the head.
   void run(Activations& a, int64_t logit_rows, int64_t max_pages_per_seq);
-  void attention(const Layer& layer, int64_t local_layer, Activations& a, int64_t max_pages_per_seq);
-  void dense_mlp(const Layer& layer, Activations& a);
-  void moe(const Layer& layer, int64_t moe_layer, Activations& a);
-  void moe_dispatch_combine(const Layer& layer, int64_t moe_layer, Activations& a);
+  // A branch (attention, dense MLP, MoE) leaves this rank's partial [T, hidden] fp32 sum in
+  // a.branch; summing it over `group` completes it (add_branch, fused with the residual add
+  // and the next norm where the communicator can). `site` labels the all-reduce.
+  struct BranchSum {
+    comm::Communicator* group;
+    const char* site;
+  };
+  BranchSum attention(const Layer& layer, int64_t local_layer, Activations& a, int64_t max_pages_per_seq);
+  BranchSum dense_mlp(const Layer& layer, Activations& a);
+  BranchSum moe(const Layer& layer, int64_t moe_layer, Activations& a);
+  BranchSum moe_dispatch_combine(const Layer& layer, int64_t moe_layer, Activations& a);
+  // hidden += sum over the group of a.branch; then normed = rms_norm(hidden) * norm_weight, or
+  // no norm with norm_weight == nullptr (the stage's last add).
+  void add_branch(const BranchSum& sum, Activations& a, const void* norm_weight);
   void shared_experts(const Layer& layer, Activations& a, bool accumulate);
   void lm_head(Activations& a, int64_t rows);
   Tensor logits_to_host(Activations& a, int64_t rows);

@@ -1,6 +1,7 @@
 // Row-wise and elementwise kernels. bf16 storage, fp32 arithmetic.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/row_norm.cuh"
 #include "core/random.h"
 
 #include <algorithm>
@@ -47,96 +48,31 @@ __global__ void rms_norm_kernel(const bf16* x, const bf16* weight, bf16* y, int6
     yr[i] = to_bf(to_f(weight[i]) * to_f(to_bf(to_f(xr[i]) * inv)));
 }
 
-// The same two row kernels for rows that fit in registers: each thread loads its chunks of 8
-// bf16 (16-byte loads) before using any, so a decode-sized call waits for memory once per
-// pass instead of once per element (the scalar loops above serialise on load latency).
-// Requires dim % 8 == 0, 16-byte aligned rows and dim <= kRowThreads * 8 * kRowChunks.
-constexpr int kRowThreads = 256;
-constexpr int kRowChunks = 4;  // up to 8192 elements per row
-
-struct Chunk {
-  float v[8];
-};
-
-__device__ __forceinline__ Chunk load_bf16x8(const bf16* p) {
-  const uint4 bits = *reinterpret_cast<const uint4*>(p);
-  const bf16* h = reinterpret_cast<const bf16*>(&bits);
-  Chunk c;
-#pragma unroll
-  for (int q = 0; q < 8; ++q) c.v[q] = to_f(h[q]);
-  return c;
-}
-
-__device__ __forceinline__ void store_bf16x8(bf16* p, const float (&v)[8]) {
-  uint4 bits;
-  bf16* h = reinterpret_cast<bf16*>(&bits);
-#pragma unroll
-  for (int q = 0; q < 8; ++q) h[q] = to_bf(v[q]);
-  *reinterpret_cast<uint4*>(p) = bits;
-}
-
+// The same two row kernels for rows that fit in registers (row_norm.cuh).
 // residual (add_rms_norm) or nullptr (rms_norm): with a residual, x_row is the branch and the
 // bf16-rounded sum is written back to `residual` and normalised.
 __global__ void __launch_bounds__(kRowThreads)
 row_norm_vec_kernel(const bf16* x, const float* x_f32, bf16* residual, const bf16* weight, bf16* y, int64_t dim,
                     int64_t x_stride, int64_t y_stride, float eps) {
   __shared__ float scratch[32];
-  const int64_t chunks = dim / 8;
-  // Every load of the row is issued before any value is used (a store to `residual` between
-  // them would keep the compiler from hoisting the next chunk's loads: one memory latency per
-  // chunk); the weight, which does not depend on the previous kernel, before the wait.
   Chunk w[kRowChunks];
-#pragma unroll
-  for (int c = 0; c < kRowChunks; ++c) {
-    const int64_t i = (threadIdx.x + static_cast<int64_t>(c) * kRowThreads) * 8;
-    if (i / 8 < chunks) w[c] = load_bf16x8(weight + i);
-  }
+  load_row_weight(weight, dim, w);  // does not depend on the previous kernel
   pdl_enter();
-  Chunk v[kRowChunks], b[kRowChunks];
+  Chunk v[kRowChunks];
+  if (residual == nullptr) {
+#pragma unroll
+    for (int c = 0; c < kRowChunks; ++c)
+      if (row_chunk_offset(c) < dim) v[c] = load_bf16x8(x + blockIdx.x * x_stride + row_chunk_offset(c));
+    rms_norm_row(v, w, y + blockIdx.x * y_stride, dim, eps, scratch);
+    return;
+  }
 #pragma unroll
   for (int c = 0; c < kRowChunks; ++c) {
-    const int64_t i = (threadIdx.x + static_cast<int64_t>(c) * kRowThreads) * 8;
-    if (i / 8 >= chunks) break;
-    if (residual == nullptr) {
-      v[c] = load_bf16x8(x + blockIdx.x * x_stride + i);
-      continue;
-    }
-    v[c] = load_bf16x8(residual + blockIdx.x * dim + i);
-    if (x_f32 != nullptr) {
-      const float4 lo = *reinterpret_cast<const float4*>(x_f32 + blockIdx.x * dim + i);
-      const float4 hi = *reinterpret_cast<const float4*>(x_f32 + blockIdx.x * dim + i + 4);
-      const float f[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-      for (int q = 0; q < 8; ++q) b[c].v[q] = to_f(to_bf(f[q]));
-    } else {
-      b[c] = load_bf16x8(x + blockIdx.x * dim + i);
-    }
+    if (row_chunk_offset(c) >= dim) break;
+    const int64_t i = blockIdx.x * dim + row_chunk_offset(c);
+    v[c] = x_f32 != nullptr ? rounded_f32x8(x_f32 + i) : load_bf16x8(x + i);
   }
-  float sum_sq = 0.0f;
-#pragma unroll
-  for (int c = 0; c < kRowChunks; ++c) {
-    const int64_t i = (threadIdx.x + static_cast<int64_t>(c) * kRowThreads) * 8;
-    if (i / 8 >= chunks) break;
-    if (residual != nullptr) {
-      // hidden = bf16(hidden + bf16(branch)), as add_kernel.
-#pragma unroll
-      for (int q = 0; q < 8; ++q) v[c].v[q] = to_f(to_bf(v[c].v[q] + b[c].v[q]));
-      store_bf16x8(residual + blockIdx.x * dim + i, v[c].v);
-    }
-#pragma unroll
-    for (int q = 0; q < 8; ++q) sum_sq += v[c].v[q] * v[c].v[q];
-  }
-  const float inv = rsqrtf(block_sum(sum_sq, scratch) / static_cast<float>(dim) + eps);
-#pragma unroll
-  for (int c = 0; c < kRowChunks; ++c) {
-    const int64_t i = (threadIdx.x + static_cast<int64_t>(c) * kRowThreads) * 8;
-    if (i / 8 >= chunks) break;
-    float out[8];
-    // transformers: weight * (x * rsqrt(...)).to(bf16)
-#pragma unroll
-    for (int q = 0; q < 8; ++q) out[q] = w[c].v[q] * to_f(to_bf(v[c].v[q] * inv));
-    store_bf16x8(y + blockIdx.x * y_stride + i, out);
-  }
+  add_rms_norm_row(v, w, residual + blockIdx.x * dim, y + blockIdx.x * y_stride, dim, eps, scratch);
 }
 
 bool row_fits_registers(int64_t dim, std::initializer_list<const void*> pointers, std::initializer_list<int64_t> strides) {

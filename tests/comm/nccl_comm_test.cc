@@ -3,7 +3,8 @@
 // against the rank-order sum computed on the host (fp32 adds; bf16 summed in fp32 and rounded
 // once), for messages the peer kernel takes and for ones that go to NCCL (too large,
 // unaligned, other dtypes), called many times in a row (its call counters and buffer halves)
-// and replayed from a captured CUDA graph.
+// and replayed from a captured CUDA graph; the all-reduce fused with the residual add and RMSNorm
+// against the separate ops.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -14,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/cuda/kernels.h"
 #include "comm/nccl_communicator.h"
 #include "comm/peer_all_reduce.h"
 #include "core/dtype.h"
@@ -23,6 +25,7 @@ namespace moeserve {
 namespace {
 
 constexpr int kRanks = 2;
+constexpr size_t kMaxFloats = comm::PeerAllReduce::kMaxBytes / 4;
 
 // Random message of rank `rank` for call `call`: fp32 values, or bf16 bits.
 std::vector<uint8_t> message(DType dtype, size_t count, int rank, int call) {
@@ -113,7 +116,8 @@ struct Case {
 TEST_F(NcclComm, AllReduceIsTheRankOrderSumThroughPeerKernelAndNccl) {
   const std::vector<Case> cases = {
       {DType::F32, 4, 0},           {DType::F32, 7168, 0},        {DType::F32, 3 * 7168, 0},
-      {DType::F32, 8 * 7168, 0},    {DType::F32, 65536, 0},       {DType::F32, 65536 + 4, 0},  // > 256 KB: NCCL
+      {DType::F32, 8 * 7168, 0},    {DType::F32, 64 * 7168, 0},   {DType::F32, kMaxFloats, 0},
+      {DType::F32, kMaxFloats + 4, 0},  // over the peer kernel's limit: NCCL
       {DType::F32, 7168, 4},        {DType::BF16, 8, 0},          {DType::BF16, 7168, 0},
       {DType::BF16, 131072, 0},     {DType::BF16, 7, 0}};  // 14 bytes: NCCL
   for (const Case& c : cases) {
@@ -185,6 +189,61 @@ TEST_F(NcclComm, PeerAllReduceBackToBackAndReplayedFromAGraph) {
     cudaGraphDestroy(graph);
     for (float* b : buffers) cudaFree(b);
     cudaFree(source);
+  });
+}
+
+// The fused all-reduce + residual add + RMSNorm gives the bits of the separate ops (the sum,
+// then the backend's add_rms_norm kernel), for one, a few and many rows, and declines shapes
+// it has no kernel for (the caller then runs the separate ops).
+TEST_F(NcclComm, FusedAllReduceAddRmsNormEqualsTheSeparateOps) {
+  struct Shape {
+    int64_t rows, dim;
+  };
+  const std::vector<Shape> shapes = {{1, 7168}, {3, 7168}, {64, 7168}, {5, 512}, {2, 8}};
+  on_every_rank([&](int rank) {
+    auto group = world_[rank]->split(0, rank, "tp");
+    group->use_peer_all_reduce(peer_);
+    cudaStream_t s = streams_[rank];
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      const auto [rows, dim] = shapes[k];
+      const size_t n = static_cast<size_t>(rows * dim);
+      const std::vector<uint8_t> branch = message(DType::F32, n, rank, 900 + static_cast<int>(k));
+      const std::vector<uint8_t> hidden = message(DType::BF16, n, 0, 950 + static_cast<int>(k));  // replicated
+      const std::vector<uint8_t> weight = message(DType::BF16, static_cast<size_t>(dim), 0, 990);
+      std::vector<void*> buffers;
+      auto upload = [&](const std::vector<uint8_t>& bytes) {
+        void* p = nullptr;
+        EXPECT_EQ(cudaMalloc(&p, bytes.size()), cudaSuccess);
+        cudaMemcpy(p, bytes.data(), bytes.size(), cudaMemcpyHostToDevice);
+        buffers.push_back(p);
+        return p;
+      };
+      auto download = [&](const void* p, size_t bytes) {
+        std::vector<uint8_t> out(bytes);
+        cudaMemcpy(out.data(), p, bytes, cudaMemcpyDeviceToHost);
+        return out;
+      };
+      void* w = upload(weight);
+      // Fused.
+      void *branch_a = upload(branch), *hidden_a = upload(hidden), *normed_a = upload(std::vector<uint8_t>(n * 2, 0xff));
+      const comm::ResidualNorm fused{hidden_a, w, normed_a, rows, dim, 1e-6f};
+      ASSERT_TRUE(group->all_reduce_add_rms_norm(static_cast<float*>(branch_a), fused)) << rows << " x " << dim;
+      // Separate: the all-reduce (peer kernel), then the backend's add_rms_norm.
+      void *branch_b = upload(branch), *hidden_b = upload(hidden), *normed_b = upload(std::vector<uint8_t>(n * 2, 0xff));
+      group->all_reduce_sum(branch_b, n, DType::F32);
+      cuda::launch_add_rms_norm(hidden_b, branch_b, /*x_f32=*/true, w, normed_b, rows, dim, 1e-6f, s);
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      EXPECT_TRUE(download(branch_a, n * 4) == download(branch_b, n * 4)) << "branch, " << rows << " x " << dim;
+      EXPECT_TRUE(download(hidden_a, n * 2) == download(hidden_b, n * 2)) << "hidden, " << rows << " x " << dim;
+      EXPECT_TRUE(download(normed_a, n * 2) == download(normed_b, n * 2)) << "normed, " << rows << " x " << dim;
+      for (void* p : buffers) cudaFree(p);
+    }
+    // No fused kernel: more rows than blocks, or rows wider than the registers hold.
+    float* scratch = nullptr;
+    ASSERT_EQ(cudaMalloc(&scratch, 200 * 9000 * 4), cudaSuccess);
+    EXPECT_FALSE(group->all_reduce_add_rms_norm(scratch, {scratch, scratch, scratch, 129, 16, 1e-6f}));
+    EXPECT_FALSE(group->all_reduce_add_rms_norm(scratch, {scratch, scratch, scratch, 1, 8200, 1e-6f}));
+    cudaFree(scratch);
   });
 }
 
