@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
@@ -69,7 +70,11 @@ Engine::Engine(const ModelSource& model, EngineOptions options)
     for (Rank& rank : impl_->ranks) backends.push_back(rank.backend.get());
     impl_->nccl = std::make_unique<NcclWorld>(backends);
   }
-  impl_->workers = std::make_unique<RankWorkers>(world, *impl_->world);
+  // GPU ranks' threads mostly wait for their GPU: they poll for the next job for up to 2 ms
+  // (MOESERVE_WORKER_SPIN_US overrides; 0 sleeps at once).
+  const char* spin_env = std::getenv("MOESERVE_WORKER_SPIN_US");
+  const int spin_us = spin_env != nullptr ? std::atoi(spin_env) : (on_gpus ? 2000 : 0);
+  impl_->workers = std::make_unique<RankWorkers>(world, *impl_->world, spin_us);
   if (impl_->nccl) {
     impl_->workers->run([&](int r) { impl_->ranks[r].comms = impl_->nccl->split_for(plan, r); });
   } else {

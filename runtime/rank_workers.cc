@@ -1,11 +1,13 @@
 #include "runtime/rank_workers.h"
 
+#include <chrono>
+
 #include "core/error.h"
 
 namespace moeserve::runtime {
 
-RankWorkers::RankWorkers(int ranks, comm::InProcessWorld& world)
-    : world_(world), errors_(ranks), aborted_by_peer_(ranks, false) {
+RankWorkers::RankWorkers(int ranks, comm::InProcessWorld& world, int spin_us)
+    : world_(world), spin_us_(spin_us), errors_(ranks), aborted_by_peer_(ranks, false) {
   for (int r = 0; r < ranks; ++r) threads_.emplace_back([this, r] { loop(r); });
 }
 
@@ -18,10 +20,24 @@ RankWorkers::~RankWorkers() {
   for (auto& t : threads_) t.join();
 }
 
+template <typename Done>
+bool RankWorkers::spin_until(Done&& done) const {
+  if (spin_us_ <= 0) return done();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return false;
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
+
 void RankWorkers::loop(int rank) {
   uint64_t seen = 0;
   for (;;) {
     const std::function<void(int)>* job;
+    spin_until([&] { return stopping_.load() || generation_.load() != seen; });
     {
       std::unique_lock<std::mutex> lock(mutex_);
       job_ready_.wait(lock, [&] { return stopping_ || generation_ != seen; });
@@ -53,6 +69,9 @@ void RankWorkers::run(const std::function<void(int rank)>& job) {
   finished_ = 0;
   ++generation_;
   job_ready_.notify_all();
+  lock.unlock();
+  spin_until([&] { return finished_.load() == size(); });
+  lock.lock();
   job_done_.wait(lock, [&] { return finished_ == size(); });
   job_ = nullptr;
   // The root cause: the first rank whose error is not "aborted because a peer failed".

@@ -4,6 +4,7 @@
 // run() then rethrows the first failure (the lowest rank whose error is not the abort).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -17,7 +18,11 @@ namespace moeserve::runtime {
 
 class RankWorkers {
  public:
-  RankWorkers(int ranks, comm::InProcessWorld& world);
+  // spin_us > 0: a thread waiting for the next job (or the leader for the job's end) polls
+  // for that long before it sleeps. GPU ranks' steps follow each other microseconds apart and
+  // a sleeping thread takes tens of microseconds to wake, three wake-ups per step; CPU ranks
+  // compute on the cores a spinning thread would take (spin_us = 0).
+  RankWorkers(int ranks, comm::InProcessWorld& world, int spin_us = 0);
   ~RankWorkers();
   RankWorkers(const RankWorkers&) = delete;
   RankWorkers& operator=(const RankWorkers&) = delete;
@@ -31,12 +36,18 @@ class RankWorkers {
 
   comm::InProcessWorld& world_;
   std::vector<std::thread> threads_;
+  // Polls `done` for spin_us_ microseconds; true once it holds.
+  template <typename Done>
+  bool spin_until(Done&& done) const;
+
+  const int spin_us_;
   std::mutex mutex_;
   std::condition_variable job_ready_, job_done_;
   const std::function<void(int)>* job_ = nullptr;
-  uint64_t generation_ = 0;
-  int finished_ = 0;
-  bool stopping_ = false;
+  // Written under mutex_; atomic so that spinning threads may read them without it.
+  std::atomic<uint64_t> generation_ = 0;
+  std::atomic<int> finished_ = 0;
+  std::atomic<bool> stopping_ = false;
   std::vector<std::string> errors_;      // per rank, this job
   std::vector<bool> aborted_by_peer_;    // the rank failed only because the world was aborted
 };

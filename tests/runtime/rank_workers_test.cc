@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "core/error.h"
 #include "runtime/rank_workers.h"
@@ -10,19 +14,27 @@
 namespace moeserve::runtime {
 namespace {
 
-TEST(RankWorkers, RunsEveryRankEachTime) {
+// Sleeping workers (CPU ranks) and workers that poll for 2 ms before sleeping (GPU ranks).
+class EveryWaitMode : public ::testing::TestWithParam<int> {};
+
+TEST_P(EveryWaitMode, RunsEveryRankEachTime) {
   comm::InProcessWorld world(4);
-  RankWorkers workers(4, world);
+  RankWorkers workers(4, world, GetParam());
   std::atomic<int> sum{0};
   for (int i = 0; i < 3; ++i) workers.run([&](int rank) { sum += rank + 1; });
   EXPECT_EQ(sum.load(), 30);
+  // Jobs far apart (the pollers have gone to sleep) and back to back, each seen exactly once.
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::vector<std::atomic<int>> per_rank(4);
+  for (int i = 0; i < 200; ++i) workers.run([&](int rank) { ++per_rank[rank]; });
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(per_rank[r].load(), 200) << "rank " << r;
 }
 
-TEST(RankWorkers, FailureOfOneRankReleasesItsPeers) {
+TEST_P(EveryWaitMode, FailureOfOneRankReleasesItsPeers) {
   comm::InProcessWorld world(3);
   std::vector<std::unique_ptr<comm::Communicator>> comms;
   for (int r = 0; r < 3; ++r) comms.push_back(world.communicator(r, "all", {0, 1, 2}));
-  RankWorkers workers(3, world);
+  RankWorkers workers(3, world, GetParam());
   try {
     workers.run([&](int rank) {
       if (rank == 1) fail("rank 1 cannot load 'model.layers.3.mlp.experts.7.up_proj.weight'");
@@ -34,6 +46,9 @@ TEST(RankWorkers, FailureOfOneRankReleasesItsPeers) {
   }
   EXPECT_TRUE(world.aborted());
 }
+
+INSTANTIATE_TEST_SUITE_P(Waits, EveryWaitMode, ::testing::Values(0, 2000),
+                         [](const auto& info) { return info.param ? std::string("Polling") : std::string("Sleeping"); });
 
 }  // namespace
 }  // namespace moeserve::runtime
