@@ -15,6 +15,7 @@ timeout 300 python3 scripts/gpu/parity_vs_transformers.py --moeserve "$BIN" --ou
   | grep -v "Writing model" | tail -8
 fi
 if [[ $phase == all || $phase == exact || $phase == plans ]]; then
+timeout 120 carry/nccl_comm_tests > "$OUT/nccl_tests.txt" 2>&1; echo "nccl tests rc=$?"; tail -1 "$OUT/nccl_tests.txt"
 timeout 240 python3 scripts/gpu/plans_equal_single_gpu.py --moeserve "$BIN" --out "$OUT/plans_2gpu.json" 2>&1 | tail -9
 fi
 plans="tp2 ep2 ep2-dp pp2"
@@ -28,3 +29,12 @@ done
 MOESERVE_SINGLE_STREAM=1 timeout 150 "$BIN" bench-step --model synthetic:kimi-k2.6 --layers 6 --plan tp2 --batch 1,64 \
   --context 1024 --iterations 10 > "$OUT/bench2_tp2_single_stream.txt" 2>&1
 echo "rc=$? tp2, one stream"; grep -E "^ +(1|64) " "$OUT/bench2_tp2_single_stream.txt" | cut -c1-160
+# The same without the peer all-reduce (NCCL's all-reduce, then the norm kernel).
+MOESERVE_PEER_ALL_REDUCE=0 timeout 150 "$BIN" bench-step --model synthetic:kimi-k2.6 --layers 6 --plan tp2 --batch 1,64 \
+  --context 1024 --iterations 10 > "$OUT/bench2_tp2_nccl_all_reduce.txt" 2>&1
+echo "rc=$? tp2, NCCL all-reduce"; grep -E "^ +(1|64) " "$OUT/bench2_tp2_nccl_all_reduce.txt" | cut -c1-160
+# Kernel timeline of one tp2 step at batch 1 (tools/kernel_trace.cc), when the tracer is carried.
+if [[ -f carry/libkernel_trace.so ]]; then
+  TIMELINE_ARGS=--sequence timeout 120 bash scripts/gpu/profile_step.sh tp2 1 6 > /dev/null 2>&1
+  head -3 "$OUT/timeline_tp2_b1.txt"
+fi
