@@ -15,6 +15,7 @@
 #include "backend/cuda/kernels.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -259,6 +260,243 @@ mla_split_vec_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache
   }
 }
 
+// The split kernel on tensor cores, for DeepSeek-V3's shape (latent 512, rope 64, heads a
+// multiple of 16): a block takes 16 heads of one token and one split, and walks the split 16
+// cache rows at a time (FlashMLA's decomposition on mma.sync instead of wgmma). The rows are
+// copied into shared memory with cp.async, the next tile while the current one is used; each
+// of the 4 warps computes the scores S [16 heads x 16 rows] = Q K^T over all 576 columns
+// (bf16 inputs, fp32 accumulation; redundant across warps, which is cheaper than exchanging
+// them), keeps the online softmax of its heads in registers (the MMA's accumulator layout is
+// the next MMA's operand layout, so P needs no shared memory), and accumulates its 128 of the
+// 512 latent columns of O += P V. P is split into a bf16 high part and a bf16 remainder (two
+// MMAs), so the weights keep ~16 bits like the fp32 weights of the CUDA-core kernels. The
+// 64-head CUDA-core kernel issues ~100 instructions per (row, head) and is instruction-bound.
+constexpr int kMmaHeads = 16;                    // heads per block: the MMA's M
+constexpr int kMmaRows = 16;                     // cache rows per tile
+constexpr int kMmaWarps = 4;                     // each owns 128 latent columns of the output
+constexpr int kMmaLatent = 512, kMmaRope = 64;
+constexpr int kMmaWidth = kMmaLatent + kMmaRope;  // 576: 36 MMA k-steps
+constexpr int kMmaStride = kMmaWidth + 8;         // padded shared-memory row: conflict-free fragments
+constexpr int kMmaColumnsPerWarp = kMmaLatent / kMmaWarps;
+constexpr int kMmaMinSplitRows = 32;  // two tiles: 16 and 64 measured alike or slower at batch 1
+constexpr size_t kMmaSharedBytes = sizeof(bf16) * kMmaStride * (kMmaHeads + 2 * kMmaRows);  // Q + two tiles
+
+__device__ __forceinline__ uint32_t shared_u32(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+__device__ __forceinline__ uint32_t pack_bf16x2(bf16 lo, bf16 hi) {
+  return static_cast<uint32_t>(__bfloat16_as_ushort(lo)) | (static_cast<uint32_t>(__bfloat16_as_ushort(hi)) << 16);
+}
+
+// d += a b: a [16 x 16] bf16 row-major fragment, b [16 x 8] bf16 column-major, d fp32.
+__device__ __forceinline__ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+__device__ __forceinline__ void cp_async_16(void* shared, const void* global) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global));
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;");
+#endif
+}
+
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending));
+#endif
+}
+
+// x = hi + lo with both parts bf16 (|lo| <= half an ulp of hi): a pair of values as the high
+// and remainder operands of two MMAs.
+__device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  const bf16 h0 = to_bf(x0), h1 = to_bf(x1);
+  hi = pack_bf16x2(h0, h1);
+  lo = pack_bf16x2(to_bf(x0 - to_f(h0)), to_bf(x1 - to_f(h1)));
+}
+
+// Grid (tokens, heads / 16, splits), kMmaWarps warps, kMmaSharedBytes of dynamic shared memory.
+// Fragment layouts (PTX m16n8k16): lane = 4 * group + quad; A holds rows group and group + 8,
+// columns 2 quad + {0, 1} and + 8; B (column-major) rows 2 quad + {0, 1} and + 8 of column
+// group; C rows group (c0, c1) and group + 8 (c2, c3), columns 2 quad + {0, 1}.
+__global__ void __launch_bounds__(kMmaWarps * 32)
+mla_split_mma_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache, const int32_t* block_tables,
+                     const int32_t* seq_of_token, const int32_t* positions, Partials partials, int heads,
+                     int64_t q_head_stride, int64_t rope_offset, int page_size, int64_t max_pages_per_seq,
+                     float scale, int split_length) {
+  extern __shared__ __align__(16) unsigned char mma_shared[];
+  bf16* q_s = reinterpret_cast<bf16*>(mma_shared);  // [kMmaHeads][kMmaStride]
+  bf16* k_s = q_s + kMmaHeads * kMmaStride;          // [2][kMmaRows][kMmaStride]
+  pdl_enter();
+  const int t = blockIdx.x, h0 = blockIdx.y * kMmaHeads, split = blockIdx.z;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lane >> 2, quad = lane & 3;
+  const int begin = split * split_length;
+  const int end = min(positions[t] + 1, begin + split_length);
+  const int32_t* table = block_tables + static_cast<int64_t>(seq_of_token[t]) * max_pages_per_seq;
+  constexpr int kChunks = kMmaWidth / 8;  // 16-byte chunks per row
+
+  // Q of the block's heads: [16][latent | rope].
+  for (int c = threadIdx.x; c < kMmaHeads * kChunks; c += blockDim.x) {
+    const int h = c / kChunks, column = (c % kChunks) * 8;
+    const int64_t th = static_cast<int64_t>(t) * heads + h0 + h;
+    const bf16* src = column < kMmaLatent ? q_latent + th * kMmaLatent + column
+                                          : q_rope + th * q_head_stride + rope_offset + (column - kMmaLatent);
+    *reinterpret_cast<uint4*>(q_s + h * kMmaStride + column) = *reinterpret_cast<const uint4*>(src);
+  }
+  // Rows [first, first + 16) of the split into buffer `buffer`; rows past its end are zeros.
+  auto load_tile = [&](int first, int buffer) {
+    bf16* tile = k_s + buffer * kMmaRows * kMmaStride;
+    for (int c = threadIdx.x; c < kMmaRows * kChunks; c += blockDim.x) {
+      const int r = c / kChunks, column = (c % kChunks) * 8, pos = first + r;
+      bf16* dst = tile + r * kMmaStride + column;
+      if (pos < end) {
+        const int64_t slot = static_cast<int64_t>(table[pos / page_size]) * page_size + pos % page_size;
+        cp_async_16(dst, cache + slot * kMmaWidth + column);
+      } else {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+      }
+    }
+    cp_async_commit();
+  };
+
+  float o[kMmaColumnsPerWarp / 8][4] = {};  // O [heads group, group + 8][the warp's columns], per 8-column tile
+  float running_max[2] = {-INFINITY, -INFINITY}, denom[2] = {0.0f, 0.0f};
+  const int tiles = begin < end ? (end - begin + kMmaRows - 1) / kMmaRows : 0;
+  if (tiles > 0) load_tile(begin, 0);
+  for (int i = 0; i < tiles; ++i) {
+    if (i + 1 < tiles) {
+      load_tile(begin + (i + 1) * kMmaRows, (i + 1) & 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // tile i (and Q) visible to every warp
+    const bf16* tile = k_s + (i & 1) * kMmaRows * kMmaStride;
+
+    // S [16 heads x 16 rows]: two MMA column tiles of 8 rows, 36 k-steps.
+    float score[2][4] = {};
+#pragma unroll 4
+    for (int k = 0; k < kMmaWidth; k += 16) {
+      const bf16* qa = q_s + group * kMmaStride + k + 2 * quad;
+      const uint32_t a[4] = {shared_u32(qa), shared_u32(qa + 8 * kMmaStride), shared_u32(qa + 8),
+                             shared_u32(qa + 8 * kMmaStride + 8)};
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const bf16* kb = tile + (8 * j + group) * kMmaStride + k + 2 * quad;
+        mma_16x8x16(score[j], a, shared_u32(kb), shared_u32(kb + 8));
+      }
+    }
+
+    // Online softmax of heads group (e = 0, 1) and group + 8 (e = 2, 3) over this tile's rows
+    // 8 j + 2 quad + (e & 1); the 4 lanes of a group hold a head's 16 rows.
+    const int valid = end - (begin + i * kMmaRows);
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = 8 * j + 2 * quad + (e & 1);
+        score[j][e] = row < valid ? score[j][e] * scale : -INFINITY;
+        tile_max[e >> 1] = fmaxf(tile_max[e >> 1], score[j][e]);
+      }
+    float correction[2], tile_sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+      const float new_max = fmaxf(running_max[r], tile_max[r]);
+      correction[r] = new_max == -INFINITY ? 1.0f : __expf(running_max[r] - new_max);
+      running_max[r] = new_max;
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float m = running_max[e >> 1];
+        score[j][e] = score[j][e] == -INFINITY ? 0.0f : __expf(score[j][e] - m);  // now P
+        tile_sum[e >> 1] += score[j][e];
+      }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_sum[r] += __shfl_xor_sync(0xffffffffu, tile_sum[r], 1);
+      tile_sum[r] += __shfl_xor_sync(0xffffffffu, tile_sum[r], 2);
+      denom[r] = denom[r] * correction[r] + tile_sum[r];
+    }
+    // P as the A operand [16 heads x 16 rows]: the score accumulators' layout.
+    uint32_t p_hi[4], p_lo[4];
+    split_bf16x2(score[0][0], score[0][1], p_hi[0], p_lo[0]);
+    split_bf16x2(score[0][2], score[0][3], p_hi[1], p_lo[1]);
+    split_bf16x2(score[1][0], score[1][1], p_hi[2], p_lo[2]);
+    split_bf16x2(score[1][2], score[1][3], p_hi[3], p_lo[3]);
+    // O = O * correction + P V over the warp's 128 latent columns (V: the tile's latent part).
+#pragma unroll
+    for (int n = 0; n < kMmaColumnsPerWarp / 8; ++n) {
+      o[n][0] *= correction[0];
+      o[n][1] *= correction[0];
+      o[n][2] *= correction[1];
+      o[n][3] *= correction[1];
+      const bf16* vb = tile + (2 * quad) * kMmaStride + warp * kMmaColumnsPerWarp + 8 * n + group;
+      const uint32_t b0 = pack_bf16x2(vb[0], vb[kMmaStride]);
+      const uint32_t b1 = pack_bf16x2(vb[8 * kMmaStride], vb[9 * kMmaStride]);
+      mma_16x8x16(o[n], p_hi, b0, b1);
+      mma_16x8x16(o[n], p_lo, b0, b1);
+    }
+    __syncthreads();  // every warp is done with this buffer before the next tile's copy lands in it
+  }
+
+  const int64_t slot[2] = {(static_cast<int64_t>(t) * heads + h0 + group) * gridDim.z + split,
+                           (static_cast<int64_t>(t) * heads + h0 + group + 8) * gridDim.z + split};
+  if (warp == 0 && quad == 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      partials.m[slot[r]] = running_max[r];  // -inf for an empty split
+      partials.l[slot[r]] = denom[r];
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < kMmaColumnsPerWarp / 8; ++n) {
+    const int column = warp * kMmaColumnsPerWarp + 8 * n + 2 * quad;
+    *reinterpret_cast<float2*>(partials.acc + slot[0] * kMmaLatent + column) = make_float2(o[n][0], o[n][1]);
+    *reinterpret_cast<float2*>(partials.acc + slot[1] * kMmaLatent + column) = make_float2(o[n][2], o[n][3]);
+  }
+}
+
+// MOESERVE_MLA_CUDA_CORES=1 keeps the CUDA-core split kernels (for comparisons).
+bool mla_on_cuda_cores() {
+  static const bool set = [] {
+    const char* value = std::getenv("MOESERVE_MLA_CUDA_CORES");
+    return value != nullptr && std::string(value) != "0";
+  }();
+  return set;
+}
+
+bool mma_shapes(int64_t heads, int64_t latent, int64_t rope, int64_t q_head_stride, int64_t rope_offset,
+                const void* q_latent, const void* q_rope, const void* cache) {
+  return latent == kMmaLatent && rope == kMmaRope && heads % kMmaHeads == 0 && q_head_stride % 8 == 0 &&
+         rope_offset % 8 == 0 && aligned16({q_latent, q_rope, cache});
+}
+
+// Splits of the tensor-core kernel: about two blocks per SM, none shorter than
+// kMmaMinSplitRows rows (at most the CUDA-core kernels' splits, whose workspace is allocated).
+int mma_splits_for(int64_t tokens, int64_t heads, int64_t max_context) {
+  constexpr int64_t kTargetMmaBlocks = 264;
+  const int64_t blocks_per_split = std::max<int64_t>(1, tokens * (heads / kMmaHeads));
+  const int64_t by_length = std::max<int64_t>(1, (max_context + kMmaMinSplitRows - 1) / kMmaMinSplitRows);
+  const int64_t by_occupancy = (kTargetMmaBlocks + blocks_per_split - 1) / blocks_per_split;
+  return static_cast<int>(std::min<int64_t>({kMaxSplits, by_length, by_occupancy}));
+}
+
 bool vec_shapes(int64_t latent, int64_t rope, const void* q_latent, const void* cache) {
   return latent % 8 == 0 && rope % 2 == 0 && rope <= 64 && (latent + rope) % 8 == 0 && aligned16({q_latent, cache});
 }
@@ -402,6 +640,35 @@ void launch_mla_attention(const void* q_latent, const void* q_rope, const void* 
   const Partials partials = carve(workspace, tokens, heads, splits, latent);
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((heads + kHeadsPerBlock - 1) / kHeadsPerBlock),
                   static_cast<unsigned>(splits));
+  if (mma_shapes(heads, latent, rope, q_head_stride, rope_offset, q_latent, q_rope, cache) &&
+      !mla_on_cuda_cores()) {
+    int mma_splits = std::min(splits, mma_splits_for(tokens, heads, max_context));
+    // Whole tiles per split; the splits that remain hold the context.
+    const int64_t tile_rows = (max_context + mma_splits - 1) / mma_splits;
+    const int mma_split_length = static_cast<int>((tile_rows + kMmaRows - 1) / kMmaRows * kMmaRows);
+    mma_splits = static_cast<int>((max_context + mma_split_length - 1) / mma_split_length);
+    const Partials mma_partials = carve(workspace, tokens, heads, mma_splits, latent);
+    static thread_local int configured_device = -1;  // the attribute is per device; one thread per GPU
+    int device = 0;
+    cudaGetDevice(&device);
+    if (configured_device != device) {
+      cudaFuncSetAttribute(mla_split_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(kMmaSharedBytes));
+      configured_device = device;
+    }
+    launch_pdl(mla_split_mma_kernel,
+               dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(heads / kMmaHeads),
+                    static_cast<unsigned>(mma_splits)),
+               kMmaWarps * 32, kMmaSharedBytes, stream, static_cast<const bf16*>(q_latent),
+               static_cast<const bf16*>(q_rope), static_cast<const bf16*>(cache), block_tables, seq_of_token, positions,
+               mma_partials, static_cast<int>(heads), q_head_stride, rope_offset, static_cast<int>(page_size),
+               max_pages_per_seq, scale, mma_split_length);
+    const int merge_threads = static_cast<int>(std::min<int64_t>(512, (latent + 31) / 32 * 32));
+    launch_pdl(mla_merge_kernel, dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(heads)), merge_threads, 0,
+               stream, mma_partials, static_cast<bf16*>(out), static_cast<int>(heads), static_cast<int>(latent),
+               mma_splits);
+    return;
+  }
   if (vec_shapes(latent, rope, q_latent, cache)) {
     launch_pdl(mla_split_vec_kernel, grid, kHeadsPerBlock * 32, 0, stream, static_cast<const bf16*>(q_latent),
                static_cast<const bf16*>(q_rope), static_cast<const bf16*>(cache), block_tables, seq_of_token, positions,

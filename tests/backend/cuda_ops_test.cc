@@ -284,6 +284,36 @@ TEST_F(CudaOps, MlaAttentionLongContextOverManySplits) {
   expect_close(from_gpu_bf16(*d_out, att.size()), att, "mla_attention (long context)");
 }
 
+// DeepSeek-V3's shape (latent 512, rope 64) with 16, 32 and 128 heads: the tensor-core split
+// kernel. Tokens: decoding at 1000 (many tiles and splits, a partial last tile), at 63 and 64
+// (a tile boundary), a prefill of 20 tokens at 0..19 of one sequence (causal: each sees its own
+// prefix, the first a single row), pages scattered.
+TEST_F(CudaOps, MlaAttentionTensorCoreKernelForDeepSeekShapes) {
+  const int64_t latent = 512, rope = 64, nope = 128, qk = nope + rope, page_size = 64, max_pages = 16;
+  std::vector<int32_t> positions = {1000, 63, 64}, seq_of = {0, 1, 2};
+  for (int32_t p = 0; p < 20; ++p) {
+    positions.push_back(p);
+    seq_of.push_back(3);
+  }
+  std::vector<int32_t> tables(4 * max_pages);
+  for (int64_t i = 0; i < 4 * max_pages; ++i) tables[i] = static_cast<int32_t>((i * 13) % (4 * max_pages));
+  const int64_t tokens = static_cast<int64_t>(positions.size());
+  for (int64_t heads : {16, 32, 128}) {
+    auto q_lat = random(tokens * heads * latent), q = random(tokens * heads * qk);
+    auto cache = random(4 * max_pages * page_size * (latent + rope));
+    std::vector<float> att(tokens * heads * latent);
+    cpu->mla_attention({q_lat.data(), q.data(), cache.data(), tables.data(), seq_of.data(), positions.data(),
+                        att.data(), tokens, heads, latent, rope, qk, nope, page_size, max_pages, 0.06f});
+    auto d_ql = to_gpu_bf16(q_lat), d_q = to_gpu_bf16(q), d_c = to_gpu_bf16(cache), d_out = poisoned_bf16(att.size());
+    auto d_t = to_gpu_raw(tables), d_s = to_gpu_raw(seq_of), d_p = to_gpu_raw(positions);
+    gpu->mla_attention({d_ql->data(), d_q->data(), d_c->data(), static_cast<int32_t*>(d_t->data()),
+                        static_cast<int32_t*>(d_s->data()), static_cast<int32_t*>(d_p->data()), d_out->data(), tokens,
+                        heads, latent, rope, qk, nope, page_size, max_pages, 0.06f});
+    SCOPED_TRACE(testing::Message() << heads << " heads");
+    expect_close(from_gpu_bf16(*d_out, att.size()), att, "mla_attention (tensor cores)");
+  }
+}
+
 TEST_F(CudaOps, MlaAttentionSmallAndUnalignedShapes) {
   // (latent, rope): 32/8 takes the 16-byte-load kernel like the DeepSeek shapes; 40/6 (rows of
   // 46 elements) the element-wise one. Positions cover empty splits and partial pages.
