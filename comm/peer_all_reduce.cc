@@ -36,6 +36,10 @@ std::shared_ptr<PeerAllReduce> PeerAllReduce::create(const std::vector<int>& dev
     }
   int previous = 0;
   MS_CUDA_OK(cudaGetDevice(&previous), "cudaGetDevice");
+  struct RestoreDevice {  // the calling rank thread keeps its GPU current, on every return
+    int device;
+    ~RestoreDevice() { cudaSetDevice(device); }
+  } restore{previous};
   std::shared_ptr<PeerAllReduce> group(new PeerAllReduce(devices));
   for (int i = 0; i < n; ++i) {
     MS_CUDA_OK(cudaSetDevice(devices[i]), "cudaSetDevice");
@@ -44,8 +48,9 @@ std::shared_ptr<PeerAllReduce> PeerAllReduce::create(const std::vector<int>& dev
       const cudaError_t status = cudaDeviceEnablePeerAccess(devices[j], 0);
       if (status == cudaErrorPeerAccessAlreadyEnabled) {
         cudaGetLastError();  // NCCL (or an earlier group) enabled it: fine
-      } else {
-        MS_CUDA_OK(status, "cudaDeviceEnablePeerAccess");
+      } else if (status != cudaSuccess) {
+        cudaGetLastError();  // e.g. too many peers: NCCL does every all-reduce
+        return nullptr;
       }
     }
     RankMemory& m = group->memory_[i];
@@ -56,7 +61,6 @@ std::shared_ptr<PeerAllReduce> PeerAllReduce::create(const std::vector<int>& dev
     MS_CUDA_OK(cudaMemset(m.calls, 0, peer::kMaxBlocks * sizeof(uint32_t)), "counter reset");
     MS_CUDA_OK(cudaDeviceSynchronize(), "initialisation");
   }
-  MS_CUDA_OK(cudaSetDevice(previous), "cudaSetDevice");
   return group;
 }
 
