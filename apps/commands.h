@@ -11,6 +11,7 @@ void add_inspect_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_bench_step_command(CLI::App& app);
+void add_bench_sampling_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_restart_command(CLI::App& app);
 void add_sweep_command(CLI::App& app);

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   moeserve::apps::add_plan_command(app);
   moeserve::apps::add_serve_command(app);
   moeserve::apps::add_bench_step_command(app);
+  moeserve::apps::add_bench_sampling_command(app);
   moeserve::apps::add_bench_command(app);
   moeserve::apps::add_restart_command(app);
   moeserve::apps::add_sweep_command(app);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -75,35 +77,45 @@ int32_t draw(Source& source, int64_t vocab, const ops::SamplingOptions& o) {
 // chunk at a time (sorting a 163840-entry vocabulary for every row was most of a sampling
 // step). The prefix never goes past the top_k cut. A chunk is selected with nth_element and
 // then sorted: O(n + k log k), where partial_sort's heap is O(n log k) (15x slower for the
-// first 1024 of 163840).
+// first 1024 of 163840). The candidates are sorted as 64-bit keys (the logit mapped so that
+// ascending keys are descending logits, then the id: ties to the smaller id), which compare
+// without indirection (`moeserve bench-sampling`: 11.2 against 20.1 ms for a flat 163840-entry
+// row at top_p 0.9, the same tokens).
 class LogitsSource {
  public:
-  LogitsSource(const float* logits, int64_t vocab, int64_t limit) : logits_(logits), limit_(limit), ids_(vocab) {
-    std::iota(ids_.begin(), ids_.end(), 0);
+  LogitsSource(const float* logits, int64_t vocab, int64_t limit) : logits_(logits), limit_(limit), keys_(vocab) {
+    for (int64_t v = 0; v < vocab; ++v) keys_[v] = key(logits[v], static_cast<int32_t>(v));
   }
   bool place(int64_t i) {
     if (i < sorted_) return true;
     const int64_t target = std::min(limit_, std::max({i + 1, int64_t{1024}, 4 * sorted_}));
-    auto before = [&](int32_t a, int32_t b) { return logits_[a] > logits_[b] || (logits_[a] == logits_[b] && a < b); };
-    if (target < static_cast<int64_t>(ids_.size()))
-      std::nth_element(ids_.begin() + sorted_, ids_.begin() + target, ids_.end(), before);
-    std::sort(ids_.begin() + sorted_, ids_.begin() + target, before);
+    if (target < static_cast<int64_t>(keys_.size()))
+      std::nth_element(keys_.begin() + sorted_, keys_.begin() + target, keys_.end());
+    std::sort(keys_.begin() + sorted_, keys_.begin() + target);
     sorted_ = target;
     return true;
   }
-  float logit(int64_t i) const { return logits_[ids_[i]]; }
-  int32_t id(int64_t i) const { return ids_[i]; }
+  float logit(int64_t i) const { return logits_[id(i)]; }
+  int32_t id(int64_t i) const { return static_cast<int32_t>(keys_[i] & 0xffffffffu); }
   double full_normaliser(double max_logit, double temperature) const {
     double total = 0.0;  // in id order
-    for (size_t v = 0; v < ids_.size(); ++v) total += std::exp((logits_[v] - max_logit) / temperature);
+    for (size_t v = 0; v < keys_.size(); ++v) total += std::exp((logits_[v] - max_logit) / temperature);
     return total;
   }
 
  private:
+  // Larger logit -> smaller key; equal logits (-0 == +0 included) -> the smaller id first.
+  static uint64_t key(float logit, int32_t id) {
+    uint32_t bits = 0;
+    if (logit != 0.0f) std::memcpy(&bits, &logit, 4);
+    const uint32_t ascending = (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;  // orders as the floats
+    return (static_cast<uint64_t>(~ascending) << 32) | static_cast<uint32_t>(id);
+  }
+
   const float* logits_;
   int64_t limit_;
-  std::vector<int32_t> ids_;
-  int64_t sorted_ = 0;  // ids_[0, sorted_) are in their final order
+  std::vector<uint64_t> keys_;
+  int64_t sorted_ = 0;  // keys_[0, sorted_) are in their final order
 };
 
 class CandidateSource {
