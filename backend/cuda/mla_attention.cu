@@ -635,19 +635,17 @@ void launch_mla_attention(const void* q_latent, const void* q_rope, const void* 
                                 " / qk_rope_head_dim " + std::to_string(rope) + " (max 512 / 128)");
   if (tokens == 0) return;
   const int64_t max_context = max_pages_per_seq * page_size;
-  const int splits = splits_for(tokens, heads, max_context);
-  const int split_length = static_cast<int>((max_context + splits - 1) / splits);
-  const Partials partials = carve(workspace, tokens, heads, splits, latent);
-  const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((heads + kHeadsPerBlock - 1) / kHeadsPerBlock),
-                  static_cast<unsigned>(splits));
-  if (mma_shapes(heads, latent, rope, q_head_stride, rope_offset, q_latent, q_rope, cache) &&
-      !mla_on_cuda_cores()) {
-    int mma_splits = std::min(splits, mma_splits_for(tokens, heads, max_context));
-    // Whole tiles per split; the splits that remain hold the context.
-    const int64_t tile_rows = (max_context + mma_splits - 1) / mma_splits;
-    const int mma_split_length = static_cast<int>((tile_rows + kMmaRows - 1) / kMmaRows * kMmaRows);
-    mma_splits = static_cast<int>((max_context + mma_split_length - 1) / mma_split_length);
-    const Partials mma_partials = carve(workspace, tokens, heads, mma_splits, latent);
+  const auto* q_lat = static_cast<const bf16*>(q_latent);
+  const auto* q_r = static_cast<const bf16*>(q_rope);
+  const auto* rows = static_cast<const bf16*>(cache);
+  // Kernel 1 (one of three) writes the splits' partial states; the merge kernel combines them.
+  int splits = splits_for(tokens, heads, max_context);  // the workspace holds this many
+  if (mma_shapes(heads, latent, rope, q_head_stride, rope_offset, q_latent, q_rope, cache) && !mla_on_cuda_cores()) {
+    // Whole tiles per split; as many splits as that takes to hold the context.
+    const int64_t wanted = std::min(splits, mma_splits_for(tokens, heads, max_context));
+    const int64_t rows_per_split = (max_context + wanted - 1) / wanted;
+    const int split_length = static_cast<int>((rows_per_split + kMmaRows - 1) / kMmaRows * kMmaRows);
+    splits = static_cast<int>((max_context + split_length - 1) / split_length);
     static thread_local int configured_device = -1;  // the attribute is per device; one thread per GPU
     int device = 0;
     cudaGetDevice(&device);
@@ -658,31 +656,24 @@ void launch_mla_attention(const void* q_latent, const void* q_rope, const void* 
     }
     launch_pdl(mla_split_mma_kernel,
                dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(heads / kMmaHeads),
-                    static_cast<unsigned>(mma_splits)),
-               kMmaWarps * 32, kMmaSharedBytes, stream, static_cast<const bf16*>(q_latent),
-               static_cast<const bf16*>(q_rope), static_cast<const bf16*>(cache), block_tables, seq_of_token, positions,
-               mma_partials, static_cast<int>(heads), q_head_stride, rope_offset, static_cast<int>(page_size),
-               max_pages_per_seq, scale, mma_split_length);
-    const int merge_threads = static_cast<int>(std::min<int64_t>(512, (latent + 31) / 32 * 32));
-    launch_pdl(mla_merge_kernel, dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(heads)), merge_threads, 0,
-               stream, mma_partials, static_cast<bf16*>(out), static_cast<int>(heads), static_cast<int>(latent),
-               mma_splits);
-    return;
-  }
-  if (vec_shapes(latent, rope, q_latent, cache)) {
-    launch_pdl(mla_split_vec_kernel, grid, kHeadsPerBlock * 32, 0, stream, static_cast<const bf16*>(q_latent),
-               static_cast<const bf16*>(q_rope), static_cast<const bf16*>(cache), block_tables, seq_of_token, positions,
-               partials, static_cast<int>(heads), static_cast<int>(latent), static_cast<int>(rope), q_head_stride,
-               rope_offset, static_cast<int>(page_size), max_pages_per_seq, scale, split_length);
+                    static_cast<unsigned>(splits)),
+               kMmaWarps * 32, kMmaSharedBytes, stream, q_lat, q_r, rows, block_tables, seq_of_token, positions,
+               carve(workspace, tokens, heads, splits, latent), static_cast<int>(heads), q_head_stride, rope_offset,
+               static_cast<int>(page_size), max_pages_per_seq, scale, split_length);
   } else {
-    launch_pdl(mla_split_kernel, grid, kHeadsPerBlock * 32, 0, stream, static_cast<const bf16*>(q_latent),
-               static_cast<const bf16*>(q_rope), static_cast<const bf16*>(cache), block_tables, seq_of_token, positions,
-               partials, static_cast<int>(heads), static_cast<int>(latent), static_cast<int>(rope), q_head_stride,
-               rope_offset, static_cast<int>(page_size), max_pages_per_seq, scale, split_length);
+    const int split_length = static_cast<int>((max_context + splits - 1) / splits);
+    const dim3 grid(static_cast<unsigned>(tokens),
+                    static_cast<unsigned>((heads + kHeadsPerBlock - 1) / kHeadsPerBlock), static_cast<unsigned>(splits));
+    auto* kernel = vec_shapes(latent, rope, q_latent, cache) ? mla_split_vec_kernel : mla_split_kernel;
+    launch_pdl(kernel, grid, kHeadsPerBlock * 32, 0, stream, q_lat, q_r, rows, block_tables, seq_of_token, positions,
+               carve(workspace, tokens, heads, splits, latent), static_cast<int>(heads), static_cast<int>(latent),
+               static_cast<int>(rope), q_head_stride, rope_offset, static_cast<int>(page_size), max_pages_per_seq,
+               scale, split_length);
   }
   const int merge_threads = static_cast<int>(std::min<int64_t>(512, (latent + 31) / 32 * 32));
   launch_pdl(mla_merge_kernel, dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(heads)), merge_threads, 0,
-             stream, partials, static_cast<bf16*>(out), static_cast<int>(heads), static_cast<int>(latent), splits);
+             stream, carve(workspace, tokens, heads, splits, latent), static_cast<bf16*>(out), static_cast<int>(heads),
+             static_cast<int>(latent), splits);
 }
 
 }  // namespace moeserve::cuda
