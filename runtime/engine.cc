@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <mutex>
 
 #include "backend/cpu/cpu_backend.h"
 #include "comm/in_process.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "model/deepseek_v3_weights.h"
 #include "parallel/plan_parse.h"
@@ -29,6 +29,25 @@ struct Rank {
   std::unique_ptr<DeepseekV3> model;
   int64_t forward_passes = 0;
 };
+
+// One stage's part of a micro-batch on `rank`: the [T, hidden] states from the previous stage
+// straight into the residual stream (every stage but the first), the forward, and the states
+// on to the next stage (every stage but the last). Returns forward()'s result.
+Tensor run_stage(Rank& rank, const ForwardBatch& batch, int64_t hidden) {
+  const parallel::RankShard& shard = rank.model->shard();
+  const int stage = rank.coord.stage;
+  comm::Communicator& pipeline = *rank.comms.pipeline;
+  pipeline.set_site("pipeline");
+  const DType act = rank.backend->activation_dtype();
+  const int64_t T = batch.num_tokens();
+  if (!shard.first_stage)
+    pipeline.recv(rank.model->hidden_states(T).data(), static_cast<size_t>(T * hidden), act, stage - 1);
+  Tensor out = rank.model->forward(batch);
+  ++rank.forward_passes;
+  if (!shard.last_stage)
+    pipeline.send(rank.model->hidden_states(T).data(), static_cast<size_t>(T * hidden), act, stage + 1);
+  return out;
+}
 
 }  // namespace
 
@@ -72,8 +91,7 @@ Engine::Engine(const ModelSource& model, EngineOptions options)
   }
   // GPU ranks' threads mostly wait for their GPU: they poll for the next job for up to 2 ms
   // (MOESERVE_WORKER_SPIN_US overrides; 0 sleeps at once).
-  const char* spin_env = std::getenv("MOESERVE_WORKER_SPIN_US");
-  const int spin_us = spin_env != nullptr ? std::atoi(spin_env) : (on_gpus ? 2000 : 0);
+  const int spin_us = env_int("MOESERVE_WORKER_SPIN_US", on_gpus ? 2000 : 0);
   impl_->workers = std::make_unique<RankWorkers>(world, *impl_->world, spin_us);
   if (impl_->nccl) {
     impl_->workers->run([&](int r) { impl_->ranks[r].comms = impl_->nccl->split_for(plan, r); });
@@ -132,23 +150,9 @@ std::vector<std::vector<Tensor>> Engine::Impl::run_step(const StepPlan& step, co
   workers->run([&](int r) {
     Rank& rank = ranks[r];
     rank.model->set_head_mode(head);
-    const parallel::RankShard& shard = rank.model->shard();
-    const int stage = rank.coord.stage;
-    comm::Communicator& pipeline = *rank.comms.pipeline;
-    pipeline.set_site("pipeline");
-    const DType act = rank.backend->activation_dtype();
     for (size_t m = 0; m < step.micro_batches.size(); ++m) {
-      const ForwardBatch& batch = step.micro_batches[m].replicas[rank.coord.dp_index].batch;
-      const int64_t T = batch.num_tokens();
-      if (!shard.first_stage) {  // [T, hidden] from the previous stage, straight into the residual stream
-        ops::Buffer& hidden_in = rank.model->hidden_states(T);
-        pipeline.recv(hidden_in.data(), static_cast<size_t>(T * hidden), act, stage - 1);
-      }
-      Tensor out = rank.model->forward(batch);
-      ++rank.forward_passes;
-      if (!shard.last_stage) {
-        pipeline.send(rank.model->hidden_states(T).data(), static_cast<size_t>(T * hidden), act, stage + 1);
-      } else if (rank.coord.tp_index == 0) {
+      Tensor out = run_stage(rank, step.micro_batches[m].replicas[rank.coord.dp_index].batch, hidden);
+      if (rank.model->shard().last_stage && rank.coord.tp_index == 0) {
         logits[m][rank.coord.dp_index] = std::move(out);  // [rows, vocab], gathered over the vocab split
         if (candidates) (*candidates)[m][rank.coord.dp_index] = rank.model->take_candidates();
       }
@@ -173,30 +177,16 @@ void Engine::execute_pipelined(const StepPlan& step, int rounds) {
       Rank& rank = impl_->ranks[r];
       rank.model->set_head_mode(HeadMode::kLogits);
       const parallel::RankShard& shard = rank.model->shard();
-      const int stage = rank.coord.stage;
-      comm::Communicator& pipeline = *rank.comms.pipeline;
-      pipeline.set_site("pipeline");
-      const DType act = rank.backend->activation_dtype();
       try {
         for (int round = 0; round < rounds; ++round)
           for (size_t m = 0; m < groups; ++m) {
-            const ForwardBatch& batch = step.micro_batches[m].replicas[rank.coord.dp_index].batch;
-            const int64_t T = batch.num_tokens();
             if (shard.first_stage && round > 0) {  // the group's previous step has left the last stage
               std::unique_lock<std::mutex> lock(mutex);
               progressed.wait(lock, [&] { return failed || finished[m] >= round * ranks_per_stage; });
               MS_CHECK(!failed, "execute_pipelined: another rank failed");
             }
-            if (!shard.first_stage) {
-              ops::Buffer& hidden_in = rank.model->hidden_states(T);
-              pipeline.recv(hidden_in.data(), static_cast<size_t>(T * hidden), act, stage - 1);
-            }
-            rank.model->forward(batch);
-            ++rank.forward_passes;
-            if (!shard.last_stage) {
-              pipeline.send(rank.model->hidden_states(T).data(), static_cast<size_t>(T * hidden), act, stage + 1);
-              continue;
-            }
+            run_stage(rank, step.micro_batches[m].replicas[rank.coord.dp_index].batch, hidden);
+            if (!shard.last_stage) continue;
             rank.backend->synchronize();  // the step's outputs exist: the host could sample now
             {
               std::lock_guard<std::mutex> lock(mutex);

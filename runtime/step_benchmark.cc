@@ -16,17 +16,19 @@
 
 namespace moeserve::runtime {
 
-double StepBenchResult::max_rank_bytes() const {
+namespace {
+
+double busiest_rank_bytes(const std::vector<perf::StepCost>& cost_per_rank) {
   double m = 0;
   for (const auto& c : cost_per_rank) m = std::max(m, c.total_bytes());
   return m;
 }
 
-double PipelinedResult::max_rank_bytes() const {
-  double m = 0;
-  for (const auto& c : group_cost_per_rank) m = std::max(m, c.total_bytes());
-  return m;
-}
+}  // namespace
+
+double StepBenchResult::max_rank_bytes() const { return busiest_rank_bytes(cost_per_rank); }
+
+double PipelinedResult::max_rank_bytes() const { return busiest_rank_bytes(group_cost_per_rank); }
 
 double StepBenchResult::total_flops() const {
   double f = 0;
@@ -171,14 +173,16 @@ std::vector<CommTiming> time_communication(Engine& engine, const StepPlan& step,
 }
 #endif
 
-// What each rank must read and compute for the steps the engine ran since routing recording
-// was switched on (the experts they routed to, per stage: the union over the stage's ranks and
-// the step's micro-batches); the recording is switched off again. `batch` sequences at `context` cached tokens.
-void cost_from_routing(Engine& engine, int64_t batch, int64_t context, std::vector<perf::StepCost>& cost_per_rank,
-                       std::vector<std::vector<int64_t>>& experts_hit_per_rank) {
+// What each rank must read and compute for `step` (`batch` sequences at `context` cached
+// tokens): the step runs once with its routing recorded, and the experts it routed to count
+// per stage (the union over the stage's ranks and the step's micro-batches).
+void cost_of_step(Engine& engine, const StepPlan& step, int64_t batch, int64_t context,
+                  std::vector<perf::StepCost>& cost_per_rank, std::vector<std::vector<int64_t>>& experts_hit_per_rank) {
   const ModelConfig& config = engine.config();
   const parallel::ParallelPlan& plan = engine.options().plan;
   const int world = plan.world();
+  engine.for_each_rank([&](Engine::RankView& r) { r.model.set_record_routing(true); });
+  engine.execute(step);
   std::vector<std::vector<std::vector<int32_t>>> routing(world);  // [rank][moe layer][pairs]
   engine.for_each_rank([&](Engine::RankView& r) {
     routing[r.rank] = r.model.last_routing();
@@ -233,9 +237,8 @@ PipelinedResult time_pipelined(Engine& engine, int64_t batch, const StepBenchOpt
   }
   out.round_ms = median(round_ms);
   out.tokens_per_s = static_cast<double>(batch * plan.pp) / (out.round_ms * 1e-3);
-  engine.for_each_rank([&](Engine::RankView& r) { r.model.set_record_routing(true); });
-  engine.execute(decode_step(engine, batch, options.context, batch));
-  cost_from_routing(engine, batch, options.context, out.group_cost_per_rank, out.experts_hit_per_rank);
+  cost_of_step(engine, decode_step(engine, batch, options.context, batch), batch, options.context,
+               out.group_cost_per_rank, out.experts_hit_per_rank);
   return out;
 }
 
@@ -274,10 +277,7 @@ std::vector<StepBenchResult> benchmark_decode_steps(Engine& engine, const std::v
     result.step_ms = median(times);
     result.tokens_per_s = static_cast<double>(batch) / (result.step_ms * 1e-3);
 
-    // The experts this step routes to, per stage (union over the stage's ranks), for the bytes.
-    engine.for_each_rank([&](Engine::RankView& r) { r.model.set_record_routing(true); });
-    engine.execute(step);
-    cost_from_routing(engine, batch, options.context, result.cost_per_rank, result.experts_hit_per_rank);
+    cost_of_step(engine, step, batch, options.context, result.cost_per_rank, result.experts_hit_per_rank);
 
     if (plan.pp > 1 && options.pipelined) result.pipelined = time_pipelined(engine, batch, options);
 
