@@ -2,10 +2,8 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
-
 #include "comm/peer_all_reduce_kernel.h"
+#include "core/env.h"
 #include "core/error.h"
 
 namespace moeserve::comm {
@@ -18,15 +16,14 @@ namespace {
     MS_CHECK(status_ == cudaSuccess, "peer all-reduce: {} failed: {}", what, cudaGetErrorString(status_)); \
   } while (0)
 
-}  // namespace
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-static_assert(PeerAllReduce::kMaxRanks == peer::kMaxRanks && PeerAllReduce::kMaxBytes == peer::kMaxBytes);
+}  // namespace
 
 PeerAllReduce::PeerAllReduce(std::vector<int> devices) : devices_(std::move(devices)), memory_(devices_.size()) {}
 
 std::shared_ptr<PeerAllReduce> PeerAllReduce::create(const std::vector<int>& devices) {
-  const char* env = std::getenv("MOESERVE_PEER_ALL_REDUCE");
-  if (env != nullptr && std::strcmp(env, "0") == 0) return nullptr;
+  if (!env_switch("MOESERVE_PEER_ALL_REDUCE", true)) return nullptr;
   const int n = static_cast<int>(devices.size());
   if (n < 2 || n > kMaxRanks) return nullptr;
   for (int i = 0; i < n; ++i)
@@ -79,7 +76,7 @@ PeerAllReduce::~PeerAllReduce() {
 bool PeerAllReduce::fits(const void* data, size_t count, DType dtype) const {
   if (dtype != DType::F32 && dtype != DType::BF16) return false;
   const size_t bytes = count * dtype_size(dtype);
-  return bytes > 0 && bytes <= kMaxBytes && bytes % 16 == 0 && reinterpret_cast<uintptr_t>(data) % 16 == 0;
+  return bytes > 0 && bytes <= kMaxBytes && bytes % 16 == 0 && aligned16(data);
 }
 
 peer::Args PeerAllReduce::arguments(int rank, void* data, int64_t bytes, bool bf16) const {
@@ -98,10 +95,9 @@ peer::Args PeerAllReduce::arguments(int rank, void* data, int64_t bytes, bool bf
 }
 
 bool PeerAllReduce::fits_rows(const float* branch, const ResidualNorm& norm) const {
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   return norm.rows > 0 && norm.rows <= peer::kMaxBlocks && norm.dim > 0 && norm.dim % 8 == 0 &&
-         norm.dim <= peer::kMaxRowElements && norm.rows * norm.dim * 4 <= peer::kMaxBytes && aligned(branch) &&
-         aligned(norm.hidden) && aligned(norm.weight) && aligned(norm.normed);
+         norm.dim <= peer::kMaxRowElements && norm.rows * norm.dim * 4 <= peer::kMaxBytes && aligned16(branch) &&
+         aligned16(norm.hidden) && aligned16(norm.weight) && aligned16(norm.normed);
 }
 
 void PeerAllReduce::all_reduce_add_rms_norm(int rank, float* branch, const ResidualNorm& norm, cudaStream_t stream) {

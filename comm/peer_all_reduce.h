@@ -36,8 +36,8 @@ namespace moeserve::comm {
 
 class PeerAllReduce {
  public:
-  static constexpr int kMaxRanks = 8;
-  static constexpr size_t kMaxBytes = size_t{4} << 20;  // a message of at most 146 rows x 7168 fp32
+  static constexpr int kMaxRanks = peer::kMaxRanks;
+  static constexpr size_t kMaxBytes = peer::kMaxBytes;  // a message of at most 146 rows x 7168 fp32
 
   // The group of `devices` (group rank order); nullptr when a pair of them cannot access each
   // other's memory (or peer access cannot be enabled), or when MOESERVE_PEER_ALL_REDUCE=0: the

@@ -144,8 +144,7 @@ __global__ void __launch_bounds__(cuda::kRowThreads) peer_all_reduce_norm_kernel
     }
     reinterpret_cast<float4*>(branch + i)[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
     reinterpret_cast<float4*>(branch + i)[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
-#pragma unroll
-    for (int q = 0; q < 8; ++q) sum[c].v[q] = cuda::to_f(cuda::to_bf(acc[q]));
+    sum[c] = cuda::rounded_chunk(acc);
   }
   cuda::add_rms_norm_row(sum, w, static_cast<bf16*>(a.hidden) + row * a.dim, static_cast<bf16*>(a.normed) + row * a.dim,
                          a.dim, a.eps, scratch);

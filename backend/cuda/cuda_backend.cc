@@ -11,6 +11,7 @@
 
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/op_timer.h"
+#include "core/env.h"
 #include "core/error.h"
 
 namespace moeserve::cuda {
@@ -124,8 +125,7 @@ class CudaBackend final : public Backend {
       MS_CUBLAS(cublasSetMathMode(cublas_handles_[i], CUBLAS_DEFAULT_MATH));
     }
     MS_CUDA(cudaMallocHost(reinterpret_cast<void**>(&staging_), kStagingBytes));
-    const char* single = std::getenv("MOESERVE_SINGLE_STREAM");
-    overlap_ = single == nullptr || std::string(single) == "0";
+    overlap_ = !env_switch("MOESERVE_SINGLE_STREAM", false);
   }
   ~CudaBackend() override {
     cudaSetDevice(device_);

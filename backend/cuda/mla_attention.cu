@@ -13,9 +13,9 @@
 // in split order.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
+#include "core/env.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -474,10 +474,7 @@ mla_split_mma_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache
 
 // MOESERVE_MLA_CUDA_CORES=1 keeps the CUDA-core split kernels (for comparisons).
 bool mla_on_cuda_cores() {
-  static const bool set = [] {
-    const char* value = std::getenv("MOESERVE_MLA_CUDA_CORES");
-    return value != nullptr && std::string(value) != "0";
-  }();
+  static const bool set = env_switch("MOESERVE_MLA_CUDA_CORES", false);
   return set;
 }
 

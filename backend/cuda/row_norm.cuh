@@ -86,14 +86,18 @@ __device__ __forceinline__ void add_rms_norm_row(const Chunk (&branch)[kRowChunk
 }
 
 // 8 fp32 values rounded to bf16 precision (a fp32 branch enters the residual stream rounded).
-__device__ __forceinline__ Chunk rounded_f32x8(const float* p) {
-  const float4 lo = *reinterpret_cast<const float4*>(p);
-  const float4 hi = *reinterpret_cast<const float4*>(p + 4);
-  const float f[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+__device__ __forceinline__ Chunk rounded_chunk(const float (&f)[8]) {
   Chunk c;
 #pragma unroll
   for (int q = 0; q < 8; ++q) c.v[q] = to_f(to_bf(f[q]));
   return c;
+}
+
+__device__ __forceinline__ Chunk rounded_f32x8(const float* p) {
+  const float4 lo = *reinterpret_cast<const float4*>(p);
+  const float4 hi = *reinterpret_cast<const float4*>(p + 4);
+  const float f[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+  return rounded_chunk(f);
 }
 
 }  // namespace moeserve::cuda
