@@ -22,6 +22,14 @@ namespace {
 
 constexpr double kBf16Tolerance = 1e-2;
 
+// mla_attention over a paged cache: random absorbed queries, rope queries and cache (bf16 as
+// the GPU sees them), the CPU reference against the GPU's output.
+struct MlaAttentionCase {
+  int64_t heads, latent, rope, nope, page_size, max_pages, cache_pages;
+  std::vector<int32_t> positions, seq_of, tables;
+  float scale;
+};
+
 class CudaOps : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -83,6 +91,8 @@ class CudaOps : public ::testing::Test {
     }
     EXPECT_LE(max_diff / std::max(max_ref, 1e-30), tolerance) << what << ": max diff " << max_diff << ", max |ref| " << max_ref;
   }
+
+  void check_mla_attention(const MlaAttentionCase& c, const char* what);
 
   std::unique_ptr<ops::Backend> gpu, cpu;
   uint64_t seed_ = 1234, counter_ = 0;
@@ -264,24 +274,28 @@ TEST_F(CudaOps, MlaQAbsorbAndValueUpAtEveryBatchSize) {
   }
 }
 
-TEST_F(CudaOps, MlaAttentionLongContextOverManySplits) {
-  // One decoding token at position 1000 (16 context splits) and one at 3 (most splits empty).
-  const int64_t heads = 8, latent = 512, rope = 64, qk = 192, nope = 128, page_size = 64, max_pages = 16;
-  std::vector<int32_t> positions = {1000, 3}, seq_of = {0, 1};
-  std::vector<int32_t> tables(2 * max_pages);
-  for (int64_t i = 0; i < 2 * max_pages; ++i) tables[i] = static_cast<int32_t>((i * 11) % (2 * max_pages));
-  const int64_t tokens = 2;
-  auto q_lat = random(tokens * heads * latent), q = random(tokens * heads * qk);
-  auto cache = random(2 * max_pages * page_size * (latent + rope));
-  std::vector<float> att(tokens * heads * latent);
-  cpu->mla_attention({q_lat.data(), q.data(), cache.data(), tables.data(), seq_of.data(), positions.data(), att.data(),
-                      tokens, heads, latent, rope, qk, nope, page_size, max_pages, 0.05f});
+void CudaOps::check_mla_attention(const MlaAttentionCase& c, const char* what) {
+  const int64_t tokens = static_cast<int64_t>(c.positions.size()), qk = c.nope + c.rope;
+  auto q_lat = random(tokens * c.heads * c.latent), q = random(tokens * c.heads * qk);
+  auto cache = random(c.cache_pages * c.page_size * (c.latent + c.rope));
+  std::vector<float> att(tokens * c.heads * c.latent);
+  cpu->mla_attention({q_lat.data(), q.data(), cache.data(), c.tables.data(), c.seq_of.data(), c.positions.data(),
+                      att.data(), tokens, c.heads, c.latent, c.rope, qk, c.nope, c.page_size, c.max_pages, c.scale});
   auto d_ql = to_gpu_bf16(q_lat), d_q = to_gpu_bf16(q), d_c = to_gpu_bf16(cache), d_out = poisoned_bf16(att.size());
-  auto d_t = to_gpu_raw(tables), d_s = to_gpu_raw(seq_of), d_p = to_gpu_raw(positions);
+  auto d_t = to_gpu_raw(c.tables), d_s = to_gpu_raw(c.seq_of), d_p = to_gpu_raw(c.positions);
   gpu->mla_attention({d_ql->data(), d_q->data(), d_c->data(), static_cast<int32_t*>(d_t->data()),
                       static_cast<int32_t*>(d_s->data()), static_cast<int32_t*>(d_p->data()), d_out->data(), tokens,
-                      heads, latent, rope, qk, nope, page_size, max_pages, 0.05f});
-  expect_close(from_gpu_bf16(*d_out, att.size()), att, "mla_attention (long context)");
+                      c.heads, c.latent, c.rope, qk, c.nope, c.page_size, c.max_pages, c.scale});
+  expect_close(from_gpu_bf16(*d_out, att.size()), att, what);
+}
+
+TEST_F(CudaOps, MlaAttentionLongContextOverManySplits) {
+  // One decoding token at position 1000 (16 context splits) and one at 3 (most splits empty).
+  const int64_t max_pages = 16;
+  std::vector<int32_t> tables(2 * max_pages);
+  for (int64_t i = 0; i < 2 * max_pages; ++i) tables[i] = static_cast<int32_t>((i * 11) % (2 * max_pages));
+  check_mla_attention({8, 512, 64, 128, 64, max_pages, 2 * max_pages, {1000, 3}, {0, 1}, tables, 0.05f},
+                      "mla_attention (long context)");
 }
 
 // DeepSeek-V3's shape (latent 512, rope 64) with 16, 32 and 128 heads: the tensor-core split
@@ -289,7 +303,7 @@ TEST_F(CudaOps, MlaAttentionLongContextOverManySplits) {
 // (a tile boundary), a prefill of 20 tokens at 0..19 of one sequence (causal: each sees its own
 // prefix, the first a single row), pages scattered.
 TEST_F(CudaOps, MlaAttentionTensorCoreKernelForDeepSeekShapes) {
-  const int64_t latent = 512, rope = 64, nope = 128, qk = nope + rope, page_size = 64, max_pages = 16;
+  const int64_t max_pages = 16;
   std::vector<int32_t> positions = {1000, 63, 64}, seq_of = {0, 1, 2};
   for (int32_t p = 0; p < 20; ++p) {
     positions.push_back(p);
@@ -297,20 +311,10 @@ TEST_F(CudaOps, MlaAttentionTensorCoreKernelForDeepSeekShapes) {
   }
   std::vector<int32_t> tables(4 * max_pages);
   for (int64_t i = 0; i < 4 * max_pages; ++i) tables[i] = static_cast<int32_t>((i * 13) % (4 * max_pages));
-  const int64_t tokens = static_cast<int64_t>(positions.size());
   for (int64_t heads : {16, 32, 128}) {
-    auto q_lat = random(tokens * heads * latent), q = random(tokens * heads * qk);
-    auto cache = random(4 * max_pages * page_size * (latent + rope));
-    std::vector<float> att(tokens * heads * latent);
-    cpu->mla_attention({q_lat.data(), q.data(), cache.data(), tables.data(), seq_of.data(), positions.data(),
-                        att.data(), tokens, heads, latent, rope, qk, nope, page_size, max_pages, 0.06f});
-    auto d_ql = to_gpu_bf16(q_lat), d_q = to_gpu_bf16(q), d_c = to_gpu_bf16(cache), d_out = poisoned_bf16(att.size());
-    auto d_t = to_gpu_raw(tables), d_s = to_gpu_raw(seq_of), d_p = to_gpu_raw(positions);
-    gpu->mla_attention({d_ql->data(), d_q->data(), d_c->data(), static_cast<int32_t*>(d_t->data()),
-                        static_cast<int32_t*>(d_s->data()), static_cast<int32_t*>(d_p->data()), d_out->data(), tokens,
-                        heads, latent, rope, qk, nope, page_size, max_pages, 0.06f});
     SCOPED_TRACE(testing::Message() << heads << " heads");
-    expect_close(from_gpu_bf16(*d_out, att.size()), att, "mla_attention (tensor cores)");
+    check_mla_attention({heads, 512, 64, 128, 64, max_pages, 4 * max_pages, positions, seq_of, tables, 0.06f},
+                        "mla_attention (tensor cores)");
   }
 }
 
@@ -318,22 +322,12 @@ TEST_F(CudaOps, MlaAttentionSmallAndUnalignedShapes) {
   // (latent, rope): 32/8 takes the 16-byte-load kernel like the DeepSeek shapes; 40/6 (rows of
   // 46 elements) the element-wise one. Positions cover empty splits and partial pages.
   for (auto [latent, rope] : std::vector<std::array<int64_t, 2>>{{32, 8}, {40, 6}}) {
-    const int64_t heads = 5, nope = 16, qk = nope + rope, page_size = 16, max_pages = 8;
-    std::vector<int32_t> positions = {100, 0, 17, 127}, seq_of = {0, 1, 2, 3};
+    const int64_t max_pages = 8;
     std::vector<int32_t> tables(4 * max_pages);
     for (int64_t i = 0; i < 4 * max_pages; ++i) tables[i] = static_cast<int32_t>((i * 7) % (4 * max_pages));
-    const int64_t tokens = 4;
-    auto q_lat = random(tokens * heads * latent), q = random(tokens * heads * qk);
-    auto cache = random(4 * max_pages * page_size * (latent + rope));
-    std::vector<float> att(tokens * heads * latent);
-    cpu->mla_attention({q_lat.data(), q.data(), cache.data(), tables.data(), seq_of.data(), positions.data(),
-                        att.data(), tokens, heads, latent, rope, qk, nope, page_size, max_pages, 0.2f});
-    auto d_ql = to_gpu_bf16(q_lat), d_q = to_gpu_bf16(q), d_c = to_gpu_bf16(cache), d_out = poisoned_bf16(att.size());
-    auto d_t = to_gpu_raw(tables), d_s = to_gpu_raw(seq_of), d_p = to_gpu_raw(positions);
-    gpu->mla_attention({d_ql->data(), d_q->data(), d_c->data(), static_cast<int32_t*>(d_t->data()),
-                        static_cast<int32_t*>(d_s->data()), static_cast<int32_t*>(d_p->data()), d_out->data(), tokens,
-                        heads, latent, rope, qk, nope, page_size, max_pages, 0.2f});
-    expect_close(from_gpu_bf16(*d_out, att.size()), att, latent == 32 ? "mla_attention 32/8" : "mla_attention 40/6");
+    check_mla_attention({5, latent, rope, 16, 16, max_pages, 4 * max_pages, {100, 0, 17, 127}, {0, 1, 2, 3}, tables,
+                         0.2f},
+                        latent == 32 ? "mla_attention 32/8" : "mla_attention 40/6");
   }
 }
 

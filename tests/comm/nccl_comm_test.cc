@@ -27,18 +27,32 @@ namespace {
 constexpr int kRanks = 2;
 constexpr size_t kMaxFloats = comm::PeerAllReduce::kMaxBytes / 4;
 
+// Element i of a message of fp32 values or bf16 bits, as a float.
+float element(DType dtype, const std::vector<uint8_t>& bytes, size_t i) {
+  if (dtype == DType::F32) {
+    float v;
+    std::memcpy(&v, bytes.data() + 4 * i, 4);
+    return v;
+  }
+  uint16_t bits;
+  std::memcpy(&bits, bytes.data() + 2 * i, 2);
+  return bf16_to_f32(bits);
+}
+
+// Stores v as element i (bf16: rounded to nearest even).
+void set_element(DType dtype, std::vector<uint8_t>& bytes, size_t i, float v) {
+  if (dtype == DType::F32) {
+    std::memcpy(bytes.data() + 4 * i, &v, 4);
+    return;
+  }
+  const uint16_t bits = f32_to_bf16(v);
+  std::memcpy(bytes.data() + 2 * i, &bits, 2);
+}
+
 // Random message of rank `rank` for call `call`: fp32 values, or bf16 bits.
 std::vector<uint8_t> message(DType dtype, size_t count, int rank, int call) {
   std::vector<uint8_t> bytes(count * dtype_size(dtype));
-  for (size_t i = 0; i < count; ++i) {
-    const float v = 100.0f * uniform_pm1(1000 * call + rank, i);
-    if (dtype == DType::F32) {
-      std::memcpy(bytes.data() + 4 * i, &v, 4);
-    } else {
-      const uint16_t bits = f32_to_bf16(v);
-      std::memcpy(bytes.data() + 2 * i, &bits, 2);
-    }
-  }
+  for (size_t i = 0; i < count; ++i) set_element(dtype, bytes, i, 100.0f * uniform_pm1(1000 * call + rank, i));
   return bytes;
 }
 
@@ -47,24 +61,9 @@ std::vector<uint8_t> rank_order_sum(DType dtype, size_t count, int call) {
   for (int r = 0; r < kRanks; ++r) parts.push_back(message(dtype, count, r, call));
   std::vector<uint8_t> out(parts[0].size());
   for (size_t i = 0; i < count; ++i) {
-    float acc = 0.0f;
-    for (int r = 0; r < kRanks; ++r) {
-      float v;
-      if (dtype == DType::F32) {
-        std::memcpy(&v, parts[r].data() + 4 * i, 4);
-      } else {
-        uint16_t bits;
-        std::memcpy(&bits, parts[r].data() + 2 * i, 2);
-        v = bf16_to_f32(bits);
-      }
-      acc = r == 0 ? v : acc + v;
-    }
-    if (dtype == DType::F32) {
-      std::memcpy(out.data() + 4 * i, &acc, 4);
-    } else {
-      const uint16_t bits = f32_to_bf16(acc);
-      std::memcpy(out.data() + 2 * i, &bits, 2);
-    }
+    float acc = element(dtype, parts[0], i);
+    for (int r = 1; r < kRanks; ++r) acc += element(dtype, parts[r], i);
+    set_element(dtype, out, i, acc);
   }
   return out;
 }
