@@ -260,8 +260,8 @@ mla_split_vec_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache
   }
 }
 
-// The split kernel on tensor cores, for DeepSeek-V3's shape (latent 512, rope 64, heads a
-// multiple of 16): a block takes 16 heads of one token and one split, and walks the split 16
+// The split kernel on tensor cores, for DeepSeek-V3's shape (latent 512, rope 64, any head
+// count): a block takes 16 heads of one token and one split, and walks the split 16
 // cache rows at a time (FlashMLA's decomposition on mma.sync instead of wgmma). The rows are
 // copied into shared memory with cp.async, the next tile while the current one is used; each
 // of the 4 warps computes the scores S [16 heads x 16 rows] = Q K^T over all 576 columns
@@ -271,6 +271,9 @@ mla_split_vec_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache
 // 512 latent columns of O += P V. P is split into a bf16 high part and a bf16 remainder (two
 // MMAs), so the weights keep ~16 bits like the fp32 weights of the CUDA-core kernels. The
 // 64-head CUDA-core kernel issues ~100 instructions per (row, head) and is instruction-bound.
+// A head count that is not a multiple of 16 (8 per GPU for Kimi K2 under tp8, Moonlight under
+// tp2) fills the last block's missing heads with zero queries and stores nothing for them:
+// their scores are finite (all zero), so their softmax is well defined and never read.
 constexpr int kMmaHeads = 16;                    // heads per block: the MMA's M
 constexpr int kMmaRows = 16;                     // cache rows per tile
 constexpr int kMmaWarps = 4;                     // each owns 128 latent columns of the output
@@ -326,7 +329,7 @@ __device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, u
   lo = pack_bf16x2(to_bf(x0 - to_f(h0)), to_bf(x1 - to_f(h1)));
 }
 
-// Grid (tokens, heads / 16, splits), kMmaWarps warps, kMmaSharedBytes of dynamic shared memory.
+// Grid (tokens, ceil(heads / 16), splits), kMmaWarps warps, kMmaSharedBytes of dynamic shared memory.
 // Fragment layouts (PTX m16n8k16): lane = 4 * group + quad; A holds rows group and group + 8,
 // columns 2 quad + {0, 1} and + 8; B (column-major) rows 2 quad + {0, 1} and + 8 of column
 // group; C rows group (c0, c1) and group + 8 (c2, c3), columns 2 quad + {0, 1}.
@@ -346,13 +349,18 @@ mla_split_mma_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache
   const int32_t* table = block_tables + static_cast<int64_t>(seq_of_token[t]) * max_pages_per_seq;
   constexpr int kChunks = kMmaWidth / 8;  // 16-byte chunks per row
 
-  // Q of the block's heads: [16][latent | rope].
+  // Q of the block's heads: [16][latent | rope]; zeros for heads past the last.
   for (int c = threadIdx.x; c < kMmaHeads * kChunks; c += blockDim.x) {
     const int h = c / kChunks, column = (c % kChunks) * 8;
+    uint4* dst = reinterpret_cast<uint4*>(q_s + h * kMmaStride + column);
+    if (h0 + h >= heads) {
+      *dst = make_uint4(0, 0, 0, 0);
+      continue;
+    }
     const int64_t th = static_cast<int64_t>(t) * heads + h0 + h;
     const bf16* src = column < kMmaLatent ? q_latent + th * kMmaLatent + column
                                           : q_rope + th * q_head_stride + rope_offset + (column - kMmaLatent);
-    *reinterpret_cast<uint4*>(q_s + h * kMmaStride + column) = *reinterpret_cast<const uint4*>(src);
+    *dst = *reinterpret_cast<const uint4*>(src);
   }
   // Rows [first, first + 16) of the split into buffer `buffer`; rows past its end are zeros.
   auto load_tile = [&](int first, int buffer) {
@@ -455,20 +463,22 @@ mla_split_mma_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache
     __syncthreads();  // every warp is done with this buffer before the next tile's copy lands in it
   }
 
-  const int64_t slot[2] = {(static_cast<int64_t>(t) * heads + h0 + group) * gridDim.z + split,
-                           (static_cast<int64_t>(t) * heads + h0 + group + 8) * gridDim.z + split};
-  if (warp == 0 && quad == 0) {
+  // Heads group (r = 0) and group + 8 (r = 1) of the block, where they exist.
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      partials.m[slot[r]] = running_max[r];  // -inf for an empty split
-      partials.l[slot[r]] = denom[r];
+  for (int r = 0; r < 2; ++r) {
+    const int h = h0 + group + 8 * r;
+    if (h >= heads) continue;
+    const int64_t slot = (static_cast<int64_t>(t) * heads + h) * gridDim.z + split;
+    if (warp == 0 && quad == 0) {
+      partials.m[slot] = running_max[r];  // -inf for an empty split
+      partials.l[slot] = denom[r];
     }
-  }
 #pragma unroll
-  for (int n = 0; n < kMmaColumnsPerWarp / 8; ++n) {
-    const int column = warp * kMmaColumnsPerWarp + 8 * n + 2 * quad;
-    *reinterpret_cast<float2*>(partials.acc + slot[0] * kMmaLatent + column) = make_float2(o[n][0], o[n][1]);
-    *reinterpret_cast<float2*>(partials.acc + slot[1] * kMmaLatent + column) = make_float2(o[n][2], o[n][3]);
+    for (int n = 0; n < kMmaColumnsPerWarp / 8; ++n) {
+      const int column = warp * kMmaColumnsPerWarp + 8 * n + 2 * quad;
+      *reinterpret_cast<float2*>(partials.acc + slot * kMmaLatent + column) =
+          make_float2(o[n][2 * r], o[n][2 * r + 1]);
+    }
   }
 }
 
@@ -480,15 +490,17 @@ bool mla_on_cuda_cores() {
 
 bool mma_shapes(int64_t heads, int64_t latent, int64_t rope, int64_t q_head_stride, int64_t rope_offset,
                 const void* q_latent, const void* q_rope, const void* cache) {
-  return latent == kMmaLatent && rope == kMmaRope && heads % kMmaHeads == 0 && q_head_stride % 8 == 0 &&
+  return latent == kMmaLatent && rope == kMmaRope && heads >= 1 && q_head_stride % 8 == 0 &&
          rope_offset % 8 == 0 && aligned16({q_latent, q_rope, cache});
 }
+
+int64_t head_blocks(int64_t heads) { return (heads + kMmaHeads - 1) / kMmaHeads; }
 
 // Splits of the tensor-core kernel: about two blocks per SM, none shorter than
 // kMmaMinSplitRows rows (at most the CUDA-core kernels' splits, whose workspace is allocated).
 int mma_splits_for(int64_t tokens, int64_t heads, int64_t max_context) {
   constexpr int64_t kTargetMmaBlocks = 264;
-  const int64_t blocks_per_split = std::max<int64_t>(1, tokens * (heads / kMmaHeads));
+  const int64_t blocks_per_split = std::max<int64_t>(1, tokens * head_blocks(heads));
   const int64_t by_length = std::max<int64_t>(1, (max_context + kMmaMinSplitRows - 1) / kMmaMinSplitRows);
   const int64_t by_occupancy = (kTargetMmaBlocks + blocks_per_split - 1) / blocks_per_split;
   return static_cast<int>(std::min<int64_t>({kMaxSplits, by_length, by_occupancy}));
@@ -652,7 +664,7 @@ void launch_mla_attention(const void* q_latent, const void* q_rope, const void* 
       configured_device = device;
     }
     launch_pdl(mla_split_mma_kernel,
-               dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(heads / kMmaHeads),
+               dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(head_blocks(heads)),
                     static_cast<unsigned>(splits)),
                kMmaWarps * 32, kMmaSharedBytes, stream, q_lat, q_r, rows, block_tables, seq_of_token, positions,
                carve(workspace, tokens, heads, splits, latent), static_cast<int>(heads), q_head_stride, rope_offset,

@@ -15,7 +15,7 @@ identical greedy continuations for every config. A bf16 runtime (moeserve CUDA) 
 held to "as good as transformers' own bf16", so these numbers bound what the GPU check can ask.
 
     python3 tests/python/bf16_conditioning.py [--device cpu|cuda] [--threads N] [--json PATH]
-    python3 tests/python/bf16_conditioning.py --search [--configs NAME ...]  # re-derive checkpoints.SEEDS
+    python3 tests/python/bf16_conditioning.py --search [--workers N] [--configs NAME ...]  # re-derive checkpoints.SEEDS
 
 `measure(model, device)` is importable so the GPU script can log the same numbers.
 """
@@ -173,11 +173,24 @@ def margin_of(model, device="cpu", attns=("eager",)):
     return _margin(fp32, lows, ref, device)
 
 
-def search(name, device="cpu", seeds=SEARCH_SEEDS, finalists=SEARCH_FINALISTS, log=None):
+def _eager_margin(name_seed_device):
+    name, seed, device = name_seed_device
+    torch.set_num_threads(1)
+    return margin_of(make_model(name, seed), device), seed
+
+
+def search(name, device="cpu", seeds=SEARCH_SEEDS, finalists=SEARCH_FINALISTS, log=None, workers=1):
     """The most bf16-robust seed of checkpoint `name` among [0, seeds): the one whose smallest
     decision margin (fp32 top-2 gap over the largest transformers-bf16 logit error, eager and
-    SDPA) is largest. Only the transformers oracle is consulted, never moeserve."""
-    eager = sorted(((margin_of(make_model(name, s), device), s) for s in range(seeds)), reverse=True)
+    SDPA) is largest. Only the transformers oracle is consulted, never moeserve. `workers`
+    processes share the eager pass (one thread each; the result does not depend on it)."""
+    jobs = [(name, s, device) for s in range(seeds)]
+    if workers > 1:
+        import multiprocessing
+        with multiprocessing.get_context("spawn").Pool(workers) as pool:
+            eager = sorted(pool.map(_eager_margin, jobs, chunksize=8), reverse=True)
+    else:
+        eager = sorted(map(_eager_margin, jobs), reverse=True)
     best = max((margin_of(make_model(name, s), device, ("eager", "sdpa")), s) for _, s in eager[:finalists])
     if log:
         log(f"{name}: eager margins of the finalists {[(s, round(m, 3)) for m, s in eager[:finalists]]}; "
@@ -192,11 +205,13 @@ def main():
     parser.add_argument("--json")
     parser.add_argument("--configs", nargs="*", default=sorted(CONFIGS))
     parser.add_argument("--search", action="store_true", help="print the smallest conditioned seed per config")
+    parser.add_argument("--workers", type=int, default=1, help="processes for --search's eager pass")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.search:
         for name in args.configs:
-            seed = search(name, device=args.device, log=lambda m: print(m, file=sys.stderr, flush=True))
+            seed = search(name, device=args.device, log=lambda m: print(m, file=sys.stderr, flush=True),
+                          workers=args.workers)
             print(f'    "{name}": {seed},', flush=True)
         return 0
     report, ok = {}, True

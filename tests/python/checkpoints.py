@@ -36,7 +36,7 @@ continuations (tests/python/bf16_conditioning.py measures this). What was done, 
      smallest decision margin is largest, where a decision's margin is its fp32 top-2 gap
      over the largest transformers-bf16 logit error at that position (eager and SDPA, two
      different bf16 roundings), and only seeds whose bf16 greedy path equals fp32's count.
-     The chosen margins are 0.78-2.09 (a margin above 2 rules a flip out against any rounding
+     The chosen margins are 0.78-2.09 (mla_full_width_16_heads, added later: 1.38; a margin above 2 rules a flip out against any rounding
      no noisier than transformers'; the seeds first chosen here only required 0.2, and a third
      rounding -- moeserve's GPU path -- still flipped 3 of 6 configs' greedy paths).
      Found with `python3 tests/python/bf16_conditioning.py --search` (~8 minutes per config on
@@ -72,6 +72,10 @@ CONFIGS = {
     "kimi_k25_nested": (dict(q_lora_rank=32, n_group=2, topk_group=1), "kimi_k25"),
     "yarn_mscale_no_interleave": (dict(rope_parameters=dict(YARN, mscale=1.0, mscale_all_dim=0.8),
                                        rope_interleave=False, n_shared_experts=3), "hf"),
+    # DeepSeek-V3's attention width (latent 512, rope 64) with 16 heads: the GPU's tensor-core
+    # attention kernel on one GPU, and its padded form (8 heads per GPU) under tp2.
+    "mla_full_width_16_heads": (dict(kv_lora_rank=512, qk_rope_head_dim=64, num_attention_heads=16,
+                                     num_key_value_heads=16, q_lora_rank=32), "hf"),
 }
 
 
@@ -83,6 +87,7 @@ SEEDS = {
     "kimi_k2_shared2": 442,            # 0.78
     "kimi_k25_nested": 1047,           # 1.23
     "yarn_mscale_no_interleave": 473,  # 1.16
+    "mla_full_width_16_heads": 1500,   # 1.38 (searched with 16 workers, transformers 5.17)
 }
 ROUTED_SCALE = 0.3
 LM_HEAD_ROW_SIGMA = 1.0
