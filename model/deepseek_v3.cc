@@ -793,6 +793,7 @@ DeepseekV3::BranchSum DeepseekV3::moe(const Layer& layer, int64_t moe_layer, Act
   experts.inter = shard_.expert_intermediate.size();
   experts.expert_begin = shard_.experts.begin;
   experts.expert_end = shard_.experts.end;
+  experts.routed_experts = c.n_routed_experts;
   experts.out_f32 = true;
   experts.accumulate = has_shared;
   backend_.side_join();

@@ -166,6 +166,10 @@ struct MoeExpertsParams {
   const void* const* w2;       // [expert_end - expert_begin], in backend memory
   void* out;                   // [tokens, hidden]; fp32 when out_f32
   int64_t tokens, top_k, hidden, inter, expert_begin, expert_end;
+  // Routed experts of the whole model, of which [expert_begin, expert_end) are this rank's; 0
+  // when every pair is routed inside the range (expert parallelism's received rows). Lets a
+  // backend estimate the rows per local expert before the routing is known on the host.
+  int64_t routed_experts = 0;
   bool accumulate = false;
   bool out_f32 = false;
   // w13 / w2 again in host memory, for backends that launch per-expert work from the host

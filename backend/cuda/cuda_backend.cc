@@ -323,7 +323,9 @@ class CudaBackend final : public Backend {
     if (gemm_path) {
       expert_gemms(p, ws, pairs, local);
     } else {
-      launch_moe_expert_kernels(p.x, p.w13, p.w2, pairs, p.top_k, local, p.hidden, p.inter, ws, cur_);
+      // Pairs expected on this rank's experts (routing is uniform in expectation).
+      const int64_t local_pairs = p.routed_experts > 0 ? pairs * local / p.routed_experts : pairs;
+      launch_moe_expert_kernels(p.x, p.w13, p.w2, pairs, local_pairs, p.top_k, local, p.hidden, p.inter, ws, cur_);
     }
     launch_moe_combine(p.topk_weights, p.out, p.out_f32, p.tokens, p.top_k, local, p.hidden, p.inter, p.accumulate,
                        ws, cur_);

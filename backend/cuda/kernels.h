@@ -73,9 +73,10 @@ int64_t moe_workspace_bytes(int64_t tokens, int64_t top_k, int64_t local_experts
 //   combine: out[t] (+)= sum over k of weight * the pair's output, in k order.
 void launch_moe_sort(const int32_t* topk_ids, int64_t pairs, int64_t expert_begin, int64_t expert_end,
                      int64_t hidden, int64_t inter, void* workspace, cudaStream_t stream);
+// `local_pairs`: the pairs expected to be routed to the local experts (picks the kernels).
 void launch_moe_expert_kernels(const void* x, const void* const* w13, const void* const* w2, int64_t pairs,
-                               int64_t top_k, int64_t local_experts, int64_t hidden, int64_t inter, void* workspace,
-                               cudaStream_t stream);
+                               int64_t local_pairs, int64_t top_k, int64_t local_experts, int64_t hidden, int64_t inter,
+                               void* workspace, cudaStream_t stream);
 // GEMM path: buffers inside the workspace.
 struct MoeGemmBuffers {
   int32_t* offsets;  // [local_experts + 1] (device)

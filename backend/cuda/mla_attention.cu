@@ -13,6 +13,7 @@
 // in split order.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/mma.cuh"
 #include "core/env.h"
 
 #include <algorithm>
@@ -286,21 +287,6 @@ constexpr size_t kMmaSharedBytes = sizeof(bf16) * kMmaStride * (kMmaHeads + 2 * 
 
 __device__ __forceinline__ uint32_t shared_u32(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
-__device__ __forceinline__ uint32_t pack_bf16x2(bf16 lo, bf16 hi) {
-  return static_cast<uint32_t>(__bfloat16_as_ushort(lo)) | (static_cast<uint32_t>(__bfloat16_as_ushort(hi)) << 16);
-}
-
-// d += a b: a [16 x 16] bf16 row-major fragment, b [16 x 8] bf16 column-major, d fp32.
-__device__ __forceinline__ void mma_16x8x16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
-}
-
 __device__ __forceinline__ void cp_async_16(void* shared, const void* global) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
@@ -329,10 +315,8 @@ __device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, u
   lo = pack_bf16x2(to_bf(x0 - to_f(h0)), to_bf(x1 - to_f(h1)));
 }
 
-// Grid (tokens, ceil(heads / 16), splits), kMmaWarps warps, kMmaSharedBytes of dynamic shared memory.
-// Fragment layouts (PTX m16n8k16): lane = 4 * group + quad; A holds rows group and group + 8,
-// columns 2 quad + {0, 1} and + 8; B (column-major) rows 2 quad + {0, 1} and + 8 of column
-// group; C rows group (c0, c1) and group + 8 (c2, c3), columns 2 quad + {0, 1}.
+// Grid (tokens, ceil(heads / 16), splits), kMmaWarps warps, kMmaSharedBytes of dynamic shared
+// memory. Fragment layouts: mma.cuh.
 __global__ void __launch_bounds__(kMmaWarps * 32)
 mla_split_mma_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache, const int32_t* block_tables,
                      const int32_t* seq_of_token, const int32_t* positions, Partials partials, int heads,

@@ -11,7 +11,9 @@
 //      result does not depend on the order pairs were scattered in.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/mma.cuh"
 #include "backend/cuda/row_dot.cuh"
+#include "core/env.h"
 
 #include <algorithm>
 #include <stdexcept>
@@ -446,6 +448,133 @@ down_kernel(const void* const* w2, MoeWorkspace ws, int hidden, int inter, int r
   }
 }
 
+// The same two phases on tensor cores ("swap AB": the weights are the MMA's M side, 16 rows per
+// block, the expert's tokens its N side, 8 per tile), for K a multiple of 32. A block of
+// kExpertMmaWarps warps takes 16 output rows of one active expert (gate_up: gate rows n0.. and
+// the matching up rows, so silu(gate) * up is formed in registers; down: w2 rows n0..); its
+// warps split K into contiguous ranges, each streams its range of the rows once with 16-byte
+// loads and multiplies it with every token tile, and the warps' fp32 partial sums are added in
+// warp order in shared memory. The CUDA-core kernels above spend ~3 instructions per
+// multiply-add; with ~6 tokens per expert (Moonlight at batch 64) they were 4x slower than
+// their weight bytes. The products are summed over the K of a 32-column chunk in a permuted
+// order (any order of k is the same dot product, as long as weights and tokens use the same):
+// lane quad owns the chunk's elements 8 quad .. 8 quad + 7, one 16-byte load per row and per
+// token; elements 8 quad + 4 s + {0, 1} are the MMA's k = 2 quad + {0, 1} of k-step s, and
+// + {2, 3} its k = 2 quad + 8 + {0, 1}.
+constexpr int kExpertMmaWarps = 4;
+constexpr int kExpertMmaTileTokens = 8;  // the MMA's N
+constexpr int kExpertMmaMaxTiles = 4;    // token tiles per pass over the weights (32 tokens)
+constexpr int kExpertMmaChunk = 32;      // K elements per lane-quad step
+
+// kRowTiles = 2 (gate_up: gate and up rows) or 1 (down). Inputs: gate_up reads x rows
+// (token of the pair at each slot), down reads act rows (slot order).
+template <int kRowTiles, int kUnroll>
+__global__ void __launch_bounds__(kExpertMmaWarps * 32)
+expert_mma_kernel(const bf16* x, const void* const* weights_of, MoeWorkspace ws, int top_k, int k_dim, int out_rows,
+                  int inter) {
+  __shared__ float partial[kExpertMmaWarps][kExpertMmaMaxTiles][kRowTiles][4][32];  // 4-16 KB
+  pdl_enter();
+  if (static_cast<int>(blockIdx.x) >= *ws.num_active) return;
+  const int e = ws.active[blockIdx.x];
+  const int begin = ws.offsets[e], end = ws.offsets[e + 1];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lane >> 2, quad = lane & 3;
+  const int n0 = blockIdx.y * 16;
+  const bf16* weights = static_cast<const bf16*>(weights_of[e]);
+  // Rows group and group + 8 of each row tile (gate_up's second tile: the up rows).
+  const bf16* rows[kRowTiles][2];
+  bool row_ok[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int n = n0 + group + 8 * half;
+    row_ok[half] = n < out_rows;
+#pragma unroll
+    for (int rt = 0; rt < kRowTiles; ++rt)
+      rows[rt][half] = weights + static_cast<int64_t>(rt * inter + (row_ok[half] ? n : 0)) * k_dim + 8 * quad;
+  }
+  const int chunks = k_dim / kExpertMmaChunk;
+  const int per_warp = (chunks + kExpertMmaWarps - 1) / kExpertMmaWarps;
+  const int chunk_begin = min(chunks, warp * per_warp), chunk_end = min(chunks, chunk_begin + per_warp);
+
+  for (int first = begin; first < end; first += kExpertMmaTileTokens * kExpertMmaMaxTiles) {
+    const int tiles = min(kExpertMmaMaxTiles, (end - first + kExpertMmaTileTokens - 1) / kExpertMmaTileTokens);
+    // This lane's token (column group) of each tile; null past the expert's rows.
+    const bf16* token_row[kExpertMmaMaxTiles];
+#pragma unroll
+    for (int tile = 0; tile < kExpertMmaMaxTiles; ++tile) {
+      const int slot = first + tile * kExpertMmaTileTokens + group;
+      token_row[tile] = nullptr;
+      if (tile < tiles && slot < end)
+        token_row[tile] = (kRowTiles == 2 ? x + static_cast<int64_t>(ws.pair_of_slot[slot] / top_k) * k_dim
+                                          : ws.act + static_cast<int64_t>(slot) * k_dim) + 8 * quad;
+    }
+    float acc[kExpertMmaMaxTiles][kRowTiles][4] = {};
+    for (int c0 = chunk_begin; c0 < chunk_end; c0 += kUnroll) {
+      uint4 w[kUnroll][kRowTiles][2];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+        for (int rt = 0; rt < kRowTiles; ++rt)
+#pragma unroll
+          for (int half = 0; half < 2; ++half)
+            w[u][rt][half] = c0 + u < chunk_end && row_ok[half]
+                                 ? *reinterpret_cast<const uint4*>(rows[rt][half] + (c0 + u) * kExpertMmaChunk)
+                                 : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int tile = 0; tile < kExpertMmaMaxTiles; ++tile) {
+        if (tile >= tiles) break;
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          if (c0 + u >= chunk_end) break;
+          const uint4 b = token_row[tile] != nullptr
+                              ? *reinterpret_cast<const uint4*>(token_row[tile] + (c0 + u) * kExpertMmaChunk)
+                              : make_uint4(0, 0, 0, 0);
+#pragma unroll
+          for (int rt = 0; rt < kRowTiles; ++rt) {
+            const uint32_t a0[4] = {w[u][rt][0].x, w[u][rt][1].x, w[u][rt][0].y, w[u][rt][1].y};
+            const uint32_t a1[4] = {w[u][rt][0].z, w[u][rt][1].z, w[u][rt][0].w, w[u][rt][1].w};
+            mma_16x8x16(acc[tile][rt], a0, b.x, b.y);
+            mma_16x8x16(acc[tile][rt], a1, b.z, b.w);
+          }
+        }
+      }
+    }
+    // The warps' partial sums, added in warp order by warp 0's lanes (same fragment layout).
+#pragma unroll
+    for (int tile = 0; tile < kExpertMmaMaxTiles; ++tile)
+#pragma unroll
+      for (int rt = 0; rt < kRowTiles; ++rt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) partial[warp][tile][rt][i][lane] = acc[tile][rt][i];
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll
+      for (int tile = 0; tile < kExpertMmaMaxTiles; ++tile) {
+        if (tile >= tiles) break;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int n = n0 + group + 8 * (i >> 1);
+          const int slot = first + tile * kExpertMmaTileTokens + 2 * quad + (i & 1);
+          float sum[kRowTiles];
+#pragma unroll
+          for (int rt = 0; rt < kRowTiles; ++rt) {
+            sum[rt] = 0.0f;
+            for (int w = 0; w < kExpertMmaWarps; ++w) sum[rt] += partial[w][tile][rt][i][lane];
+          }
+          if (n >= out_rows || slot >= end) continue;
+          if constexpr (kRowTiles == 2) {
+            // transformers (bf16): gate and up are bf16 linear outputs; silu(gate) is rounded too.
+            const float g = to_f(to_bf(sum[0])), u = to_f(to_bf(sum[1]));
+            ws.act[static_cast<int64_t>(slot) * inter + n] = to_bf(to_f(to_bf(g / (1.0f + __expf(-g)))) * u);
+          } else {
+            ws.partial[static_cast<int64_t>(slot) * out_rows + n] = to_f(to_bf(sum[0]));
+          }
+        }
+      }
+    }
+    __syncthreads();  // partial[] is rewritten by the next pass
+  }
+}
+
 // x_sorted[s] = x[token of the pair at sorted position s], for s < offsets[local_experts].
 __global__ void gather_sorted_kernel(const bf16* x, MoeWorkspace ws, int local_experts, int top_k, int hidden) {
   pdl_enter();
@@ -555,11 +684,33 @@ void launch_moe_gather_sorted(const void* x, int64_t pairs, int64_t top_k, int64
              static_cast<int>(local_experts), static_cast<int>(top_k), static_cast<int>(hidden));
 }
 
+// MOESERVE_MOE_CUDA_CORES=1 keeps the CUDA-core expert kernels (for comparisons).
+bool experts_on_cuda_cores() {
+  static const bool set = env_switch("MOESERVE_MOE_CUDA_CORES", false);
+  return set;
+}
+
 void launch_moe_expert_kernels(const void* x, const void* const* w13, const void* const* w2, int64_t pairs,
-                               int64_t top_k, int64_t local_experts, int64_t hidden, int64_t inter, void* workspace,
-                               cudaStream_t stream) {
+                               int64_t local_pairs, int64_t top_k, int64_t local_experts, int64_t hidden, int64_t inter,
+                               void* workspace, cudaStream_t stream) {
   const MoeWorkspace ws = carve(workspace, pairs, local_experts, hidden, inter);
   const int64_t max_active = std::min(local_experts, pairs);
+  // Tensor cores from one row per local expert on average (weight rows are 16-byte
+  // aligned: K % 32 == 0, allocations aligned). Below that most active experts have one row
+  // and the CUDA-core kernels stream faster (more rows in flight per warp): one H200, K2.6
+  // with 384 experts, batch 8 / 32 3.58 / 8.60 ms against 3.80-3.93 / 9.22-9.29 on tensor
+  // cores; from batch 64 (1.33 rows per expert) the tensor cores are as fast or faster
+  // (batch 128 17.25 against 22.5 ms; docs/benchmarks.md).
+  const bool mma_shapes = hidden % kExpertMmaChunk == 0 && inter % kExpertMmaChunk == 0 && aligned16({x});
+  if (mma_shapes && local_pairs >= local_experts && !experts_on_cuda_cores()) {
+    launch_pdl(expert_mma_kernel<2, 2>, dim3(static_cast<unsigned>(max_active), static_cast<unsigned>((inter + 15) / 16)),
+               kExpertMmaWarps * 32, 0, stream, static_cast<const bf16*>(x), w13, ws, static_cast<int>(top_k),
+               static_cast<int>(hidden), static_cast<int>(inter), static_cast<int>(inter));
+    launch_pdl(expert_mma_kernel<1, 4>, dim3(static_cast<unsigned>(max_active), static_cast<unsigned>((hidden + 15) / 16)),
+               kExpertMmaWarps * 32, 0, stream, static_cast<const bf16*>(nullptr), w2, ws, static_cast<int>(top_k),
+               static_cast<int>(inter), static_cast<int>(hidden), static_cast<int>(inter));
+    return;
+  }
   const int rows_per_warp = max_active <= kFewActiveExperts ? kRowsPerWarpFew : kRowsPerWarpMany;
   const int rows_per_block = kWarpsPerBlock * rows_per_warp;
   const dim3 gate_grid(static_cast<unsigned>(max_active), static_cast<unsigned>((inter + rows_per_block - 1) / rows_per_block));

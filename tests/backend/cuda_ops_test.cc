@@ -375,7 +375,9 @@ TEST_F(CudaOps, MoeRouteSelectsTheSameExperts) {
 }
 
 TEST_F(CudaOps, MoeExpertsOwnedRangeAndAccumulate) {
-  for (int64_t inter : {64, 12}) {  // 12: a MoE-TP slice whose rows are not 16-byte aligned
+  // 64: the tensor-core kernels (K % 32 == 0); 40: the CUDA-core kernels' 16-byte loads; 12: a
+  // MoE-TP slice whose rows are not 16-byte aligned (element by element).
+  for (int64_t inter : {64, 40, 12}) {
     const int64_t tokens = 19, top_k = 4, hidden = 256, experts = 12, begin = 4, end = 10;
     auto x = random(tokens * hidden);
     std::vector<int32_t> ids(tokens * top_k);
@@ -411,7 +413,7 @@ TEST_F(CudaOps, MoeExpertsOwnedRangeAndAccumulate) {
                             d_out->data(), tokens, top_k, hidden, inter, begin, end};
     g.accumulate = true;
     gpu->moe_experts(g);
-    expect_close(from_gpu_bf16(*d_out, ref.size()), ref, inter == 12 ? "moe_experts (unaligned)" : "moe_experts");
+    expect_close(from_gpu_bf16(*d_out, ref.size()), ref, ("moe_experts inter " + std::to_string(inter)).c_str());
     // fp32 output (the branch that is summed across ranks in fp32).
     auto d_out32 = to_gpu_raw(out0);
     g.out = d_out32->data();
@@ -428,6 +430,47 @@ TEST_F(CudaOps, MoeExpertsOwnedRangeAndAccumulate) {
     gpu->moe_experts(g);
     expect_close(from_gpu_bf16(*d_out_gemm, ref.size()), ref, "moe_experts (GEMM path)");
   }
+}
+
+// The tensor-core expert kernels with more tokens per expert than one pass holds (32): 90
+// tokens, top-2 of 4 experts, all local (~45 rows each, two passes over the weights); hidden 288
+// is 9 chunks of 32 over 4 warps (3, 3, 3, 0), inter 96.
+TEST_F(CudaOps, MoeExpertsOnTensorCoresWithManyTokensPerExpert) {
+  const int64_t tokens = 90, top_k = 2, hidden = 288, inter = 96, experts = 4;
+  auto x = random(tokens * hidden);
+  std::vector<int32_t> ids(tokens * top_k);
+  std::vector<float> weights(tokens * top_k);
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t k = 0; k < top_k; ++k) {
+      ids[t * top_k + k] = static_cast<int32_t>((t + 3 * k + t / 7) % experts);
+      weights[t * top_k + k] = 0.5f + 0.25f * uniform_pm1(9, t * top_k + k);
+    }
+  std::vector<std::vector<float>> w13, w2;
+  std::vector<const void*> w13_ptrs, w2_ptrs;
+  std::vector<ops::BufferPtr> d_w13, d_w2;
+  std::vector<void*> d13, d2;
+  for (int64_t e = 0; e < experts; ++e) {
+    w13.push_back(random(2 * inter * hidden, 1.0f / 16));
+    w2.push_back(random(hidden * inter, 1.0f / 8));
+    w13_ptrs.push_back(w13.back().data());
+    w2_ptrs.push_back(w2.back().data());
+    d_w13.push_back(to_gpu_bf16(w13.back()));
+    d_w2.push_back(to_gpu_bf16(w2.back()));
+    d13.push_back(d_w13.back()->data());
+    d2.push_back(d_w2.back()->data());
+  }
+  std::vector<float> ref(tokens * hidden);
+  cpu->moe_experts({x.data(), ids.data(), weights.data(), w13_ptrs.data(), w2_ptrs.data(), ref.data(), tokens, top_k,
+                    hidden, inter, 0, experts});
+  auto d_x = to_gpu_bf16(x), d_ids = to_gpu_raw(ids), d_wt = to_gpu_raw(weights);
+  auto d_t13 = to_gpu_raw(d13), d_t2 = to_gpu_raw(d2);
+  auto d_out = poisoned_f32(ref.size());
+  ops::MoeExpertsParams g{d_x->data(), static_cast<int32_t*>(d_ids->data()), static_cast<float*>(d_wt->data()),
+                          static_cast<const void* const*>(d_t13->data()), static_cast<const void* const*>(d_t2->data()),
+                          d_out->data(), tokens, top_k, hidden, inter, 0, experts};
+  g.out_f32 = true;
+  gpu->moe_experts(g);
+  expect_close(from_gpu_f32(*d_out, ref.size()), ref, "moe_experts (tensor cores, two passes)");
 }
 
 TEST_F(CudaOps, FillUniformMatchesTheHostGenerator) {
