@@ -1,8 +1,11 @@
 #include "runtime/engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <map>
 #include <mutex>
 
 #include "backend/cpu/cpu_backend.h"
@@ -49,21 +52,122 @@ Tensor run_stage(Rank& rank, const ForwardBatch& batch, int64_t hidden) {
   return out;
 }
 
+// Outputs sized for `step`: one entry per (micro-batch, replica), candidates for a sampling step.
+StepOutputs sized_outputs(const StepPlan& step, int attn_dp, HeadMode head) {
+  StepOutputs out;
+  out.rows.assign(step.micro_batches.size(), std::vector<Tensor>(static_cast<size_t>(attn_dp)));
+  if (head == HeadMode::kCandidates)
+    out.candidates.assign(step.micro_batches.size(), std::vector<SampleCandidates>(static_cast<size_t>(attn_dp)));
+  return out;
+}
+
+// One rank's part of a step: every micro-batch through its stage, the outputs kept by the
+// ranks that hold them (the last stage's attention-TP rank 0 of each replica; the logits are
+// gathered over the vocab split).
+void run_step_on_rank(Rank& rank, const StepPlan& step, HeadMode head, int64_t hidden, StepOutputs& outputs) {
+  rank.model->set_head_mode(head);
+  for (size_t m = 0; m < step.micro_batches.size(); ++m) {
+    Tensor out = run_stage(rank, step.micro_batches[m].replicas[rank.coord.dp_index].batch, hidden);
+    if (!rank.model->shard().last_stage || rank.coord.tp_index != 0) continue;
+    outputs.rows[m][rank.coord.dp_index] = std::move(out);
+    if (head == HeadMode::kCandidates) outputs.candidates[m][rank.coord.dp_index] = rank.model->take_candidates();
+  }
+}
+
+// A step queued by Engine::submit: its plan, and its outputs once every rank has run it.
+struct AsyncStep {
+  StepPlan plan;
+  HeadMode head = HeadMode::kLogits;
+  StepOutputs outputs;
+  int ranks_done = 0;  // under AsyncQueue::mutex
+};
+
+// The submitted steps the rank threads work through, in ticket order. While it is open the
+// ranks run one RankWorkers job that takes the next ticket as soon as it exists.
+struct AsyncQueue {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::map<StepTicket, std::shared_ptr<AsyncStep>> steps;  // submitted, not yet waited for
+  std::atomic<StepTicket> submitted = 0;                   // tickets [0, submitted) exist
+  std::atomic<bool> closing = false;
+  bool failed = false;  // a rank threw: the world is aborted, waiters give up
+};
+
 }  // namespace
 
 struct Engine::Impl {
   std::unique_ptr<comm::InProcessWorld> world;  // CPU ranks' communicators; aborts a failed step
   std::unique_ptr<NcclWorld> nccl;              // GPU ranks' communicators
   std::vector<Rank> ranks;
+  AsyncQueue queue;
+  int spin_us = 0;
   std::unique_ptr<RankWorkers> workers;  // declared last: its threads stop first
   std::string failure;                   // set when a step failed: the world is aborted
 
-  // Runs one step on every rank: micro-batches in order, hidden states passed stage to stage.
-  // Returns the logits [rows, vocab] of each (micro-batch, replica).
-  std::vector<std::vector<Tensor>> run_step(const StepPlan& step, const parallel::ParallelPlan& plan, int64_t hidden,
-                                            HeadMode head = HeadMode::kLogits,
-                                            std::vector<std::vector<SampleCandidates>>* candidates = nullptr);
+  // The ranks' job while steps are submitted asynchronously: run each ticket from `first` on
+  // as it appears, until the queue closes and nothing is left.
+  void start_async(int64_t hidden);
+  // Closes the queue and waits for the ranks to leave it (rethrows a rank's failure).
+  void end_async();
+  // Before a synchronous call: every submitted step waited for, the ranks out of the queue.
+  void quiesce(const char* what);
 };
+
+void Engine::Impl::start_async(int64_t hidden) {
+  queue.closing = false;
+  queue.failed = false;
+  const StepTicket first = queue.submitted.load();
+  workers->start([this, hidden, first](int r) {
+    Rank& rank = ranks[r];
+    for (StepTicket next = first;; ++next) {
+      spin_until(spin_us, [&] { return queue.submitted.load() > next || queue.closing.load(); });
+      std::shared_ptr<AsyncStep> step;
+      {
+        std::unique_lock<std::mutex> lock(queue.mutex);
+        queue.changed.wait(lock, [&] { return queue.submitted.load() > next || queue.closing.load(); });
+        if (queue.submitted.load() <= next) return;  // closed, and every step run
+        step = queue.steps.at(next);
+      }
+      try {
+        run_step_on_rank(rank, step->plan, step->head, hidden, step->outputs);
+      } catch (...) {
+        {
+          std::lock_guard<std::mutex> lock(queue.mutex);
+          queue.failed = true;
+        }
+        queue.changed.notify_all();
+        throw;  // RankWorkers aborts the world: the peers' collectives fail too
+      }
+      {
+        std::lock_guard<std::mutex> lock(queue.mutex);
+        ++step->ranks_done;
+      }
+      queue.changed.notify_all();
+    }
+  });
+}
+
+void Engine::Impl::end_async() {
+  if (!workers->running()) return;
+  {
+    std::lock_guard<std::mutex> lock(queue.mutex);
+    queue.closing = true;
+  }
+  queue.changed.notify_all();
+  try {
+    workers->finish();
+  } catch (const Error& e) {
+    failure = e.what();
+    queue.steps.clear();
+    throw;
+  }
+}
+
+void Engine::Impl::quiesce(const char* what) {
+  MS_CHECK(failure.empty(), "the engine stopped after a failed step: {}", failure);
+  MS_CHECK(queue.steps.empty(), "{}: {} submitted steps were not waited for", what, queue.steps.size());
+  end_async();
+}
 
 Engine::Engine(const ModelSource& model, EngineOptions options)
     : config_(model.config), options_(std::move(options)), impl_(std::make_unique<Impl>()) {
@@ -91,8 +195,8 @@ Engine::Engine(const ModelSource& model, EngineOptions options)
   }
   // GPU ranks' threads mostly wait for their GPU: they poll for the next job for up to 2 ms
   // (MOESERVE_WORKER_SPIN_US overrides; 0 sleeps at once).
-  const int spin_us = env_int("MOESERVE_WORKER_SPIN_US", on_gpus ? 2000 : 0);
-  impl_->workers = std::make_unique<RankWorkers>(world, *impl_->world, spin_us);
+  impl_->spin_us = env_int("MOESERVE_WORKER_SPIN_US", on_gpus ? 2000 : 0);
+  impl_->workers = std::make_unique<RankWorkers>(world, *impl_->world, impl_->spin_us);
   if (impl_->nccl) {
     impl_->workers->run([&](int r) { impl_->ranks[r].comms = impl_->nccl->split_for(plan, r); });
   } else {
@@ -107,10 +211,15 @@ Engine::Engine(const ModelSource& model, EngineOptions options)
   });
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  try {  // the ranks leave the step queue before their threads stop; steps not waited for are dropped
+    impl_->end_async();
+  } catch (const std::exception&) {  // the failure was reported to whoever waited
+  }
+}
 
 void Engine::for_each_rank(const std::function<void(RankView&)>& fn) {
-  MS_CHECK(impl_->failure.empty(), "the engine stopped after a failed step: {}", impl_->failure);
+  impl_->quiesce("for_each_rank");
   impl_->workers->run([&](int r) {
     Rank& rank = impl_->ranks[r];
     RankView view{r, *rank.model, *rank.backend, rank.comms};
@@ -142,86 +251,82 @@ std::vector<parallel::RankShard> Engine::shards() const {
   return out;
 }
 
-std::vector<std::vector<Tensor>> Engine::Impl::run_step(const StepPlan& step, const parallel::ParallelPlan& plan,
-                                                        int64_t hidden, HeadMode head,
-                                                        std::vector<std::vector<SampleCandidates>>* candidates) {
-  std::vector<std::vector<Tensor>> logits(step.micro_batches.size(), std::vector<Tensor>(plan.attn_dp));
-  if (candidates) candidates->assign(step.micro_batches.size(), std::vector<SampleCandidates>(plan.attn_dp));
-  workers->run([&](int r) {
-    Rank& rank = ranks[r];
-    rank.model->set_head_mode(head);
-    for (size_t m = 0; m < step.micro_batches.size(); ++m) {
-      Tensor out = run_stage(rank, step.micro_batches[m].replicas[rank.coord.dp_index].batch, hidden);
-      if (rank.model->shard().last_stage && rank.coord.tp_index == 0) {
-        logits[m][rank.coord.dp_index] = std::move(out);  // [rows, vocab], gathered over the vocab split
-        if (candidates) (*candidates)[m][rank.coord.dp_index] = rank.model->take_candidates();
-      }
-    }
-  });
-  return logits;
-}
-
 void Engine::execute_pipelined(const StepPlan& step, int rounds) {
-  MS_CHECK(impl_->failure.empty(), "the engine stopped after a failed step: {}", impl_->failure);
   MS_CHECK(rounds > 0, "execute_pipelined: rounds must be positive, got {}", rounds);
-  const parallel::ParallelPlan& plan = options_.plan;
-  const int64_t hidden = config_.hidden_size;
-  const size_t groups = step.micro_batches.size();
-  const int ranks_per_stage = plan.attn_tp * plan.attn_dp;
-  std::mutex mutex;
-  std::condition_variable progressed;
-  std::vector<int> finished(groups, 0);  // [group] last-stage ranks done with a step of it, all rounds
-  bool failed = false;
-  try {
-    impl_->workers->run([&](int r) {
-      Rank& rank = impl_->ranks[r];
-      rank.model->set_head_mode(HeadMode::kLogits);
-      const parallel::RankShard& shard = rank.model->shard();
-      try {
-        for (int round = 0; round < rounds; ++round)
-          for (size_t m = 0; m < groups; ++m) {
-            if (shard.first_stage && round > 0) {  // the group's previous step has left the last stage
-              std::unique_lock<std::mutex> lock(mutex);
-              progressed.wait(lock, [&] { return failed || finished[m] >= round * ranks_per_stage; });
-              MS_CHECK(!failed, "execute_pipelined: another rank failed");
-            }
-            run_stage(rank, step.micro_batches[m].replicas[rank.coord.dp_index].batch, hidden);
-            if (!shard.last_stage) continue;
-            rank.backend->synchronize();  // the step's outputs exist: the host could sample now
-            {
-              std::lock_guard<std::mutex> lock(mutex);
-              ++finished[m];
-            }
-            progressed.notify_all();
-          }
-      } catch (...) {
-        {
-          std::lock_guard<std::mutex> lock(mutex);
-          failed = true;
-        }
-        progressed.notify_all();
-        throw;
-      }
-    });
-  } catch (const Error& e) {
-    impl_->failure = e.what();
-    throw;
-  }
+  impl_->quiesce("execute_pipelined");
+  std::vector<StepPlan> groups(step.micro_batches.size());  // micro-batch m alone
+  for (size_t m = 0; m < groups.size(); ++m) groups[m].micro_batches.push_back(step.micro_batches[m]);
+  std::deque<StepTicket> in_flight;  // one step per group, oldest first
+  for (const StepPlan& group : groups) in_flight.push_back(submit(group, HeadMode::kLogits));
+  for (int round = 1; round < rounds; ++round)
+    for (const StepPlan& group : groups) {
+      wait(in_flight.front());
+      in_flight.pop_front();
+      in_flight.push_back(submit(group, HeadMode::kLogits));
+    }
+  for (; !in_flight.empty(); in_flight.pop_front()) wait(in_flight.front());
 }
 
-std::vector<std::vector<Tensor>> Engine::execute(const StepPlan& step) { return run(step, HeadMode::kLogits); }
+StepTicket Engine::submit(StepPlan step, HeadMode head) {
+  MS_CHECK(impl_->failure.empty(), "the engine stopped after a failed step: {}", impl_->failure);
+  auto queued = std::make_shared<AsyncStep>();
+  queued->outputs = sized_outputs(step, options_.plan.attn_dp, head);
+  queued->plan = std::move(step);
+  queued->head = head;
+  if (!impl_->workers->running()) impl_->start_async(config_.hidden_size);
+  AsyncQueue& queue = impl_->queue;
+  StepTicket ticket;
+  {
+    std::lock_guard<std::mutex> lock(queue.mutex);
+    ticket = queue.submitted.load();
+    queue.steps.emplace(ticket, std::move(queued));
+    queue.submitted = ticket + 1;
+  }
+  queue.changed.notify_all();
+  return ticket;
+}
 
-std::vector<std::vector<Tensor>> Engine::execute_greedy(const StepPlan& step) { return run(step, HeadMode::kGreedy); }
+StepOutputs Engine::wait(StepTicket ticket) {
+  MS_CHECK(impl_->failure.empty(), "the engine stopped after a failed step: {}", impl_->failure);
+  AsyncQueue& queue = impl_->queue;
+  std::shared_ptr<AsyncStep> step;
+  {
+    std::lock_guard<std::mutex> lock(queue.mutex);
+    auto it = queue.steps.find(ticket);
+    MS_CHECK(it != queue.steps.end(), "wait: step {} was not submitted or was already waited for", ticket);
+    step = it->second;
+  }
+  const int world = static_cast<int>(impl_->ranks.size());
+  spin_until(impl_->spin_us, [&] {
+    std::lock_guard<std::mutex> lock(queue.mutex);
+    return step->ranks_done == world || queue.failed;
+  });
+  {
+    std::unique_lock<std::mutex> lock(queue.mutex);
+    queue.changed.wait(lock, [&] { return step->ranks_done == world || queue.failed; });
+    if (step->ranks_done == world) {
+      queue.steps.erase(ticket);
+      return std::move(step->outputs);
+    }
+  }
+  impl_->end_async();  // a rank failed: rethrows its error and stops the engine
+  fail("wait: step {} failed", ticket);
+}
+
+std::vector<std::vector<Tensor>> Engine::execute(const StepPlan& step) { return run(step, HeadMode::kLogits).rows; }
+
+std::vector<std::vector<Tensor>> Engine::execute_greedy(const StepPlan& step) {
+  return run(step, HeadMode::kGreedy).rows;
+}
 
 std::vector<std::vector<SampleCandidates>> Engine::execute_candidates(const StepPlan& step) {
-  std::vector<std::vector<SampleCandidates>> candidates;
-  run(step, HeadMode::kCandidates, &candidates);
-  return candidates;
+  return run(step, HeadMode::kCandidates).candidates;
 }
 
 Tensor Engine::fetch_logits_rows(int replica, const std::vector<int64_t>& rows) {
   MS_CHECK(replica >= 0 && replica < options_.plan.attn_dp, "fetch_logits_rows: replica {} of {}", replica,
            options_.plan.attn_dp);
+  impl_->quiesce("fetch_logits_rows");
   const int64_t vocab = config_.vocab_size;
   Tensor logits(DType::F32, {static_cast<int64_t>(rows.size()), vocab});
   impl_->workers->run([&](int r) {  // each vocab slice's rank copies its part of every row
@@ -239,11 +344,12 @@ Tensor Engine::fetch_logits_rows(int replica, const std::vector<int64_t>& rows) 
   return logits;
 }
 
-std::vector<std::vector<Tensor>> Engine::run(const StepPlan& step, HeadMode head,
-                                             std::vector<std::vector<SampleCandidates>>* candidates) {
-  MS_CHECK(impl_->failure.empty(), "the engine stopped after a failed step: {}", impl_->failure);
+StepOutputs Engine::run(const StepPlan& step, HeadMode head) {
+  impl_->quiesce("execute");
+  StepOutputs outputs = sized_outputs(step, options_.plan.attn_dp, head);
   try {
-    return impl_->run_step(step, options_.plan, config_.hidden_size, head, candidates);
+    impl_->workers->run([&](int r) { run_step_on_rank(impl_->ranks[r], step, head, config_.hidden_size, outputs); });
+    return outputs;
   } catch (const Error& e) {
     impl_->failure = e.what();
     throw;
@@ -252,7 +358,7 @@ std::vector<std::vector<Tensor>> Engine::run(const StepPlan& step, HeadMode head
 
 std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>& requests,
                                              bool return_prompt_logits) {
-  MS_CHECK(impl_->failure.empty(), "the engine stopped after a failed step: {}", impl_->failure);
+  impl_->quiesce("generate");
   const parallel::ParallelPlan& plan = options_.plan;
   const int64_t page_size = options_.page_size;
   std::vector<PagePool> pools;

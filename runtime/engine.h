@@ -43,6 +43,15 @@ struct GenerateRequest {
   std::vector<int32_t> stop_ids;
 };
 
+// What a step gives back: per (micro-batch, DP replica), the logit rows [rows, vocab] (fp32),
+// or each row's argmax id (I32 [rows]) for a greedy step, and for a sampling step each row's
+// top candidates (rows then empty).
+struct StepOutputs {
+  std::vector<std::vector<Tensor>> rows;
+  std::vector<std::vector<SampleCandidates>> candidates;
+};
+using StepTicket = uint64_t;
+
 struct GenerateResult {
   std::vector<int32_t> tokens;  // generated ids (the stop id included when hit)
   Tensor prompt_logits;         // [prompt_len, vocab] fp32, when asked for
@@ -74,12 +83,22 @@ class Engine {
   // candidates do not cover.
   std::vector<std::vector<SampleCandidates>> execute_candidates(const StepPlan& step);
   Tensor fetch_logits_rows(int replica, const std::vector<int64_t>& rows);
-  // Asynchronous pipelining across steps: the step's micro-batches are independent groups of
-  // sequences, each decoding `rounds` steps, one step of every group in flight at once. A
-  // group's step n + 1 starts on the first stage once its step n has left the last stage (its
-  // outputs are on the host), so with as many groups as stages every stage keeps working: while
-  // the last stage runs group A's step, the first runs group B's. The step's inputs are reused
-  // each round (a benchmark: the tokens do not feed back); nothing is returned.
+
+  // Asynchronous steps (pipeline plans while serving): submit() queues a step and returns at
+  // once; the rank threads run the queued steps in submission order, each stage as soon as its
+  // input has arrived, so while the last stage runs one group of sequences' step the first can
+  // run another's. wait() blocks until the step has left every rank and returns its outputs.
+  // The caller orders dependent steps itself (a sequence's next step is submitted after its
+  // previous one was waited for and sampled). Every other call first lets the queue run empty
+  // and needs every submitted step waited for; fetch_logits_rows() then reads the last step.
+  StepTicket submit(StepPlan step, HeadMode head);
+  StepOutputs wait(StepTicket ticket);
+  // Asynchronous pipelining across steps, the way serving runs it (submit / wait): the step's
+  // micro-batches are independent groups of sequences, each decoding `rounds` steps, one step
+  // of every group in flight at once. A group's step n + 1 is submitted once its step n has
+  // been waited for (its outputs are on the host), so with as many groups as stages every
+  // stage keeps working: while the last stage runs group A's step, the first runs group B's.
+  // The step's inputs are reused each round (a benchmark: the tokens do not feed back).
   void execute_pipelined(const StepPlan& step, int rounds);
 
   // What one rank holds, for tools that drive the ranks directly (benchmarks).
@@ -102,8 +121,7 @@ class Engine {
   std::vector<parallel::RankShard> shards() const;
 
  private:
-  std::vector<std::vector<Tensor>> run(const StepPlan& step, HeadMode head,
-                                       std::vector<std::vector<SampleCandidates>>* candidates = nullptr);
+  StepOutputs run(const StepPlan& step, HeadMode head);
   struct Impl;
   ModelConfig config_;
   EngineOptions options_;

@@ -20,10 +20,9 @@ RankWorkers::~RankWorkers() {
   for (auto& t : threads_) t.join();
 }
 
-template <typename Done>
-bool RankWorkers::spin_until(Done&& done) const {
-  if (spin_us_ <= 0) return done();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us_);
+bool spin_until(int spin_us, const std::function<bool()>& done) {
+  if (spin_us <= 0) return done();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
   for (int i = 0;; ++i) {
     if (done()) return true;
     if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return false;
@@ -37,13 +36,13 @@ void RankWorkers::loop(int rank) {
   uint64_t seen = 0;
   for (;;) {
     const std::function<void(int)>* job;
-    spin_until([&] { return stopping_.load() || generation_.load() != seen; });
+    spin_until(spin_us_, [&] { return stopping_.load() || generation_.load() != seen; });
     {
       std::unique_lock<std::mutex> lock(mutex_);
       job_ready_.wait(lock, [&] { return stopping_ || generation_ != seen; });
       if (stopping_) return;
       seen = generation_;
-      job = job_;
+      job = &job_;  // unchanged until every rank has finished it
     }
     std::string error;
     try {
@@ -64,16 +63,27 @@ void RankWorkers::loop(int rank) {
 }
 
 void RankWorkers::run(const std::function<void(int rank)>& job) {
+  start(job);
+  finish();
+}
+
+void RankWorkers::start(std::function<void(int rank)> job) {
+  MS_CHECK(!started_, "RankWorkers: a job is already running");
   std::unique_lock<std::mutex> lock(mutex_);
-  job_ = &job;
+  job_ = std::move(job);
   finished_ = 0;
   ++generation_;
+  started_ = true;
   job_ready_.notify_all();
-  lock.unlock();
-  spin_until([&] { return finished_.load() == size(); });
-  lock.lock();
+}
+
+void RankWorkers::finish() {
+  MS_CHECK(started_, "RankWorkers: no job to finish");
+  spin_until(spin_us_, [&] { return finished_.load() == size(); });
+  std::unique_lock<std::mutex> lock(mutex_);
   job_done_.wait(lock, [&] { return finished_ == size(); });
   job_ = nullptr;
+  started_ = false;
   // The root cause: the first rank whose error is not "aborted because a peer failed".
   for (int pass = 0; pass < 2; ++pass)
     for (int r = 0; r < size(); ++r)

@@ -16,6 +16,10 @@
 
 namespace moeserve::runtime {
 
+// Polls `done` for up to spin_us microseconds (not at all when spin_us <= 0); true once it
+// holds, false when the time ran out first (the caller then sleeps on a condition variable).
+bool spin_until(int spin_us, const std::function<bool()>& done);
+
 class RankWorkers {
  public:
   // spin_us > 0: a thread waiting for the next job (or the leader for the job's end) polls
@@ -30,20 +34,23 @@ class RankWorkers {
   int size() const { return static_cast<int>(threads_.size()); }
   // Runs job(rank) on every rank's thread; returns when all are done.
   void run(const std::function<void(int rank)>& job);
+  // The same in two halves: start() hands the job (a copy) to the ranks and returns at once;
+  // finish() waits for every rank and rethrows as run() does. One job at a time.
+  void start(std::function<void(int rank)> job);
+  void finish();
+  bool running() const { return started_; }
 
  private:
   void loop(int rank);
 
   comm::InProcessWorld& world_;
   std::vector<std::thread> threads_;
-  // Polls `done` for spin_us_ microseconds; true once it holds.
-  template <typename Done>
-  bool spin_until(Done&& done) const;
 
   const int spin_us_;
   std::mutex mutex_;
   std::condition_variable job_ready_, job_done_;
-  const std::function<void(int)>* job_ = nullptr;
+  std::function<void(int)> job_;
+  bool started_ = false;  // the leader's: between start() and finish()
   // Written under mutex_; atomic so that spinning threads may read them without it.
   std::atomic<uint64_t> generation_ = 0;
   std::atomic<int> finished_ = 0;

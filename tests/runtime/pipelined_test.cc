@@ -1,7 +1,11 @@
-// Engine::execute_pipelined (asynchronous pipelining across steps) on CPU ranks: every rank
-// runs every group's step once per round, the groups' results are those of the synchronous
-// step (the same KV entries are rewritten each round), and bad arguments fail with a message.
+// Asynchronous steps on CPU ranks. Engine::execute_pipelined: every rank runs every group's
+// step once per round, the groups' results are those of the synchronous step (the same KV
+// entries are rewritten each round). Engine::submit / wait: each group's outputs, in every
+// head mode, equal the synchronous step's, whatever the order of the waits; misuse fails with
+// a message and leaves the engine usable.
 #include <gtest/gtest.h>
+
+#include <cstring>
 
 #include "core/error.h"
 #include "parallel/plan_parse.h"
@@ -74,6 +78,83 @@ TEST_P(Pipelined, EveryRankRunsEveryGroupEveryRoundAndResultsMatchTheSynchronous
 
 INSTANTIATE_TEST_SUITE_P(PipelinePlans, Pipelined, ::testing::Values("pp2", "pp4", "tp2pp2"),
                          [](const auto& info) { return info.param; });
+
+// One micro-batch of `step` as a step of its own.
+StepPlan group_of(const StepPlan& step, size_t m) {
+  StepPlan group;
+  group.micro_batches.push_back(step.micro_batches[m]);
+  return group;
+}
+
+void expect_same_tensor(const Tensor& a, const Tensor& b, const std::string& what) {
+  ASSERT_EQ(a.numel(), b.numel()) << what;
+  ASSERT_EQ(a.dtype(), b.dtype()) << what;
+  ASSERT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0) << what;
+}
+
+TEST_P(Pipelined, SubmittedStepsGiveTheSynchronousOutputsInEveryHeadMode) {
+  Engine engine(open_model("synthetic:tiny"), options_for(GetParam()));
+  const int stages = engine.options().plan.pp;
+  StepPlan step = grouped_decode_step(engine, stages, 2);
+  for (auto& micro_batch : step.micro_batches)  // a candidate head samples each row at its temperature
+    for (auto& replica : micro_batch.replicas)
+      replica.batch.temperatures.assign(replica.batch.logit_rows.size(), 0.7f);
+  engine.execute(step);  // the cache rows the groups read
+  for (HeadMode head : {HeadMode::kLogits, HeadMode::kGreedy, HeadMode::kCandidates}) {
+    SCOPED_TRACE(testing::Message() << "head mode " << static_cast<int>(head));
+    std::vector<StepOutputs> expected;
+    for (int m = 0; m < stages; ++m) {
+      const StepPlan group = group_of(step, static_cast<size_t>(m));
+      StepOutputs out;
+      if (head == HeadMode::kLogits) out.rows = engine.execute(group);
+      if (head == HeadMode::kGreedy) out.rows = engine.execute_greedy(group);
+      if (head == HeadMode::kCandidates) out.candidates = engine.execute_candidates(group);
+      expected.push_back(std::move(out));
+    }
+    // Every group twice in flight; waited newest first in the first round, oldest first after.
+    std::vector<StepTicket> tickets;
+    for (int m = 0; m < stages; ++m) tickets.push_back(engine.submit(group_of(step, static_cast<size_t>(m)), head));
+    for (int round = 0; round < 2; ++round)
+      for (int i = 0; i < stages; ++i) {
+        const int m = round == 0 ? stages - 1 - i : i;
+        const StepOutputs got = engine.wait(tickets[static_cast<size_t>(m)]);
+        if (round == 0) tickets[static_cast<size_t>(m)] = engine.submit(group_of(step, static_cast<size_t>(m)), head);
+        const std::string what = "group " + std::to_string(m) + ", round " + std::to_string(round);
+        if (head == HeadMode::kCandidates) {
+          ASSERT_EQ(got.candidates.size(), 1u) << what;
+          const SampleCandidates& a = got.candidates[0][0];
+          const SampleCandidates& b = expected[static_cast<size_t>(m)].candidates[0][0];
+          EXPECT_EQ(a.ids, b.ids) << what;
+          EXPECT_EQ(a.values, b.values) << what;
+          EXPECT_EQ(a.normaliser, b.normaliser) << what;
+        } else {
+          ASSERT_EQ(got.rows.size(), 1u) << what;
+          expect_same_tensor(got.rows[0][0], expected[static_cast<size_t>(m)].rows[0][0], what);
+        }
+      }
+  }
+}
+
+TEST(PipelinedArguments, WaitsMustMatchSubmittedStepsAndSynchronousCallsWaitForThem) {
+  Engine engine(open_model("synthetic:tiny"), options_for("pp2"));
+  const StepPlan step = grouped_decode_step(engine, 2, 1);
+  const StepTicket ticket = engine.submit(group_of(step, 0), HeadMode::kGreedy);
+  try {
+    engine.execute(step);
+    FAIL() << "a synchronous step ran while a submitted one was not waited for";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("1 submitted steps were not waited for"), std::string::npos) << e.what();
+  }
+  engine.wait(ticket);
+  try {
+    engine.wait(ticket);
+    FAIL() << "a step was waited for twice";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("was not submitted or was already waited for"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(engine.execute(step));  // the engine is still usable
+}
 
 TEST(PipelinedArguments, RoundsMustBePositive) {
   Engine engine(open_model("synthetic:tiny"), options_for("pp2"));
