@@ -39,6 +39,7 @@ struct ServeArgs {
   int64_t kv_pages = 2048;
   int64_t chunked_prefill_size = 0;  // 0: by backend (kDefaultChunkedPrefill*)
   int64_t max_queued_requests = 1024;
+  int pp_groups = 0;  // 0: one per pipeline stage
   bool disable_radix_cache = false;
   bool skip_warmup = false;
   int64_t max_body_bytes = 8 << 20;
@@ -71,6 +72,7 @@ void run_serve(ServeArgs args) {
 
   const int64_t bytes_per_element = args.backend == "cuda" ? 2 : 4;
   MS_CHECK(args.chunked_prefill_size >= 0, "--chunked-prefill-size must be >= 0 (0: the backend's default)");
+  MS_CHECK(args.pp_groups >= 0, "--pp-groups must be >= 0 (0: one per pipeline stage), got {}", args.pp_groups);
   if (args.chunked_prefill_size == 0)
     args.chunked_prefill_size = args.backend == "cuda" ? kDefaultChunkedPrefillCuda : kDefaultChunkedPrefillCpu;
   // What an engine and its scheduler need under a plan: the start-up plan and every re-plan
@@ -91,6 +93,7 @@ void run_serve(ServeArgs args) {
     so.attn_dp = plan.attn_dp;
     so.pp = plan.pp;
     so.max_micro_batch_size = args.engine.pp_max_micro_batch_size;
+    so.pipeline_groups = args.pp_groups > 0 ? args.pp_groups : plan.pp;
     so.max_running_requests = args.plan.max_running_requests;
     so.chunked_prefill_size = args.chunked_prefill_size;
     so.prefix_cache = !args.disable_radix_cache;
@@ -195,6 +198,10 @@ void add_serve_command(CLI::App& app) {
                   "--backend cuda, SGLang's choice on 80+ GB GPUs; 512 on CPU ranks, where a step is slow)");
   cmd->add_option("--max-queued-requests", args->max_queued_requests,
                   "Requests waiting beyond --max-running-requests; more are refused with 429")
+      ->capture_default_str();
+  cmd->add_option("--pp-groups", args->pp_groups,
+                  "Pipeline plans: groups of requests whose steps overlap across stages (0: one per stage; 1: one "
+                  "step at a time)")
       ->capture_default_str();
   cmd->add_flag("--disable-radix-cache", args->disable_radix_cache, "Do not share KV pages of common prefixes");
   cmd->add_flag("--skip-warmup", args->skip_warmup,

@@ -17,6 +17,7 @@ Scheduler::Scheduler(const SchedulerOptions& options) : options_(options) {
   MS_CHECK(options.chunked_prefill_size >= 1, "--chunked-prefill-size must be >= 1, got {}",
            options.chunked_prefill_size);
   MS_CHECK(options.max_micro_batch_size >= 0, "--pp-max-micro-batch-size must be >= 0");
+  MS_CHECK(options.pipeline_groups >= 1, "--pp-groups must be >= 1, got {}", options.pipeline_groups);
   MS_CHECK(options.admission_headroom >= 0 && options.admission_headroom < 1,
            "scheduler: admission headroom {} must be in [0, 1)", options.admission_headroom);
   for (int d = 0; d < options.attn_dp; ++d) {
@@ -101,10 +102,11 @@ bool Scheduler::ensure_pages(size_t index, int64_t tokens) {
       s.pages.insert(s.pages.end(), pages->begin(), pages->end());
       return true;
     }
-    // The newest running sequence of this replica makes room (running_ is in admission order).
+    // The newest running sequence of this replica makes room (running_ is in admission order);
+    // never one whose step is in flight (another pipeline group's).
     size_t victim = running_.size();
     for (size_t j = running_.size(); j-- > index;)
-      if (seq(running_[j]).replica == s.replica) {
+      if (const Sequence& other = seq(running_[j]); other.replica == s.replica && !other.in_flight) {
         victim = j;
         break;
       }
@@ -119,8 +121,14 @@ int64_t Scheduler::running_on(int replica) const {
   return n;
 }
 
-// Admits the head of the waiting queue if a replica can take it; adds its first chunk.
-bool Scheduler::admit(std::vector<int64_t>& budget, std::vector<Pick>& picks) {
+int64_t Scheduler::running_in_group(int group) const {
+  int64_t n = 0;
+  for (RequestId id : running_) n += seqs_.at(id).group == group;
+  return n;
+}
+
+// Admits the head of the waiting queue into `group` if a replica can take it; adds its first chunk.
+bool Scheduler::admit(int group, std::vector<int64_t>& budget, std::vector<Pick>& picks) {
   Sequence& s = seq(waiting_.front());
   const int64_t len = static_cast<int64_t>(s.tokens.size());
   int best = -1;
@@ -152,6 +160,7 @@ bool Scheduler::admit(std::vector<int64_t>& budget, std::vector<Pick>& picks) {
   s.pages.insert(s.pages.end(), fresh->begin(), fresh->end());
   s.computed = static_cast<int64_t>(s.pages.size() - fresh->size()) * options_.page_size;
   s.replica = best;
+  s.group = group;
   if (!s.admitted_before) {
     s.admitted_before = true;
     s.cached_prompt_tokens = s.computed;
@@ -165,11 +174,15 @@ bool Scheduler::admit(std::vector<int64_t>& budget, std::vector<Pick>& picks) {
   return true;
 }
 
-ScheduledStep Scheduler::schedule() {
+ScheduledStep Scheduler::schedule(int group) {
+  MS_CHECK(group >= 0 && group < options_.pipeline_groups, "scheduler: group {} of {}", group,
+           options_.pipeline_groups);
   std::vector<int64_t> budget(static_cast<size_t>(num_replicas()), options_.chunked_prefill_size);
   std::vector<Pick> picks;
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence& s = seq(running_[i]);
+    if (s.group != group) continue;
+    MS_CHECK(!s.in_flight, "scheduler: group {} scheduled again before its step was committed", group);
     const int64_t len = static_cast<int64_t>(s.tokens.size());
     const int64_t uncached = len - s.computed;
     if (uncached <= 0) continue;
@@ -182,17 +195,23 @@ ScheduledStep Scheduler::schedule() {
     if (uncached > 1) budget[s.replica] -= chunk;
     picks.push_back({&s, s.computed, s.computed + chunk});
   }
-  while (!waiting_.empty() && running() < options_.max_running_requests && admit(budget, picks)) {
+  const int64_t per_group =
+      (options_.max_running_requests + options_.pipeline_groups - 1) / options_.pipeline_groups;
+  while (!waiting_.empty() && running() < options_.max_running_requests && running_in_group(group) < per_group &&
+         admit(group, budget, picks)) {
   }
-  return build(picks);
+  for (const Pick& p : picks) p.seq->in_flight = true;
+  return build(group, picks);
 }
 
-ScheduledStep Scheduler::build(const std::vector<Pick>& picks) const {
+ScheduledStep Scheduler::build(int group, const std::vector<Pick>& picks) const {
   ScheduledStep step;
+  step.group = group;
   if (picks.empty()) return step;
   runtime::StepOptions step_options;
   step_options.attn_dp = options_.attn_dp;
-  step_options.pp = options_.pp;
+  // Pipeline groups: a group's step is one micro-batch (the other stages run other groups).
+  step_options.pp = options_.pipeline_groups > 1 ? 1 : options_.pp;
   step_options.max_micro_batch_size = options_.max_micro_batch_size;
   const size_t per_micro_batch =
       static_cast<size_t>(runtime::micro_batch_size(static_cast<int64_t>(picks.size()), step_options));
@@ -258,15 +277,18 @@ std::vector<runtime::StepPlan> Scheduler::warmup_steps() const {
 void Scheduler::commit(const ScheduledStep& step, std::span<const int32_t> sampled) {
   size_t next = 0;
   for (const ScheduledChunk& chunk : step.chunks) {
-    Sequence& s = seq(chunk.id);
-    MS_CHECK(s.replica == chunk.replica && s.computed == chunk.begin,
+    const bool samples = chunk.logit_row >= 0;
+    if (samples) MS_CHECK(next < sampled.size(), "scheduler: {} sampled tokens for more chunks", sampled.size());
+    const int32_t token = samples ? sampled[next++] : -1;
+    auto it = seqs_.find(chunk.id);
+    if (it == seqs_.end()) continue;  // finished while its step was in flight
+    Sequence& s = it->second;
+    MS_CHECK(s.in_flight && s.replica == chunk.replica && s.computed == chunk.begin,
              "scheduler: request {} changed between schedule and commit", chunk.id);
+    s.in_flight = false;
     s.computed = chunk.end;
     kv_[s.replica].cache_prefix(s.tokens, s.pages, s.computed);
-    if (chunk.logit_row >= 0) {
-      MS_CHECK(next < sampled.size(), "scheduler: {} sampled tokens for more chunks", sampled.size());
-      s.tokens.push_back(sampled[next++]);
-    }
+    if (samples) s.tokens.push_back(token);
   }
   MS_CHECK(next == sampled.size(), "scheduler: {} sampled tokens for {} chunks with logits", sampled.size(), next);
 }

@@ -21,6 +21,14 @@
 // A chunk that reaches the end of its sequence's tokens asks for logits: the caller samples
 // the next token and passes it to commit(), which marks the chunk's tokens cached and
 // indexes their whole pages in the prefix cache.
+//
+// Pipeline groups (pipeline_groups > 1, for pipeline plans): the running sequences form that
+// many groups, each with at most ceil(max_running_requests / groups) sequences; schedule(g)
+// builds group g's next step (one micro-batch) from its sequences and admits waiting requests
+// into it, and the caller may run it while other groups' steps are still in flight. Until its
+// commit a step's sequences are in flight: another group's scheduling never preempts them.
+// finish() may end one in flight (its pages go back at once: the steps that reuse them run
+// after it on every rank); commit() then skips its chunk.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +50,7 @@ struct SchedulerOptions {
   int attn_dp = 1;
   int pp = 1;
   int64_t max_micro_batch_size = 0;   // sequences per pipeline micro-batch (0: ceil(n / pp))
+  int pipeline_groups = 1;            // groups of sequences whose steps may be in flight at once
   int64_t max_running_requests = 64;  // over all replicas
   int64_t chunked_prefill_size = 512;  // prefill tokens per replica per step
   bool prefix_cache = true;
@@ -61,6 +70,7 @@ struct ScheduledChunk {
 };
 
 struct ScheduledStep {
+  int group = 0;
   runtime::StepPlan plan;
   std::vector<ScheduledChunk> chunks;
   int64_t prefill_tokens = 0;  // tokens of chunks with more than one token, or not at the end
@@ -83,9 +93,11 @@ class Scheduler {
   // and its whole computed pages stay in the prefix cache. False if the id is unknown.
   bool finish(RequestId id);
 
-  ScheduledStep schedule();
+  // The next step of pipeline group `group` (the only group when pipeline_groups is 1); its
+  // sequences are in flight until commit().
+  ScheduledStep schedule(int group = 0);
   // After the step ran: `sampled[i]` is the next token of the i-th chunk that asked for
-  // logits (chunks order).
+  // logits (chunks order). Chunks of requests finished since schedule() are skipped.
   void commit(const ScheduledStep& step, std::span<const int32_t> sampled);
 
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
@@ -120,6 +132,8 @@ class Scheduler {
     std::vector<int32_t> pages;   // block table in its replica's pool
     int64_t computed = 0;         // tokens whose latents are in the cache
     int replica = -1;             // while running
+    int group = 0;                // pipeline group, while running
+    bool in_flight = false;       // scheduled, not yet committed
     int64_t cached_prompt_tokens = 0;
     bool admitted_before = false;
   };
@@ -135,9 +149,10 @@ class Scheduler {
   bool ensure_pages(size_t index, int64_t tokens);
   void preempt(size_t index);
   void release_pages(Sequence& s);
-  bool admit(std::vector<int64_t>& budget, std::vector<Pick>& picks);
+  bool admit(int group, std::vector<int64_t>& budget, std::vector<Pick>& picks);
   int64_t running_on(int replica) const;
-  ScheduledStep build(const std::vector<Pick>& picks) const;
+  int64_t running_in_group(int group) const;
+  ScheduledStep build(int group, const std::vector<Pick>& picks) const;
 
   SchedulerOptions options_;
   std::vector<kv::KvCache> kv_;        // [attn_dp]

@@ -1,5 +1,6 @@
 #include "serve/engine_loop.h"
 
+#include <algorithm>
 #include <map>
 
 #include <fmt/format.h>
@@ -196,7 +197,8 @@ void EngineLoop::run() {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [&] {
         return stop_ || (!incoming_.empty() && !pending_replan_) || !cancels_.empty() || !controls_.empty() ||
-               (!scheduler_->idle() && failure_.empty()) || (pending_replan_ && scheduler_->idle());
+               ((!scheduler_->idle() || !in_flight_.empty()) && failure_.empty()) ||
+               (pending_replan_ && scheduler_->idle() && in_flight_.empty());
       });
       if (stop_) {
         incoming = std::move(incoming_);
@@ -255,7 +257,7 @@ void EngineLoop::run() {
     bool switch_now;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      switch_now = pending_replan_ && scheduler_->idle();
+      switch_now = pending_replan_ && scheduler_->idle() && in_flight_.empty();
     }
     if (switch_now) {
       switch_plan();
@@ -263,7 +265,7 @@ void EngineLoop::run() {
       continue;
     }
     try {
-      if (!scheduler_->idle()) step();
+      if (!scheduler_->idle() || !in_flight_.empty()) step();
     } catch (const std::exception& e) {  // a bookkeeping bug: stop serving rather than serve wrong tokens
       {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -273,6 +275,14 @@ void EngineLoop::run() {
     }
     publish_snapshot();
   }
+  // Steps still in flight complete on the ranks (the engine may outlive this loop).
+  for (const Flight& flight : in_flight_) {
+    try {
+      engine_->wait(flight.ticket);
+    } catch (const std::exception&) {  // the engine failed: the requests fail below anyway
+    }
+  }
+  in_flight_.clear();
   fail_all(503, "the server is shutting down");
   publish_snapshot();
   abandon_replan("the server is shutting down");
@@ -384,8 +394,9 @@ HeadMode EngineLoop::choose_head(sched::ScheduledStep& step) const {
   // The least that lets every row draw: greedy rows without logprobs need only each row's
   // argmax; sampled rows their top candidates and softmax normaliser (both reduced on the
   // devices); full fp32 logits come to the host only for logprobs, a top_k beyond the
-  // candidates, or a pipelined step of several micro-batches (the candidates' fallback can
-  // fetch the last one's logits only).
+  // candidates, a pipelined step of several micro-batches (the candidates' fallback can
+  // fetch the last one's logits only), or a pipeline group's step (a later group's step may
+  // have replaced its logits on the devices before the fallback could fetch them).
   HeadMode head = HeadMode::kGreedy;
   for (const auto& chunk : step.chunks) {
     if (chunk.logit_row < 0) continue;
@@ -397,7 +408,7 @@ HeadMode EngineLoop::choose_head(sched::ScheduledStep& step) const {
       head = HeadMode::kCandidates;
     }
   }
-  if (head == HeadMode::kCandidates && step.plan.micro_batches.size() != 1) head = HeadMode::kLogits;
+  if (head == HeadMode::kCandidates && (step.plan.micro_batches.size() != 1 || pipelined())) head = HeadMode::kLogits;
   if (head == HeadMode::kCandidates) {  // each logit row's temperature (greedy rows: 0)
     for (auto& micro_batch : step.plan.micro_batches)
       for (auto& replica : micro_batch.replicas) replica.batch.temperatures.assign(replica.batch.logit_rows.size(), 0.0f);
@@ -411,40 +422,39 @@ HeadMode EngineLoop::choose_head(sched::ScheduledStep& step) const {
   return head;
 }
 
-bool EngineLoop::forward_and_draw(const sched::ScheduledStep& step, HeadMode head, std::vector<int32_t>& sampled,
-                                  std::vector<TokenLogprob>& logprobs, double& forward_seconds) {
-  auto engine_failed = [&](const std::exception& e) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      failure_ = e.what();
-    }
-    fail_all(500, std::string("the engine failed: ") + e.what());
-    return false;
-  };
-  const auto before_forward = Clock::now();
-  std::vector<std::vector<Tensor>> logits;  // or argmax ids when greedy
-  std::vector<std::vector<SampleCandidates>> candidates;
-  try {
-    if (head == HeadMode::kGreedy) logits = engine_->execute_greedy(step.plan);
-    if (head == HeadMode::kCandidates) candidates = engine_->execute_candidates(step.plan);
-    if (head == HeadMode::kLogits) logits = engine_->execute(step.plan);
-  } catch (const std::exception& e) {
-    return engine_failed(e);
+bool EngineLoop::engine_failed(const std::exception& e) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    failure_ = e.what();
   }
-  forward_seconds = seconds_between(before_forward, Clock::now());
+  in_flight_.clear();  // the engine has stopped: nothing submitted will complete
+  fail_all(500, std::string("the engine failed: ") + e.what());
+  return false;
+}
+
+bool EngineLoop::draw(const sched::ScheduledStep& step, HeadMode head, runtime::StepOutputs& outputs,
+                      std::vector<int32_t>& sampled, std::vector<TokenLogprob>& logprobs) {
+  const std::vector<std::vector<Tensor>>& logits = outputs.rows;  // or argmax ids when greedy
+  const std::vector<std::vector<SampleCandidates>>& candidates = outputs.candidates;
   const int64_t vocab = engine_->config().vocab_size;
   std::vector<const sched::ScheduledChunk*> rows;  // the chunks that sample, in step order
   for (const auto& chunk : step.chunks)
     if (chunk.logit_row >= 0) rows.push_back(&chunk);
-  sampled.assign(rows.size(), -1);
+  sampled.assign(rows.size(), 0);
   logprobs.assign(rows.size(), TokenLogprob{});
+  // A pipeline group's step may outlive a request (cancelled while it ran): nothing to draw.
+  std::vector<const Active*> owner(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    auto it = active_.find(rows[i]->id);
+    owner[i] = it == active_.end() ? nullptr : it->second.get();
+  }
   auto options_of = [&](size_t i) {
-    const Active& a = *active_.at(rows[i]->id);
-    ops::SamplingOptions options = a.request.sampling;
-    options.step = static_cast<uint64_t>(a.output.generated());
+    ops::SamplingOptions options = owner[i]->request.sampling;
+    options.step = static_cast<uint64_t>(owner[i]->output.generated());
     return options;
   };
   auto sample = [&](size_t i) {
+    if (owner[i] == nullptr) return;
     const sched::ScheduledChunk& chunk = *rows[i];
     if (head == HeadMode::kGreedy) {
       sampled[i] = logits.at(chunk.micro_batch).at(chunk.replica).i32()[chunk.logit_row];
@@ -458,7 +468,7 @@ bool EngineLoop::forward_and_draw(const sched::ScheduledStep& step, HeadMode hea
                                           vocab, options_of(i));
       return;
     }
-    const int top_logprobs = active_.at(chunk.id)->request.top_logprobs;
+    const int top_logprobs = owner[i]->request.top_logprobs;
     const float* row = logits.at(chunk.micro_batch).at(chunk.replica).f32() + chunk.logit_row * vocab;
     sampled[i] = cpu::sample_row(row, vocab, options_of(i));
     if (top_logprobs >= 0) logprobs[i] = token_logprob(row, vocab, sampled[i], top_logprobs);
@@ -473,7 +483,8 @@ bool EngineLoop::forward_and_draw(const sched::ScheduledStep& step, HeadMode hea
     });
   }
   // Draws that reached past their row's candidates: the rows' full logits, still on the
-  // devices (one fetch per replica), sampled over the host's cores.
+  // devices (one fetch per replica), sampled over the host's cores. (Steps in flight never
+  // take the candidates head: a later step would have overwritten these logits.)
   std::map<int, std::vector<size_t>> fallback;  // replica -> indices into rows
   for (size_t i = 0; i < rows.size(); ++i)
     if (sampled[i] < 0) fallback[rows[i]->replica].push_back(i);
@@ -495,11 +506,31 @@ bool EngineLoop::forward_and_draw(const sched::ScheduledStep& step, HeadMode hea
   if (head == HeadMode::kCandidates) sampled_rows_ += static_cast<int64_t>(rows.size());
   // Rows that asked for logprobs always run with the logits head, where sample() filled them.
   for (size_t i = 0; i < rows.size(); ++i)
-    if (active_.at(rows[i]->id)->request.top_logprobs < 0) logprobs[i] = TokenLogprob{sampled[i], 0, {}};
+    if (owner[i] != nullptr && owner[i]->request.top_logprobs < 0) logprobs[i] = TokenLogprob{sampled[i], 0, {}};
   return true;
 }
 
+void EngineLoop::note_admissions(const sched::ScheduledStep& step, Clock::time_point start) {
+  for (const auto& chunk : step.chunks) {
+    Active& a = *active_.at(chunk.id);
+    if (!a.admitted) {
+      a.admitted = true;
+      queue_time_.observe(seconds_between(a.arrival, start));
+    }
+  }
+}
+
 void EngineLoop::step() {
+  if (pipelined()) {
+    step_in_flight();
+  } else {
+    step_in_order();
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++snapshot_.steps;
+}
+
+void EngineLoop::step_in_order() {
   const auto start = Clock::now();
   sched::ScheduledStep step = scheduler_->schedule();
   if (step.empty()) {
@@ -508,18 +539,66 @@ void EngineLoop::step() {
     fail_all(500, "the scheduler could not place any request");
     return;
   }
-  for (const auto& chunk : step.chunks) {
-    Active& a = *active_.at(chunk.id);
-    if (!a.admitted) {
-      a.admitted = true;
-      queue_time_.observe(seconds_between(a.arrival, start));
-    }
-  }
+  note_admissions(step, start);
   const HeadMode head = choose_head(step);
+  runtime::StepOutputs outputs;
+  try {
+    if (head == HeadMode::kGreedy) outputs.rows = engine_->execute_greedy(step.plan);
+    if (head == HeadMode::kCandidates) outputs.candidates = engine_->execute_candidates(step.plan);
+    if (head == HeadMode::kLogits) outputs.rows = engine_->execute(step.plan);
+  } catch (const std::exception& e) {
+    engine_failed(e);
+    return;
+  }
+  const double forward_seconds = seconds_between(start, Clock::now());
   std::vector<int32_t> sampled;
   std::vector<TokenLogprob> logprobs;
-  double forward_seconds = 0;
-  if (!forward_and_draw(step, head, sampled, logprobs, forward_seconds)) return;
+  if (!draw(step, head, outputs, sampled, logprobs)) return;
+  complete(step, sampled, logprobs, start, forward_seconds);
+}
+
+void EngineLoop::step_in_flight() {
+  // Every group without a step in flight gets its next one (groups with nothing to run skip).
+  const int groups = scheduler_->options().pipeline_groups;
+  for (int g = 0; g < groups; ++g) {
+    if (std::any_of(in_flight_.begin(), in_flight_.end(), [&](const Flight& f) { return f.step.group == g; }))
+      continue;
+    const auto start = Clock::now();
+    sched::ScheduledStep step = scheduler_->schedule(g);
+    if (step.empty()) continue;
+    note_admissions(step, start);
+    const HeadMode head = choose_head(step);
+    runtime::StepTicket ticket;
+    try {
+      ticket = engine_->submit(step.plan, head);
+    } catch (const std::exception& e) {
+      engine_failed(e);
+      return;
+    }
+    in_flight_.push_back({std::move(step), head, ticket, start});
+  }
+  if (in_flight_.empty()) {
+    fail_all(500, "the scheduler could not place any request");  // as in step_in_order
+    return;
+  }
+  Flight oldest = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  const auto before_wait = Clock::now();
+  runtime::StepOutputs outputs;
+  try {
+    outputs = engine_->wait(oldest.ticket);
+  } catch (const std::exception& e) {
+    engine_failed(e);
+    return;
+  }
+  std::vector<int32_t> sampled;
+  std::vector<TokenLogprob> logprobs;
+  if (!draw(oldest.step, oldest.head, outputs, sampled, logprobs)) return;
+  complete(oldest.step, sampled, logprobs, oldest.start, seconds_between(before_wait, Clock::now()));
+}
+
+void EngineLoop::complete(const sched::ScheduledStep& step, const std::vector<int32_t>& sampled,
+                          std::vector<TokenLogprob>& logprobs, Clock::time_point start, double forward_seconds) {
   scheduler_->commit(step, sampled);
   const auto now = Clock::now();
   size_t next = 0;
@@ -528,7 +607,9 @@ void EngineLoop::step() {
     const int32_t token = sampled[next];
     TokenLogprob logprob = std::move(logprobs[next]);
     ++next;
-    Active& a = *active_.at(chunk.id);
+    auto it = active_.find(chunk.id);
+    if (it == active_.end()) continue;  // ended while its step was in flight
+    Active& a = *it->second;
     const bool first = a.output.generated() == 0;
     (first ? ttft_ : inter_token_).observe(seconds_between(first ? a.arrival : a.last_token, now));
     a.last_token = now;
@@ -552,8 +633,6 @@ void EngineLoop::step() {
   if (step.prefill_tokens == 0) decode_step_time_.observe(seconds_between(start, end));
   const double host = seconds_between(start, end) - forward_seconds;
   scheduler_cpu_seconds_.fetch_add(host);
-  std::lock_guard<std::mutex> lock(mutex_);
-  ++snapshot_.steps;
 }
 
 std::string EngineLoop::render_metrics() const {

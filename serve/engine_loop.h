@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -114,14 +115,35 @@ class EngineLoop {
 
  private:
   struct Active;
+  // A pipeline group's step submitted to the engine and not yet completed.
+  struct Flight {
+    sched::ScheduledStep step;
+    HeadMode head;
+    runtime::StepTicket ticket;
+    std::chrono::steady_clock::time_point start;
+  };
   void run();
+  // One step at a time (step_in_order), or pipeline groups' steps overlapping (step_in_flight:
+  // each group without a step in flight gets one, then the oldest completes).
   void step();
+  void step_in_order();
+  void step_in_flight();
+  bool pipelined() const { return scheduler_->options().pipeline_groups > 1; }
+  // Observes the queue time of the step's first-scheduled requests.
+  void note_admissions(const sched::ScheduledStep& step, std::chrono::steady_clock::time_point start);
   // The head a step needs (and, for candidates, each logit row's temperature in its batch).
   HeadMode choose_head(sched::ScheduledStep& step) const;
-  // Runs the step and draws a token per logit row (in step order), with its logprobs where
-  // asked; false after an engine failure (every request then failed).
-  bool forward_and_draw(const sched::ScheduledStep& step, HeadMode head, std::vector<int32_t>& sampled,
-                        std::vector<TokenLogprob>& logprobs, double& forward_seconds);
+  // Draws a token per logit row of a step that ran (in step order), with its logprobs where
+  // asked; rows of requests that ended meanwhile draw nothing. False after an engine failure
+  // (every request then failed).
+  bool draw(const sched::ScheduledStep& step, HeadMode head, runtime::StepOutputs& outputs,
+            std::vector<int32_t>& sampled, std::vector<TokenLogprob>& logprobs);
+  // Commits a step's tokens and streams them; ends finished requests; step metrics.
+  void complete(const sched::ScheduledStep& step, const std::vector<int32_t>& sampled,
+                std::vector<TokenLogprob>& logprobs, std::chrono::steady_clock::time_point start,
+                double forward_seconds);
+  // Records an engine failure and fails every request; returns false.
+  bool engine_failed(const std::exception& e);
   void finish(uint64_t id, OutputEvent event);
   void fail_all(int status, const std::string& message);
   void publish_snapshot();
@@ -140,6 +162,7 @@ class EngineLoop {
   EngineLoopOptions options_;  // scheduler options and plan name change under mutex_ on a re-plan
   std::unique_ptr<sched::Scheduler> scheduler_;  // engine thread only
   std::unordered_map<uint64_t, std::unique_ptr<Active>> active_;  // engine thread only
+  std::deque<Flight> in_flight_;                                   // engine thread only, oldest first
 
   mutable std::mutex mutex_;  // guards what follows up to the thread
   std::condition_variable wake_;

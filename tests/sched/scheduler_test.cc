@@ -245,6 +245,73 @@ TEST(Scheduler, PipelineCutsTheStepIntoMicroBatches) {
   EXPECT_EQ(chunk_of(step, 3)->logit_row, 0);
 }
 
+// Samples token 100 + end for every chunk with logits of a step that ran.
+std::vector<int32_t> sampled_for(const ScheduledStep& step) {
+  std::vector<int32_t> sampled;
+  for (const auto& c : step.chunks)
+    if (c.logit_row >= 0) sampled.push_back(static_cast<int32_t>(100 + c.end));
+  return sampled;
+}
+
+TEST(SchedulerGroups, GroupsTakeTheirShareOfRequestsAndStepInTurn) {
+  SchedulerOptions o = small_options();
+  o.pp = 2;
+  o.pipeline_groups = 2;
+  o.max_running_requests = 5;  // at most 3 per group
+  Scheduler s(o);
+  for (RequestId id = 1; id <= 7; ++id) s.add(id, prompt_of(3, static_cast<int32_t>(10 * id)));
+  const ScheduledStep a = s.schedule(0);
+  EXPECT_EQ(a.group, 0);
+  EXPECT_EQ(a.chunks.size(), 3u);                  // ceil(5 / 2)
+  EXPECT_EQ(a.plan.micro_batches.size(), 1u);      // a group's step is one micro-batch
+  const ScheduledStep b = s.schedule(1);           // while group 0's step is in flight
+  EXPECT_EQ(b.chunks.size(), 2u);                  // the rest of max_running_requests
+  for (const auto& c : b.chunks) EXPECT_EQ(chunk_of(a, c.id), nullptr) << "request " << c.id << " in both groups";
+  EXPECT_EQ(s.running(), 5);
+  EXPECT_EQ(s.waiting(), 2);
+  EXPECT_THROW(s.schedule(0), Error);  // group 0 again before its commit
+  s.commit(a, sampled_for(a));
+  const ScheduledStep a2 = s.schedule(0);  // group 0's decodes, while group 1's step is in flight
+  EXPECT_EQ(a2.decode_tokens, 3);
+  for (const auto& c : a2.chunks) EXPECT_NE(chunk_of(a, c.id), nullptr);
+  s.commit(b, sampled_for(b));
+  s.commit(a2, sampled_for(a2));
+  for (RequestId id = 1; id <= 7; ++id) s.finish(id);
+  EXPECT_EQ(used_pages(s), 0);
+  EXPECT_THROW(s.schedule(2), Error);  // no such group
+}
+
+TEST(SchedulerGroups, StepsInFlightAreNeverPreemptedAndFinishedOnesAreSkippedAtCommit) {
+  SchedulerOptions o = small_options();
+  o.pp = 2;
+  o.pipeline_groups = 2;
+  o.pages_per_replica = 5;  // 4 usable pages of 4 tokens
+  o.admission_headroom = 0;
+  o.prefix_cache = false;
+  Scheduler s(o);
+  s.add(1, prompt_of(8));  // 2 pages, group 0
+  const ScheduledStep a = s.schedule(0);
+  s.add(2, prompt_of(8, 40));  // 2 pages, group 1
+  const ScheduledStep b = s.schedule(1);
+  ASSERT_EQ(b.chunks.size(), 1u);
+  s.commit(a, sampled_for(a));  // request 1 now has 9 tokens: its next step needs a third page
+  // Request 2 (newer) holds the other two pages, but its step is in flight: request 1 cannot
+  // take them, so it gives its own pages up and waits.
+  const ScheduledStep a2 = s.schedule(0);
+  EXPECT_TRUE(a2.empty());
+  EXPECT_EQ(s.preemptions(), 1);
+  EXPECT_EQ(s.waiting(), 1);
+  // Request 2 is cancelled while in flight; its commit is skipped and its pages are free.
+  EXPECT_TRUE(s.finish(2));
+  EXPECT_NO_THROW(s.commit(b, sampled_for(b)));
+  EXPECT_EQ(used_pages(s), 0);
+  const ScheduledStep again = s.schedule(0);  // request 1 recomputes and samples
+  ASSERT_EQ(again.chunks.size(), 1u);
+  EXPECT_EQ(again.chunks[0].id, 1u);
+  s.commit(again, sampled_for(again));
+  EXPECT_EQ(s.generated_tokens(1), 2);
+}
+
 TEST(Scheduler, BatchesArePaddedOnTheScratchPage) {
   SchedulerOptions o = small_options();
   o.pad_batches = true;

@@ -1,7 +1,8 @@
 // The serving loop on synthetic:tiny under several plans: whatever the scheduler does
 // (continuous batching, chunked prefill, padding, preemption, prefix reuse, DP replicas,
-// PP micro-batches), every request's greedy tokens equal Engine::generate's for it, and every
-// KV page comes back.
+// PP micro-batches, pipeline groups with steps in flight), every request's greedy tokens equal
+// Engine::generate's for it, and every KV page comes back, also when requests are cancelled
+// while their step is in flight.
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -36,17 +37,20 @@ struct Case {
   int64_t chunk;
   bool prefix_cache;
   int64_t max_running;
+  int groups = 1;  // pipeline groups with a step in flight at once
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
   *os << c.plan << ", page " << c.page_size << ", " << c.pages << " pages, chunk " << c.chunk
-      << (c.prefix_cache ? ", radix" : ", no radix") << ", max running " << c.max_running;
+      << (c.prefix_cache ? ", radix" : ", no radix") << ", max running " << c.max_running << ", " << c.groups
+      << " groups";
 }
 
 std::string name_of(const testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   std::string name = c.plan + "_p" + std::to_string(c.pages) + "_c" + std::to_string(c.chunk) +
-                     (c.prefix_cache ? "_radix" : "_noradix") + "_r" + std::to_string(c.max_running);
+                     (c.prefix_cache ? "_radix" : "_noradix") + "_r" + std::to_string(c.max_running) +
+                     (c.groups > 1 ? "_g" + std::to_string(c.groups) : "");
   for (char& ch : name)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return name;
@@ -71,6 +75,7 @@ TEST_P(ServeLoop, GreedyTokensEqualGenerateAndPagesComeBack) {
   lo.scheduler.chunked_prefill_size = c.chunk;
   lo.scheduler.prefix_cache = c.prefix_cache;
   lo.scheduler.max_running_requests = c.max_running;
+  lo.scheduler.pipeline_groups = c.groups;
   EngineLoop loop(engine, *tokenizer, lo);
 
   // Two waves, so that the second finds the first's prefixes cached.
@@ -128,8 +133,73 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"ep2", 8, 64, 7, true, 64},
                       Case{"pp2", 8, 64, 7, true, 64},
                       Case{"ep2-dp", 4, 16, 6, true, 64},      // DP replicas with their own pools
-                      Case{"tp2pp2", 4, 64, 5, false, 3}),
+                      Case{"tp2pp2", 4, 64, 5, false, 3},
+                      // Pipeline groups: steps of different groups in flight at once.
+                      Case{"pp2", 8, 64, 7, true, 64, 2},
+                      Case{"pp2", 4, 12, 5, true, 64, 2},      // preemption beside a step in flight
+                      Case{"pp4", 4, 64, 3, true, 64, 4},
+                      Case{"tp2pp2", 4, 64, 5, false, 3, 2},
+                      Case{"single", 4, 16, 5, true, 64, 2}),  // groups need no stages to be exact
     name_of);
+
+// Requests cancelled at random points, some while their group's step is in flight: the others'
+// tokens stay exact and every page comes back.
+TEST(ServeLoopPipelineGroups, CancelsWhileStepsAreInFlightLoseNothing) {
+  const ModelSource model = open_model("synthetic:tiny");
+  runtime::EngineOptions eo;
+  eo.plan = parallel::parse_plan("pp2");
+  eo.page_size = 4;
+  eo.num_pages = 64;
+  runtime::Engine engine(model, eo);
+  const auto tokenizer = tokenizer::make_builtin_tokenizer(model.config.vocab_size);
+  EngineLoopOptions lo;
+  lo.scheduler.page_size = 4;
+  lo.scheduler.pages_per_replica = 64;
+  lo.scheduler.pp = 2;
+  lo.scheduler.pipeline_groups = 2;
+  lo.scheduler.chunked_prefill_size = 5;
+  lo.scheduler.prefix_cache = false;
+  EngineLoop loop(engine, *tokenizer, lo);
+  for (int round = 0; round < 4; ++round) {
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (const auto& p : kPrompts) {
+      EngineRequest r;
+      r.prompt = p;
+      r.limits.max_tokens = kNewTokens;
+      streams.push_back(loop.submit(r));
+    }
+    // Odd requests are cancelled once they have `round` tokens (round 0: at once).
+    for (size_t i = 1; i < streams.size(); i += 2) {
+      for (int64_t seen = 0; seen < round;) {
+        std::vector<OutputEvent> events;
+        streams[i]->wait(events, std::chrono::milliseconds(1000));
+        for (const auto& e : events) seen += static_cast<int64_t>(e.token_ids.size());
+      }
+      loop.cancel(streams[i]->id());
+    }
+    for (size_t i = 0; i < streams.size(); i += 2) {
+      std::vector<int32_t> tokens;
+      for (bool done = false; !done;) {
+        std::vector<OutputEvent> events;
+        streams[i]->wait(events, std::chrono::milliseconds(1000));
+        for (const auto& e : events) {
+          ASSERT_EQ(e.error_status, 0) << e.error;
+          tokens.insert(tokens.end(), e.token_ids.begin(), e.token_ids.end());
+          done = done || e.last();
+        }
+      }
+      EXPECT_EQ(tokens, reference()[i]) << "round " << round << " request " << i;
+    }
+    EngineSnapshot s = loop.current_snapshot();  // the cancels may still be on their way
+    for (int tries = 0; tries < 1000 && s.running + s.waiting > 0; ++tries) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      s = loop.current_snapshot();
+    }
+    EXPECT_EQ(s.kv_pages_used, 0) << "round " << round;
+    EXPECT_EQ(s.kv_pages_free, s.kv_pages_total) << "round " << round;
+    EXPECT_EQ(s.running + s.waiting, 0) << "round " << round;
+  }
+}
 
 TEST(ServeLoopLimits, QueueFullIsA429AndCancelFreesPages) {
   const ModelSource model = open_model("synthetic:tiny");
