@@ -541,6 +541,7 @@ void EngineLoop::step_in_order() {
   }
   note_admissions(step, start);
   const HeadMode head = choose_head(step);
+  const auto forward_start = Clock::now();
   runtime::StepOutputs outputs;
   try {
     if (head == HeadMode::kGreedy) outputs.rows = engine_->execute_greedy(step.plan);
@@ -550,16 +551,18 @@ void EngineLoop::step_in_order() {
     engine_failed(e);
     return;
   }
-  const double forward_seconds = seconds_between(start, Clock::now());
+  const auto forward_end = Clock::now();
   std::vector<int32_t> sampled;
   std::vector<TokenLogprob> logprobs;
   if (!draw(step, head, outputs, sampled, logprobs)) return;
-  complete(step, sampled, logprobs, start, forward_seconds);
+  complete(step, sampled, logprobs, start,
+           seconds_between(start, forward_start) + seconds_between(forward_end, Clock::now()));
 }
 
 void EngineLoop::step_in_flight() {
   // Every group without a step in flight gets its next one (groups with nothing to run skip).
   const int groups = scheduler_->options().pipeline_groups;
+  const auto top_up_start = Clock::now();
   for (int g = 0; g < groups; ++g) {
     if (std::any_of(in_flight_.begin(), in_flight_.end(), [&](const Flight& f) { return f.step.group == g; }))
       continue;
@@ -583,7 +586,7 @@ void EngineLoop::step_in_flight() {
   }
   Flight oldest = std::move(in_flight_.front());
   in_flight_.pop_front();
-  const auto before_wait = Clock::now();
+  const auto wait_start = Clock::now();
   runtime::StepOutputs outputs;
   try {
     outputs = engine_->wait(oldest.ticket);
@@ -591,14 +594,19 @@ void EngineLoop::step_in_flight() {
     engine_failed(e);
     return;
   }
+  const auto wait_end = Clock::now();
   std::vector<int32_t> sampled;
   std::vector<TokenLogprob> logprobs;
   if (!draw(oldest.step, oldest.head, outputs, sampled, logprobs)) return;
-  complete(oldest.step, sampled, logprobs, oldest.start, seconds_between(before_wait, Clock::now()));
+  // Host time of this call: the top-up (schedule, submit) and the draw; not the time the step
+  // spent in flight behind the other groups'.
+  complete(oldest.step, sampled, logprobs, oldest.start,
+           seconds_between(top_up_start, wait_start) + seconds_between(wait_end, Clock::now()));
 }
 
 void EngineLoop::complete(const sched::ScheduledStep& step, const std::vector<int32_t>& sampled,
-                          std::vector<TokenLogprob>& logprobs, Clock::time_point start, double forward_seconds) {
+                          std::vector<TokenLogprob>& logprobs, Clock::time_point start, double host_seconds) {
+  const auto commit_start = Clock::now();
   scheduler_->commit(step, sampled);
   const auto now = Clock::now();
   size_t next = 0;
@@ -631,8 +639,7 @@ void EngineLoop::complete(const sched::ScheduledStep& step, const std::vector<in
   const auto end = Clock::now();
   step_time_.observe(seconds_between(start, end));
   if (step.prefill_tokens == 0) decode_step_time_.observe(seconds_between(start, end));
-  const double host = seconds_between(start, end) - forward_seconds;
-  scheduler_cpu_seconds_.fetch_add(host);
+  scheduler_cpu_seconds_.fetch_add(host_seconds + seconds_between(commit_start, end));
 }
 
 std::string EngineLoop::render_metrics() const {

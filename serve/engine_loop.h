@@ -138,10 +138,12 @@ class EngineLoop {
   // (every request then failed).
   bool draw(const sched::ScheduledStep& step, HeadMode head, runtime::StepOutputs& outputs,
             std::vector<int32_t>& sampled, std::vector<TokenLogprob>& logprobs);
-  // Commits a step's tokens and streams them; ends finished requests; step metrics.
+  // Commits a step's tokens and streams them; ends finished requests; step metrics (`start`:
+  // when the step was scheduled; `host_seconds`: the leader's time on it so far outside the
+  // forward).
   void complete(const sched::ScheduledStep& step, const std::vector<int32_t>& sampled,
                 std::vector<TokenLogprob>& logprobs, std::chrono::steady_clock::time_point start,
-                double forward_seconds);
+                double host_seconds);
   // Records an engine failure and fails every request; returns false.
   bool engine_failed(const std::exception& e);
   void finish(uint64_t id, OutputEvent event);
