@@ -156,6 +156,28 @@ TEST(PipelinedArguments, WaitsMustMatchSubmittedStepsAndSynchronousCallsWaitForT
   EXPECT_NO_THROW(engine.execute(step));  // the engine is still usable
 }
 
+// A rank that fails inside a submitted step (here the last stage: a candidate head without the
+// rows' temperatures) fails its wait with the rank's error, and the engine refuses later steps.
+TEST(PipelinedArguments, ARankFailingInASubmittedStepFailsItsWaitAndStopsTheEngine) {
+  Engine engine(open_model("synthetic:tiny"), options_for("pp2"));
+  const StepPlan step = grouped_decode_step(engine, 2, 1);
+  const StepTicket good = engine.submit(group_of(step, 0), HeadMode::kGreedy);
+  const StepTicket bad = engine.submit(group_of(step, 1), HeadMode::kCandidates);
+  EXPECT_NO_THROW(engine.wait(good));
+  try {
+    engine.wait(bad);
+    FAIL() << "the failed step's wait returned";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("temperatures"), std::string::npos) << e.what();
+  }
+  try {
+    engine.execute(step);
+    FAIL() << "a step ran after a failed one";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("stopped after a failed step"), std::string::npos) << e.what();
+  }
+}
+
 TEST(PipelinedArguments, RoundsMustBePositive) {
   Engine engine(open_model("synthetic:tiny"), options_for("pp2"));
   const StepPlan step = grouped_decode_step(engine, 2, 1);
