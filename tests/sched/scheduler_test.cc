@@ -3,8 +3,11 @@
 // reuse, and that every page comes back.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <deque>
 #include <map>
 #include <random>
+#include <set>
 
 #include "core/error.h"
 #include "sched/scheduler.h"
@@ -310,6 +313,108 @@ TEST(SchedulerGroups, StepsInFlightAreNeverPreemptedAndFinishedOnesAreSkippedAtC
   EXPECT_EQ(again.chunks[0].id, 1u);
   s.commit(again, sampled_for(again));
   EXPECT_EQ(s.generated_tokens(1), 2);
+}
+
+// Random arrivals, aborts (also of requests whose step is in flight) and completions with one
+// step per group in flight, completed oldest first: block tables stay consistent, no page of a
+// live request's tokens in flight is handed to another step in flight, and every page comes
+// back.
+TEST(SchedulerGroups, RandomWorkloadWithStepsInFlightKeepsEveryInvariant) {
+  for (int groups : {2, 3}) {
+    SCOPED_TRACE(testing::Message() << groups << " groups");
+    std::mt19937 rng(10 + groups);
+    SchedulerOptions o = small_options();
+    o.pages_per_replica = 25;
+    o.attn_dp = 2;
+    o.pp = groups;
+    o.pipeline_groups = groups;
+    o.chunked_prefill_size = 9;
+    o.max_running_requests = 6;
+    o.pad_batches = true;
+    Scheduler s(o);
+    std::map<RequestId, int64_t> limit;  // live requests: max new tokens
+    RequestId next_id = 1;
+    int finished = 0;
+    std::deque<ScheduledStep> in_flight;
+    // (replica, page) of the tokens of live requests in a step (padding on the scratch page
+    // excluded).
+    auto live_pages = [&](const ScheduledStep& step) {
+      std::set<std::pair<int, int32_t>> pages;
+      for (const auto& mb : step.plan.micro_batches)
+        for (int d = 0; d < o.attn_dp; ++d) {
+          const runtime::ReplicaBatch& rb = mb.replicas[d];
+          for (int64_t t = 0; t < rb.batch.num_tokens(); ++t) {
+            const auto row = static_cast<size_t>(rb.batch.seq_of_token[t]);
+            if (row >= rb.sequences.size()) continue;
+            if (!limit.count(step.chunks.at(rb.sequences[row]).id)) continue;
+            pages.insert({d, rb.batch.slots[t] / static_cast<int32_t>(o.page_size)});
+          }
+        }
+      return pages;
+    };
+    auto top_up = [&] {
+      for (int g = 0; g < groups; ++g) {
+        if (std::any_of(in_flight.begin(), in_flight.end(), [&](const ScheduledStep& f) { return f.group == g; }))
+          continue;
+        ScheduledStep step = s.schedule(g);
+        if (step.empty()) continue;
+        for (const auto& mb : step.plan.micro_batches)
+          for (int d = 0; d < o.attn_dp; ++d) {
+            const auto& b = mb.replicas[d].batch;
+            for (int64_t t = 0; t < b.num_tokens(); ++t)
+              EXPECT_EQ(b.block_tables[b.seq_of_token[t] * b.max_pages_per_seq + b.positions[t] / o.page_size],
+                        b.slots[t] / o.page_size);
+          }
+        const auto mine = live_pages(step);
+        for (const ScheduledStep& other : in_flight)
+          for (const auto& page : live_pages(other))
+            EXPECT_FALSE(mine.count(page)) << "page " << page.second << " of replica " << page.first
+                                           << " in two steps in flight";
+        in_flight.push_back(std::move(step));
+      }
+    };
+    auto complete_oldest = [&] {
+      const ScheduledStep step = std::move(in_flight.front());
+      in_flight.pop_front();
+      std::vector<int32_t> sampled;
+      for (const auto& c : step.chunks)
+        if (c.logit_row >= 0) sampled.push_back(static_cast<int32_t>(rng() % 50));
+      s.commit(step, sampled);
+      for (const auto& c : step.chunks)
+        if (c.logit_row >= 0 && limit.count(c.id) && s.generated_tokens(c.id) >= limit[c.id]) {
+          s.finish(c.id);
+          limit.erase(c.id);
+          ++finished;
+        }
+    };
+    for (int iter = 0; iter < 600; ++iter) {
+      if (rng() % 3 == 0 && next_id < 100) {
+        std::vector<int32_t> p;
+        const int shared = static_cast<int>(rng() % 3) * 4;
+        for (int i = 0; i < shared; ++i) p.push_back(i);
+        const int own = 1 + static_cast<int>(rng() % 30);
+        for (int i = 0; i < own; ++i) p.push_back(static_cast<int32_t>(rng() % 50));
+        limit[next_id] = 1 + static_cast<int64_t>(rng() % 12);
+        s.add(next_id++, p);
+      }
+      if (rng() % 11 == 0 && !limit.empty()) {  // abort, possibly in flight
+        auto it = std::next(limit.begin(), static_cast<std::ptrdiff_t>(rng() % limit.size()));
+        s.finish(it->first);
+        limit.erase(it);
+      }
+      top_up();
+      if (!in_flight.empty()) complete_oldest();
+      for (int d = 0; d < o.attn_dp; ++d) s.kv(d).check_consistency();
+    }
+    for (int i = 0; i < 4000 && (!s.idle() || !in_flight.empty()); ++i) {
+      top_up();
+      if (!in_flight.empty()) complete_oldest();
+    }
+    EXPECT_TRUE(s.idle());
+    EXPECT_TRUE(in_flight.empty());
+    EXPECT_GT(finished, 30);
+    EXPECT_EQ(used_pages(s), 0);
+  }
 }
 
 TEST(Scheduler, BatchesArePaddedOnTheScratchPage) {
