@@ -45,6 +45,7 @@ struct Fixture {
     t.scheduler.pages_per_replica = 128;
     t.scheduler.attn_dp = plan.attn_dp;
     t.scheduler.pp = plan.pp;
+    t.scheduler.pipeline_groups = plan.pp;  // serve's default: one group per stage
     t.scheduler.chunked_prefill_size = 16;
     t.scheduler.max_running_requests = 4;
     runtime::EngineOptions eo;
@@ -118,6 +119,27 @@ TEST(Replan, RequestsInFlightAndArrivingDuringTheSwitchAllFinishExactly) {
   expect_reference(again, 9);
   expect_reference(submit_all(*loop, 0, 12), 0);
   EXPECT_NE(loop->render_metrics().find("moeserve_plan_info{plan=\"ep2-dp\"} 1"), std::string::npos);
+}
+
+// Out of and into pipeline groups (a step of each group in flight): the switch waits for the
+// steps in flight as for the requests, and every token stays exact.
+TEST(Replan, IntoAndOutOfPipelineGroupsWithRequestsInFlight) {
+  Fixture f;
+  auto loop = f.loop("pp2");
+  auto before = submit_all(*loop, 0, 6);
+  auto switched = std::async(std::launch::async, [&] { return loop->replan(f.target("single")); });
+  auto during = submit_all(*loop, 6, 3);
+  EXPECT_EQ(switched.get().previous_plan, "pp2");
+  expect_reference(before, 0);
+  expect_reference(during, 6);
+  auto again = submit_all(*loop, 0, 6);
+  auto back = std::async(std::launch::async, [&] { return loop->replan(f.target("tp2pp2")); });
+  auto later = submit_all(*loop, 6, 6);
+  EXPECT_EQ(back.get().plan, "tp2pp2");
+  expect_reference(again, 0);
+  expect_reference(later, 6);
+  EXPECT_EQ(loop->replans(), 2);
+  EXPECT_EQ(loop->current_snapshot().kv_pages_used, 0);
 }
 
 TEST(Replan, ACancelDuringTheSwitchEndsTheRequestAndNothingLeaks) {
