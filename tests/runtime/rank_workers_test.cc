@@ -1,5 +1,6 @@
 // Rank workers: jobs run on every rank; a failing rank aborts the world so that peers
-// blocked in collectives return, and run() reports the failing rank's error, not the abort.
+// blocked in collectives return, and run() (or finish() after start()) reports the failing
+// rank's error, not the abort.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -45,6 +46,36 @@ TEST_P(EveryWaitMode, FailureOfOneRankReleasesItsPeers) {
     EXPECT_STREQ(e.what(), "rank 1 cannot load 'model.layers.3.mlp.experts.7.up_proj.weight'");
   }
   EXPECT_TRUE(world.aborted());
+}
+
+// start() returns while the ranks work (the leader can feed them), finish() waits and reports
+// as run() does; a second start() before finish() is refused.
+TEST_P(EveryWaitMode, StartReturnsAtOnceAndFinishWaitsAndReports) {
+  comm::InProcessWorld world(2);
+  RankWorkers workers(2, world, GetParam());
+  std::atomic<bool> go{false};
+  std::atomic<int> done{0};
+  workers.start([&](int) {
+    while (!go.load()) std::this_thread::yield();
+    ++done;
+  });
+  EXPECT_TRUE(workers.running());
+  EXPECT_THROW(workers.start([](int) {}), Error);
+  EXPECT_EQ(done.load(), 0);  // the ranks wait for the leader, which is not blocked
+  go = true;
+  workers.finish();
+  EXPECT_FALSE(workers.running());
+  EXPECT_EQ(done.load(), 2);
+  workers.start([](int rank) {
+    if (rank == 0) fail("rank 0 failed in a started job");
+  });
+  try {
+    workers.finish();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "rank 0 failed in a started job");
+  }
+  EXPECT_THROW(workers.finish(), Error);  // nothing started
 }
 
 INSTANTIATE_TEST_SUITE_P(Waits, EveryWaitMode, ::testing::Values(0, 2000),
