@@ -201,6 +201,55 @@ TEST(ServeLoopPipelineGroups, CancelsWhileStepsAreInFlightLoseNothing) {
   }
 }
 
+// Seeded sampled requests (each draw a pure function of its seed and step) and logprobs
+// draw the same tokens with pipeline groups in flight as one step at a time on one rank: the
+// groups' steps take the full-logits head, the same draws as the candidates' path.
+TEST(ServeLoopPipelineGroups, SampledRequestsDrawTheTokensOfOneStepAtATime) {
+  const ModelSource model = open_model("synthetic:tiny");
+  const auto tokenizer = tokenizer::make_builtin_tokenizer(model.config.vocab_size);
+  auto run = [&](const std::string& plan, int groups) {
+    runtime::EngineOptions eo;
+    eo.plan = parallel::parse_plan(plan);
+    eo.page_size = 8;
+    eo.num_pages = 64;
+    runtime::Engine engine(model, eo);
+    EngineLoopOptions lo;
+    lo.scheduler.page_size = 8;
+    lo.scheduler.pages_per_replica = 64;
+    lo.scheduler.pp = eo.plan.pp;
+    lo.scheduler.pipeline_groups = groups;
+    lo.scheduler.chunked_prefill_size = 7;
+    EngineLoop loop(engine, *tokenizer, lo);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (size_t i = 0; i < kPrompts.size(); ++i) {
+      EngineRequest r;
+      r.prompt = kPrompts[i];
+      r.limits.max_tokens = kNewTokens;
+      r.sampling.temperature = 0.9f;
+      r.sampling.top_p = i % 2 == 0 ? 0.8f : 1.0f;
+      r.sampling.top_k = i % 3 == 0 ? 20 : 0;
+      r.sampling.seed = 100 + i;
+      if (i == 4) r.top_logprobs = 2;
+      streams.push_back(loop.submit(r));
+    }
+    std::vector<std::vector<int32_t>> tokens(streams.size());
+    for (size_t i = 0; i < streams.size(); ++i)
+      for (bool done = false; !done;) {
+        std::vector<OutputEvent> events;
+        streams[i]->wait(events, std::chrono::milliseconds(1000));
+        for (const auto& e : events) {
+          EXPECT_EQ(e.error_status, 0) << e.error;
+          tokens[i].insert(tokens[i].end(), e.token_ids.begin(), e.token_ids.end());
+          done = done || e.last();
+        }
+      }
+    return tokens;
+  };
+  const auto one_rank = run("single", 1);
+  EXPECT_EQ(run("pp2", 2), one_rank);
+  EXPECT_EQ(run("tp2pp2", 2), one_rank);
+}
+
 TEST(ServeLoopLimits, QueueFullIsA429AndCancelFreesPages) {
   const ModelSource model = open_model("synthetic:tiny");
   runtime::EngineOptions eo;
