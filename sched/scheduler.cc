@@ -195,8 +195,11 @@ ScheduledStep Scheduler::schedule(int group) {
     if (uncached > 1) budget[s.replica] -= chunk;
     picks.push_back({&s, s.computed, s.computed + chunk});
   }
-  const int64_t per_group =
-      (options_.max_running_requests + options_.pipeline_groups - 1) / options_.pipeline_groups;
+  // Groups share the requests evenly: a group admits up to its share of those that could run
+  // (running and waiting, at most max_running_requests), so that a burst of 8 requests with 2
+  // groups runs as 4 + 4 rather than 8 in the first group scheduled and none beside it.
+  const int64_t demand = std::min<int64_t>(options_.max_running_requests, running() + waiting());
+  const int64_t per_group = (demand + options_.pipeline_groups - 1) / options_.pipeline_groups;
   while (!waiting_.empty() && running() < options_.max_running_requests && running_in_group(group) < per_group &&
          admit(group, budget, picks)) {
   }

@@ -23,7 +23,8 @@
 // indexes their whole pages in the prefix cache.
 //
 // Pipeline groups (pipeline_groups > 1, for pipeline plans): the running sequences form that
-// many groups, each with at most ceil(max_running_requests / groups) sequences; schedule(g)
+// many groups, each admitting up to an even share of the requests that could run (running and
+// waiting, at most max_running_requests); schedule(g)
 // builds group g's next step (one micro-batch) from its sequences and admits waiting requests
 // into it, and the caller may run it while other groups' steps are still in flight. Until its
 // commit a step's sequences are in flight: another group's scheduling never preempts them.

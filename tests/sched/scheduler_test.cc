@@ -284,6 +284,33 @@ TEST(SchedulerGroups, GroupsTakeTheirShareOfRequestsAndStepInTurn) {
   EXPECT_THROW(s.schedule(2), Error);  // no such group
 }
 
+TEST(SchedulerGroups, ABurstOfRequestsIsSharedEvenlyBetweenTheGroups) {
+  SchedulerOptions o = small_options();
+  o.pp = 2;
+  o.pipeline_groups = 2;
+  o.max_running_requests = 64;
+  Scheduler s(o);
+  for (RequestId id = 1; id <= 5; ++id) s.add(id, prompt_of(3, static_cast<int32_t>(10 * id)));
+  const ScheduledStep a = s.schedule(0);
+  const ScheduledStep b = s.schedule(1);
+  EXPECT_EQ(a.chunks.size(), 3u);
+  EXPECT_EQ(b.chunks.size(), 2u);
+  s.commit(a, sampled_for(a));
+  s.add(6, prompt_of(3, 70));  // a later arrival joins the group scheduled next
+  const ScheduledStep a2 = s.schedule(0);
+  EXPECT_EQ(a2.chunks.size(), 3u);  // group 0 holds its share of 6 already
+  s.commit(b, sampled_for(b));
+  const ScheduledStep b2 = s.schedule(1);
+  EXPECT_EQ(b2.chunks.size(), 3u);
+  EXPECT_NE(chunk_of(b2, 6), nullptr);
+  s.commit(a2, sampled_for(a2));
+  s.commit(b2, sampled_for(b2));
+  // One request alone runs in the first group scheduled.
+  for (RequestId id = 1; id <= 6; ++id) s.finish(id);
+  s.add(7, prompt_of(4));
+  EXPECT_EQ(s.schedule(0).chunks.size(), 1u);
+}
+
 TEST(SchedulerGroups, StepsInFlightAreNeverPreemptedAndFinishedOnesAreSkippedAtCommit) {
   SchedulerOptions o = small_options();
   o.pp = 2;
