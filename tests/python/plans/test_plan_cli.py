@@ -134,6 +134,8 @@ ERRORS = [
      "34.31 GiB (131072 tokens x 4 sequences x 68.62 KiB per token)"),
     (["plan", "show", "tp8", "--mem-per-rank", "lots"],
      "--mem-per-rank: 'lots' is not a size (use e.g. 80GiB, 141GB, 512MiB or a byte count)"),
+    (["serve", "--plan", "pp2", "--pp-groups", "-1", "--port", "0"],
+     "--pp-groups must be >= 0 (0: one per pipeline stage), got -1"),
     (["generate", "--plan", "tp16", "--prompt-ids", "1"],
      "plan 'tp16': model attention heads = 8 is not divisible by attention TP size = 16"),
     # generate checks fp32 (the CPU backend's dtype): 1280 B = (32 + 8) x 8 layers x 4 bytes per token.
