@@ -127,10 +127,11 @@ std::vector<float> quantised_row(int64_t vocab, float spread, uint64_t seed) {
 
 TEST(Sampler, SortsOnlyThePrefixItNeedsAndDrawsWhatTheFullSortDraws) {
   // Vocabularies past the first 1024-candidate chunk, peaked and flat rows, ties, and every
-  // filter alone and together. The normaliser over the whole vocabulary is summed in id
-  // order rather than sorted order: equal draws except within ~1e-16 of a boundary.
+  // filter alone and together; flat rows of 20000 and 70000 entries reach the radix sort of
+  // the rest of the row (ids of 15 and 17 bits). The normaliser over the whole vocabulary is
+  // summed in id order rather than sorted order: equal draws except within ~1e-16 of a boundary.
   int cases = 0;
-  for (int64_t vocab : {5, 3000, 20000})
+  for (int64_t vocab : {5, 3000, 20000, 70000})
     for (float spread : {0.5f, 8.0f})
       for (int variant = 0; variant < 12; ++variant) {
         const std::vector<float> logits = quantised_row(vocab, spread, 7 + variant);
@@ -145,7 +146,7 @@ TEST(Sampler, SortsOnlyThePrefixItNeedsAndDrawsWhatTheFullSortDraws) {
           ++cases;
         }
       }
-  EXPECT_EQ(cases, 3 * 2 * 12 * 20);
+  EXPECT_EQ(cases, 4 * 2 * 12 * 20);
 }
 
 // Sampling from a row's top candidates draws what sampling the whole row draws, or says it
