@@ -5,12 +5,14 @@
 // while their step is in flight.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <thread>
 
 #include "parallel/plan_parse.h"
 #include "serve/api_error.h"
 #include "serve/engine_loop.h"
 #include "tests/serve/single_rank_reference.h"
+#include "tests/serve/streamed_tokens.h"
 
 namespace moeserve::serve {
 namespace {
@@ -56,27 +58,50 @@ std::string name_of(const testing::TestParamInfo<Case>& info) {
   return name;
 }
 
+// An engine of synthetic:tiny under `plan` and a serving loop on it whose scheduler has the
+// engine's pages, replicas and stages; `configure` sets the rest of the loop's options.
+struct TinyServer {
+  TinyServer(const std::string& plan, int64_t page_size, int64_t pages,
+             const std::function<void(EngineLoopOptions&)>& configure)
+      : engine(model, engine_options(plan, page_size, pages)),
+        tokenizer(tokenizer::make_builtin_tokenizer(model.config.vocab_size)),
+        loop(engine, *tokenizer, loop_options(engine.options(), configure)) {}
+
+  static runtime::EngineOptions engine_options(const std::string& plan, int64_t page_size, int64_t pages) {
+    runtime::EngineOptions eo;
+    eo.plan = parallel::parse_plan(plan);
+    eo.page_size = page_size;
+    eo.num_pages = pages;
+    return eo;
+  }
+  static EngineLoopOptions loop_options(const runtime::EngineOptions& eo,
+                                        const std::function<void(EngineLoopOptions&)>& configure) {
+    EngineLoopOptions lo;
+    lo.scheduler.page_size = eo.page_size;
+    lo.scheduler.pages_per_replica = eo.num_pages;
+    lo.scheduler.attn_dp = eo.plan.attn_dp;
+    lo.scheduler.pp = eo.plan.pp;
+    configure(lo);
+    return lo;
+  }
+
+  const ModelSource model = open_model("synthetic:tiny");
+  runtime::Engine engine;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  EngineLoop loop;
+};
+
 class ServeLoop : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ServeLoop, GreedyTokensEqualGenerateAndPagesComeBack) {
   const Case& c = GetParam();
-  const ModelSource model = open_model("synthetic:tiny");
-  runtime::EngineOptions eo;
-  eo.plan = parallel::parse_plan(c.plan);
-  eo.page_size = c.page_size;
-  eo.num_pages = c.pages;
-  runtime::Engine engine(model, eo);
-  const auto tokenizer = tokenizer::make_builtin_tokenizer(model.config.vocab_size);
-  EngineLoopOptions lo;
-  lo.scheduler.page_size = c.page_size;
-  lo.scheduler.pages_per_replica = c.pages;
-  lo.scheduler.attn_dp = eo.plan.attn_dp;
-  lo.scheduler.pp = eo.plan.pp;
-  lo.scheduler.chunked_prefill_size = c.chunk;
-  lo.scheduler.prefix_cache = c.prefix_cache;
-  lo.scheduler.max_running_requests = c.max_running;
-  lo.scheduler.pipeline_groups = c.groups;
-  EngineLoop loop(engine, *tokenizer, lo);
+  TinyServer server(c.plan, c.page_size, c.pages, [&](EngineLoopOptions& lo) {
+    lo.scheduler.chunked_prefill_size = c.chunk;
+    lo.scheduler.prefix_cache = c.prefix_cache;
+    lo.scheduler.max_running_requests = c.max_running;
+    lo.scheduler.pipeline_groups = c.groups;
+  });
+  EngineLoop& loop = server.loop;
 
   // Two waves, so that the second finds the first's prefixes cached.
   for (int wave = 0; wave < 2; ++wave) {
@@ -145,21 +170,12 @@ INSTANTIATE_TEST_SUITE_P(
 // Requests cancelled at random points, some while their group's step is in flight: the others'
 // tokens stay exact and every page comes back.
 TEST(ServeLoopPipelineGroups, CancelsWhileStepsAreInFlightLoseNothing) {
-  const ModelSource model = open_model("synthetic:tiny");
-  runtime::EngineOptions eo;
-  eo.plan = parallel::parse_plan("pp2");
-  eo.page_size = 4;
-  eo.num_pages = 64;
-  runtime::Engine engine(model, eo);
-  const auto tokenizer = tokenizer::make_builtin_tokenizer(model.config.vocab_size);
-  EngineLoopOptions lo;
-  lo.scheduler.page_size = 4;
-  lo.scheduler.pages_per_replica = 64;
-  lo.scheduler.pp = 2;
-  lo.scheduler.pipeline_groups = 2;
-  lo.scheduler.chunked_prefill_size = 5;
-  lo.scheduler.prefix_cache = false;
-  EngineLoop loop(engine, *tokenizer, lo);
+  TinyServer server("pp2", 4, 64, [](EngineLoopOptions& lo) {
+    lo.scheduler.pipeline_groups = 2;
+    lo.scheduler.chunked_prefill_size = 5;
+    lo.scheduler.prefix_cache = false;
+  });
+  EngineLoop& loop = server.loop;
   for (int round = 0; round < 4; ++round) {
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (const auto& p : kPrompts) {
@@ -177,19 +193,8 @@ TEST(ServeLoopPipelineGroups, CancelsWhileStepsAreInFlightLoseNothing) {
       }
       loop.cancel(streams[i]->id());
     }
-    for (size_t i = 0; i < streams.size(); i += 2) {
-      std::vector<int32_t> tokens;
-      for (bool done = false; !done;) {
-        std::vector<OutputEvent> events;
-        streams[i]->wait(events, std::chrono::milliseconds(1000));
-        for (const auto& e : events) {
-          ASSERT_EQ(e.error_status, 0) << e.error;
-          tokens.insert(tokens.end(), e.token_ids.begin(), e.token_ids.end());
-          done = done || e.last();
-        }
-      }
-      EXPECT_EQ(tokens, reference()[i]) << "round " << round << " request " << i;
-    }
+    for (size_t i = 0; i < streams.size(); i += 2)
+      EXPECT_EQ(streamed_tokens(*streams[i]), reference()[i]) << "round " << round << " request " << i;
     EngineSnapshot s = loop.current_snapshot();  // the cancels may still be on their way
     for (int tries = 0; tries < 1000 && s.running + s.waiting > 0; ++tries) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -205,21 +210,12 @@ TEST(ServeLoopPipelineGroups, CancelsWhileStepsAreInFlightLoseNothing) {
 // draw the same tokens with pipeline groups in flight as one step at a time on one rank: the
 // groups' steps take the full-logits head, the same draws as the candidates' path.
 TEST(ServeLoopPipelineGroups, SampledRequestsDrawTheTokensOfOneStepAtATime) {
-  const ModelSource model = open_model("synthetic:tiny");
-  const auto tokenizer = tokenizer::make_builtin_tokenizer(model.config.vocab_size);
   auto run = [&](const std::string& plan, int groups) {
-    runtime::EngineOptions eo;
-    eo.plan = parallel::parse_plan(plan);
-    eo.page_size = 8;
-    eo.num_pages = 64;
-    runtime::Engine engine(model, eo);
-    EngineLoopOptions lo;
-    lo.scheduler.page_size = 8;
-    lo.scheduler.pages_per_replica = 64;
-    lo.scheduler.pp = eo.plan.pp;
-    lo.scheduler.pipeline_groups = groups;
-    lo.scheduler.chunked_prefill_size = 7;
-    EngineLoop loop(engine, *tokenizer, lo);
+    TinyServer server(plan, 8, 64, [&](EngineLoopOptions& lo) {
+      lo.scheduler.pipeline_groups = groups;
+      lo.scheduler.chunked_prefill_size = 7;
+    });
+    EngineLoop& loop = server.loop;
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (size_t i = 0; i < kPrompts.size(); ++i) {
       EngineRequest r;
@@ -232,17 +228,8 @@ TEST(ServeLoopPipelineGroups, SampledRequestsDrawTheTokensOfOneStepAtATime) {
       if (i == 4) r.top_logprobs = 2;
       streams.push_back(loop.submit(r));
     }
-    std::vector<std::vector<int32_t>> tokens(streams.size());
-    for (size_t i = 0; i < streams.size(); ++i)
-      for (bool done = false; !done;) {
-        std::vector<OutputEvent> events;
-        streams[i]->wait(events, std::chrono::milliseconds(1000));
-        for (const auto& e : events) {
-          EXPECT_EQ(e.error_status, 0) << e.error;
-          tokens[i].insert(tokens[i].end(), e.token_ids.begin(), e.token_ids.end());
-          done = done || e.last();
-        }
-      }
+    std::vector<std::vector<int32_t>> tokens;
+    for (const auto& stream : streams) tokens.push_back(streamed_tokens(*stream));
     return tokens;
   };
   const auto one_rank = run("single", 1);
@@ -251,19 +238,11 @@ TEST(ServeLoopPipelineGroups, SampledRequestsDrawTheTokensOfOneStepAtATime) {
 }
 
 TEST(ServeLoopLimits, QueueFullIsA429AndCancelFreesPages) {
-  const ModelSource model = open_model("synthetic:tiny");
-  runtime::EngineOptions eo;
-  eo.plan = parallel::parse_plan("single");
-  eo.page_size = 4;
-  eo.num_pages = 64;
-  runtime::Engine engine(model, eo);
-  const auto tokenizer = tokenizer::make_builtin_tokenizer(model.config.vocab_size);
-  EngineLoopOptions lo;
-  lo.scheduler.page_size = 4;
-  lo.scheduler.pages_per_replica = 64;
-  lo.scheduler.max_running_requests = 1;
-  lo.max_queued_requests = 1;
-  EngineLoop loop(engine, *tokenizer, lo);
+  TinyServer server("single", 4, 64, [](EngineLoopOptions& lo) {
+    lo.scheduler.max_running_requests = 1;
+    lo.max_queued_requests = 1;
+  });
+  EngineLoop& loop = server.loop;
   EngineRequest long_request;
   long_request.prompt = {1, 2, 3};
   long_request.limits.max_tokens = 200;

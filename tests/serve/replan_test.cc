@@ -12,6 +12,7 @@
 #include "serve/api_error.h"
 #include "serve/engine_loop.h"
 #include "tests/serve/single_rank_reference.h"
+#include "tests/serve/streamed_tokens.h"
 
 namespace moeserve::serve {
 namespace {
@@ -79,19 +80,8 @@ std::vector<std::shared_ptr<RequestStream>> submit_all(EngineLoop& loop, size_t 
 }
 
 void expect_reference(const std::vector<std::shared_ptr<RequestStream>>& streams, size_t first) {
-  for (size_t i = 0; i < streams.size(); ++i) {
-    std::vector<int32_t> tokens;
-    for (bool done = false; !done;) {
-      std::vector<OutputEvent> events;
-      streams[i]->wait(events, std::chrono::milliseconds(1000));
-      for (const auto& e : events) {
-        ASSERT_EQ(e.error_status, 0) << e.error;
-        tokens.insert(tokens.end(), e.token_ids.begin(), e.token_ids.end());
-        done = done || e.last();
-      }
-    }
-    EXPECT_EQ(tokens, reference()[first + i]) << "request " << first + i;
-  }
+  for (size_t i = 0; i < streams.size(); ++i)
+    EXPECT_EQ(streamed_tokens(*streams[i]), reference()[first + i]) << "request " << first + i;
 }
 
 TEST(Replan, RequestsInFlightAndArrivingDuringTheSwitchAllFinishExactly) {
