@@ -342,6 +342,70 @@ TEST(SchedulerGroups, StepsInFlightAreNeverPreemptedAndFinishedOnesAreSkippedAtC
   EXPECT_EQ(s.generated_tokens(1), 2);
 }
 
+// A random workload's requests: arrivals (prompts sharing 0, 4 or 8 leading tokens, then up
+// to 30 of their own), aborts, and a random token for every chunk that samples; a request ends
+// once it has its max new tokens. Both random-workload tests drive their scheduler with it.
+struct RandomWorkload {
+  RandomWorkload(Scheduler& scheduler, uint32_t seed, RequestId arrivals)
+      : s(scheduler), rng(seed), arrivals(arrivals) {}
+
+  // One call in three adds a request (the first `arrivals`), then one in eleven aborts a live one.
+  void arrive_or_abort() {
+    if (rng() % 3 == 0 && next_id < arrivals) {
+      std::vector<int32_t> p;
+      const int shared = static_cast<int>(rng() % 3) * 4;
+      for (int i = 0; i < shared; ++i) p.push_back(i);
+      const int own = 1 + static_cast<int>(rng() % 30);
+      for (int i = 0; i < own; ++i) p.push_back(static_cast<int32_t>(rng() % 50));
+      limit[next_id] = 1 + static_cast<int64_t>(rng() % 12);
+      s.add(next_id++, p);
+    }
+    if (rng() % 11 == 0 && !limit.empty()) {
+      auto it = std::next(limit.begin(), static_cast<std::ptrdiff_t>(rng() % limit.size()));
+      s.finish(it->first);
+      limit.erase(it);
+    }
+  }
+  // Commits a step that ran with random tokens, then ends the requests it completed.
+  void commit(const ScheduledStep& step) {
+    std::vector<int32_t> sampled;
+    for (const auto& c : step.chunks)
+      if (c.logit_row >= 0) sampled.push_back(static_cast<int32_t>(rng() % 50));
+    s.commit(step, sampled);
+    end_completed(step);
+  }
+  void end_completed(const ScheduledStep& step) {
+    for (const auto& c : step.chunks)
+      if (c.logit_row >= 0 && limit.count(c.id) && s.generated_tokens(c.id) >= limit[c.id]) {
+        s.finish(c.id);
+        limit.erase(c.id);
+        ++finished;
+      }
+  }
+  bool live(RequestId id) const { return limit.count(id) > 0; }
+
+  Scheduler& s;
+  std::mt19937 rng;
+  RequestId arrivals;
+  std::map<RequestId, int64_t> limit;  // live requests: max new tokens
+  RequestId next_id = 1;
+  int finished = 0;
+};
+
+// Every token's slot lies in the page its block table names, and every batch is padded.
+void expect_consistent_batches(const ScheduledStep& step, const SchedulerOptions& o) {
+  for (const auto& mb : step.plan.micro_batches)
+    for (int d = 0; d < o.attn_dp; ++d) {
+      const auto& b = mb.replicas[d].batch;
+      for (int64_t t = 0; t < b.num_tokens(); ++t) {
+        const int32_t page = b.slots[t] / o.page_size;
+        const int32_t row = b.seq_of_token[t];
+        EXPECT_EQ(b.block_tables[row * b.max_pages_per_seq + b.positions[t] / o.page_size], page);
+      }
+      EXPECT_EQ(b.num_tokens(), runtime::padded_token_count(b.num_tokens()));
+    }
+}
+
 // Random arrivals, aborts (also of requests whose step is in flight) and completions with one
 // step per group in flight, completed oldest first: block tables stay consistent, no page of a
 // live request's tokens in flight is handed to another step in flight, and every page comes
@@ -349,7 +413,6 @@ TEST(SchedulerGroups, StepsInFlightAreNeverPreemptedAndFinishedOnesAreSkippedAtC
 TEST(SchedulerGroups, RandomWorkloadWithStepsInFlightKeepsEveryInvariant) {
   for (int groups : {2, 3}) {
     SCOPED_TRACE(testing::Message() << groups << " groups");
-    std::mt19937 rng(10 + groups);
     SchedulerOptions o = small_options();
     o.pages_per_replica = 25;
     o.attn_dp = 2;
@@ -359,9 +422,7 @@ TEST(SchedulerGroups, RandomWorkloadWithStepsInFlightKeepsEveryInvariant) {
     o.max_running_requests = 6;
     o.pad_batches = true;
     Scheduler s(o);
-    std::map<RequestId, int64_t> limit;  // live requests: max new tokens
-    RequestId next_id = 1;
-    int finished = 0;
+    RandomWorkload w(s, 10 + groups, 100);
     std::deque<ScheduledStep> in_flight;
     // (replica, page) of the tokens of live requests in a step (padding on the scratch page
     // excluded).
@@ -373,7 +434,7 @@ TEST(SchedulerGroups, RandomWorkloadWithStepsInFlightKeepsEveryInvariant) {
           for (int64_t t = 0; t < rb.batch.num_tokens(); ++t) {
             const auto row = static_cast<size_t>(rb.batch.seq_of_token[t]);
             if (row >= rb.sequences.size()) continue;
-            if (!limit.count(step.chunks.at(rb.sequences[row]).id)) continue;
+            if (!w.live(step.chunks.at(rb.sequences[row]).id)) continue;
             pages.insert({d, rb.batch.slots[t] / static_cast<int32_t>(o.page_size)});
           }
         }
@@ -385,13 +446,7 @@ TEST(SchedulerGroups, RandomWorkloadWithStepsInFlightKeepsEveryInvariant) {
           continue;
         ScheduledStep step = s.schedule(g);
         if (step.empty()) continue;
-        for (const auto& mb : step.plan.micro_batches)
-          for (int d = 0; d < o.attn_dp; ++d) {
-            const auto& b = mb.replicas[d].batch;
-            for (int64_t t = 0; t < b.num_tokens(); ++t)
-              EXPECT_EQ(b.block_tables[b.seq_of_token[t] * b.max_pages_per_seq + b.positions[t] / o.page_size],
-                        b.slots[t] / o.page_size);
-          }
+        expect_consistent_batches(step, o);
         const auto mine = live_pages(step);
         for (const ScheduledStep& other : in_flight)
           for (const auto& page : live_pages(other))
@@ -403,32 +458,10 @@ TEST(SchedulerGroups, RandomWorkloadWithStepsInFlightKeepsEveryInvariant) {
     auto complete_oldest = [&] {
       const ScheduledStep step = std::move(in_flight.front());
       in_flight.pop_front();
-      std::vector<int32_t> sampled;
-      for (const auto& c : step.chunks)
-        if (c.logit_row >= 0) sampled.push_back(static_cast<int32_t>(rng() % 50));
-      s.commit(step, sampled);
-      for (const auto& c : step.chunks)
-        if (c.logit_row >= 0 && limit.count(c.id) && s.generated_tokens(c.id) >= limit[c.id]) {
-          s.finish(c.id);
-          limit.erase(c.id);
-          ++finished;
-        }
+      w.commit(step);
     };
     for (int iter = 0; iter < 600; ++iter) {
-      if (rng() % 3 == 0 && next_id < 100) {
-        std::vector<int32_t> p;
-        const int shared = static_cast<int>(rng() % 3) * 4;
-        for (int i = 0; i < shared; ++i) p.push_back(i);
-        const int own = 1 + static_cast<int>(rng() % 30);
-        for (int i = 0; i < own; ++i) p.push_back(static_cast<int32_t>(rng() % 50));
-        limit[next_id] = 1 + static_cast<int64_t>(rng() % 12);
-        s.add(next_id++, p);
-      }
-      if (rng() % 11 == 0 && !limit.empty()) {  // abort, possibly in flight
-        auto it = std::next(limit.begin(), static_cast<std::ptrdiff_t>(rng() % limit.size()));
-        s.finish(it->first);
-        limit.erase(it);
-      }
+      w.arrive_or_abort();  // aborts may hit requests in flight
       top_up();
       if (!in_flight.empty()) complete_oldest();
       for (int d = 0; d < o.attn_dp; ++d) s.kv(d).check_consistency();
@@ -439,7 +472,7 @@ TEST(SchedulerGroups, RandomWorkloadWithStepsInFlightKeepsEveryInvariant) {
     }
     EXPECT_TRUE(s.idle());
     EXPECT_TRUE(in_flight.empty());
-    EXPECT_GT(finished, 30);
+    EXPECT_GT(w.finished, 30);
     EXPECT_EQ(used_pages(s), 0);
   }
 }
@@ -482,7 +515,6 @@ TEST(Scheduler, WarmupRunsTheLargestStepThenEveryPaddedDecodeSizeOnTheScratchPag
 // sequence holds, positions follow the cached prefix, and all pages come back at the end.
 TEST(Scheduler, RandomWorkloadKeepsEveryInvariant) {
   for (bool prefix_cache : {true, false}) {
-    std::mt19937 rng(prefix_cache ? 3 : 4);
     SchedulerOptions o = small_options();
     o.pages_per_replica = 25;
     o.attn_dp = 2;
@@ -492,58 +524,17 @@ TEST(Scheduler, RandomWorkloadKeepsEveryInvariant) {
     o.prefix_cache = prefix_cache;
     o.pad_batches = true;
     Scheduler s(o);
-    std::map<RequestId, int64_t> limit;  // max new tokens
-    RequestId next_id = 1;
-    int finished = 0;
+    RandomWorkload w(s, prefix_cache ? 3 : 4, 80);
     for (int iter = 0; iter < 400; ++iter) {
-      if (rng() % 3 == 0 && next_id < 80) {
-        std::vector<int32_t> p;
-        const int shared = static_cast<int>(rng() % 3) * 4;
-        for (int i = 0; i < shared; ++i) p.push_back(i);
-        const int own = 1 + static_cast<int>(rng() % 30);
-        for (int i = 0; i < own; ++i) p.push_back(static_cast<int32_t>(rng() % 50));
-        limit[next_id] = 1 + static_cast<int64_t>(rng() % 12);
-        s.add(next_id++, p);
-      }
-      if (rng() % 11 == 0 && !limit.empty()) {  // abort
-        auto it = std::next(limit.begin(), static_cast<std::ptrdiff_t>(rng() % limit.size()));
-        s.finish(it->first);
-        limit.erase(it);
-      }
+      w.arrive_or_abort();
       ScheduledStep step = s.schedule();
-      for (size_t m = 0; m < step.plan.micro_batches.size(); ++m)
-        for (int d = 0; d < o.attn_dp; ++d) {
-          const auto& b = step.plan.micro_batches[m].replicas[d].batch;
-          for (int64_t t = 0; t < b.num_tokens(); ++t) {
-            const int32_t page = b.slots[t] / o.page_size;
-            const int32_t row = b.seq_of_token[t];
-            EXPECT_EQ(b.block_tables[row * b.max_pages_per_seq + b.positions[t] / o.page_size], page);
-          }
-          EXPECT_EQ(b.num_tokens(), runtime::padded_token_count(b.num_tokens()));
-        }
-      std::vector<int32_t> sampled;
-      for (const auto& c : step.chunks)
-        if (c.logit_row >= 0) sampled.push_back(static_cast<int32_t>(rng() % 50));
-      s.commit(step, sampled);
-      for (const auto& c : step.chunks)
-        if (c.logit_row >= 0 && limit.count(c.id) && s.generated_tokens(c.id) >= limit[c.id]) {
-          s.finish(c.id);
-          limit.erase(c.id);
-          ++finished;
-        }
+      expect_consistent_batches(step, o);
+      w.commit(step);
       for (int d = 0; d < o.attn_dp; ++d) s.kv(d).check_consistency();
     }
-    for (int i = 0; i < 2000 && !s.idle(); ++i) {
-      ScheduledStep step = step_once(s);
-      for (const auto& c : step.chunks)
-        if (c.logit_row >= 0 && limit.count(c.id) && s.generated_tokens(c.id) >= limit[c.id]) {
-          s.finish(c.id);
-          limit.erase(c.id);
-          ++finished;
-        }
-    }
+    for (int i = 0; i < 2000 && !s.idle(); ++i) w.end_completed(step_once(s));
     EXPECT_TRUE(s.idle());
-    EXPECT_GT(finished, 30);
+    EXPECT_GT(w.finished, 30);
     EXPECT_EQ(used_pages(s), 0);
     s.flush_prefix_cache();
     for (int d = 0; d < o.attn_dp; ++d) EXPECT_EQ(s.kv(d).free_pages(), o.pages_per_replica - 1);
