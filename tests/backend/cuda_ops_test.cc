@@ -80,6 +80,34 @@ class CudaOps : public ::testing::Test {
     gpu->download(v.data(), b, 0, n * 4);
     return v;
   }
+  // `count` experts' random weights (gate/up [2 * inter, hidden], down [hidden, inter]; bf16
+  // values), on the host for the CPU reference and on the GPU with the table of their device
+  // pointers that MoeExpertsParams reads (d13 / d2: the same pointers on the host).
+  struct ExpertWeights {
+    std::vector<std::vector<float>> w13, w2;
+    std::vector<const void*> w13_ptrs, w2_ptrs;
+    std::vector<ops::BufferPtr> d_w13, d_w2;
+    std::vector<const void*> d13, d2;
+    ops::BufferPtr d_table13, d_table2;
+    const void* const* device_w13() const { return static_cast<const void* const*>(d_table13->data()); }
+    const void* const* device_w2() const { return static_cast<const void* const*>(d_table2->data()); }
+  };
+  ExpertWeights expert_weights(int64_t count, int64_t hidden, int64_t inter) {
+    ExpertWeights w;
+    for (int64_t e = 0; e < count; ++e) {
+      w.w13.push_back(random(2 * inter * hidden, 1.0f / 16));
+      w.w2.push_back(random(hidden * inter, 1.0f / 8));
+      w.w13_ptrs.push_back(w.w13.back().data());
+      w.w2_ptrs.push_back(w.w2.back().data());
+      w.d_w13.push_back(to_gpu_bf16(w.w13.back()));
+      w.d_w2.push_back(to_gpu_bf16(w.w2.back()));
+      w.d13.push_back(w.d_w13.back()->data());
+      w.d2.push_back(w.d_w2.back()->data());
+    }
+    w.d_table13 = to_gpu_raw(w.d13);
+    w.d_table2 = to_gpu_raw(w.d2);
+    return w;
+  }
   static void expect_close(const std::vector<float>& gpu_out, const std::vector<float>& ref, const char* what,
                            double tolerance = kBf16Tolerance) {
     ASSERT_EQ(gpu_out.size(), ref.size());
@@ -386,31 +414,16 @@ TEST_F(CudaOps, MoeExpertsOwnedRangeAndAccumulate) {
       ids[i] = static_cast<int32_t>((i * 7 + i / top_k) % experts);
       weights[i] = 0.5f + 0.25f * uniform_pm1(5, i);
     }
-    std::vector<std::vector<float>> w13, w2;
-    std::vector<const void*> w13_ptrs, w2_ptrs;
-    std::vector<ops::BufferPtr> d_w13, d_w2;
-    std::vector<void*> d13, d2;
-    for (int64_t e = begin; e < end; ++e) {
-      w13.push_back(random(2 * inter * hidden, 1.0f / 16));
-      w2.push_back(random(hidden * inter, 1.0f / 8));
-      w13_ptrs.push_back(w13.back().data());
-      w2_ptrs.push_back(w2.back().data());
-      d_w13.push_back(to_gpu_bf16(w13.back()));
-      d_w2.push_back(to_gpu_bf16(w2.back()));
-      d13.push_back(d_w13.back()->data());
-      d2.push_back(d_w2.back()->data());
-    }
+    const ExpertWeights w = expert_weights(end - begin, hidden, inter);
     auto out0 = random(tokens * hidden);
     auto ref = out0;
-    ops::MoeExpertsParams p{x.data(), ids.data(), weights.data(), w13_ptrs.data(), w2_ptrs.data(), ref.data(), tokens,
-                            top_k, hidden, inter, begin, end};
+    ops::MoeExpertsParams p{x.data(), ids.data(), weights.data(), w.w13_ptrs.data(), w.w2_ptrs.data(), ref.data(),
+                            tokens, top_k, hidden, inter, begin, end};
     p.accumulate = true;
     cpu->moe_experts(p);
     auto d_x = to_gpu_bf16(x), d_ids = to_gpu_raw(ids), d_wt = to_gpu_raw(weights), d_out = to_gpu_bf16(out0);
-    auto d_t13 = to_gpu_raw(d13), d_t2 = to_gpu_raw(d2);
     ops::MoeExpertsParams g{d_x->data(), static_cast<int32_t*>(d_ids->data()), static_cast<float*>(d_wt->data()),
-                            static_cast<const void* const*>(d_t13->data()), static_cast<const void* const*>(d_t2->data()),
-                            d_out->data(), tokens, top_k, hidden, inter, begin, end};
+                            w.device_w13(), w.device_w2(), d_out->data(), tokens, top_k, hidden, inter, begin, end};
     g.accumulate = true;
     gpu->moe_experts(g);
     expect_close(from_gpu_bf16(*d_out, ref.size()), ref, ("moe_experts inter " + std::to_string(inter)).c_str());
@@ -424,9 +437,8 @@ TEST_F(CudaOps, MoeExpertsOwnedRangeAndAccumulate) {
     auto d_out_gemm = to_gpu_bf16(out0);
     g.out = d_out_gemm->data();
     g.out_f32 = false;
-    std::vector<const void*> h13(d13.begin(), d13.end()), h2(d2.begin(), d2.end());
-    g.w13_host = h13.data();
-    g.w2_host = h2.data();
+    g.w13_host = w.d13.data();
+    g.w2_host = w.d2.data();
     gpu->moe_experts(g);
     expect_close(from_gpu_bf16(*d_out_gemm, ref.size()), ref, "moe_experts (GEMM path)");
   }
@@ -445,29 +457,14 @@ TEST_F(CudaOps, MoeExpertsOnTensorCoresWithManyTokensPerExpert) {
       ids[t * top_k + k] = static_cast<int32_t>((t + 3 * k + t / 7) % experts);
       weights[t * top_k + k] = 0.5f + 0.25f * uniform_pm1(9, t * top_k + k);
     }
-  std::vector<std::vector<float>> w13, w2;
-  std::vector<const void*> w13_ptrs, w2_ptrs;
-  std::vector<ops::BufferPtr> d_w13, d_w2;
-  std::vector<void*> d13, d2;
-  for (int64_t e = 0; e < experts; ++e) {
-    w13.push_back(random(2 * inter * hidden, 1.0f / 16));
-    w2.push_back(random(hidden * inter, 1.0f / 8));
-    w13_ptrs.push_back(w13.back().data());
-    w2_ptrs.push_back(w2.back().data());
-    d_w13.push_back(to_gpu_bf16(w13.back()));
-    d_w2.push_back(to_gpu_bf16(w2.back()));
-    d13.push_back(d_w13.back()->data());
-    d2.push_back(d_w2.back()->data());
-  }
+  const ExpertWeights w = expert_weights(experts, hidden, inter);
   std::vector<float> ref(tokens * hidden);
-  cpu->moe_experts({x.data(), ids.data(), weights.data(), w13_ptrs.data(), w2_ptrs.data(), ref.data(), tokens, top_k,
-                    hidden, inter, 0, experts});
+  cpu->moe_experts({x.data(), ids.data(), weights.data(), w.w13_ptrs.data(), w.w2_ptrs.data(), ref.data(), tokens,
+                    top_k, hidden, inter, 0, experts});
   auto d_x = to_gpu_bf16(x), d_ids = to_gpu_raw(ids), d_wt = to_gpu_raw(weights);
-  auto d_t13 = to_gpu_raw(d13), d_t2 = to_gpu_raw(d2);
   auto d_out = poisoned_f32(ref.size());
   ops::MoeExpertsParams g{d_x->data(), static_cast<int32_t*>(d_ids->data()), static_cast<float*>(d_wt->data()),
-                          static_cast<const void* const*>(d_t13->data()), static_cast<const void* const*>(d_t2->data()),
-                          d_out->data(), tokens, top_k, hidden, inter, 0, experts};
+                          w.device_w13(), w.device_w2(), d_out->data(), tokens, top_k, hidden, inter, 0, experts};
   g.out_f32 = true;
   gpu->moe_experts(g);
   expect_close(from_gpu_f32(*d_out, ref.size()), ref, "moe_experts (tensor cores, two passes)");
