@@ -535,15 +535,40 @@ void DeepseekV3::candidates_to_host(Activations& a, int64_t rows) {
   candidates_ = std::move(out);
 }
 
-Tensor DeepseekV3::logits_rows_slice(int64_t first, int64_t count) {
-  MS_CHECK(shard_.last_stage && first >= 0 && count >= 0 && first + count <= last_logit_rows_,
-           "logits_rows_slice: rows [{}, {}) are not among the last step's {} logit rows on a last-stage rank", first,
-           first + count, last_logit_rows_);
-  const int64_t vocab_local = shard_.vocab.size();
-  Tensor out(DType::F32, {count, vocab_local});
+std::vector<int32_t> DeepseekV3::sample_logits_rows(const std::vector<int64_t>& rows,
+                                                    const std::vector<ops::SamplingOptions>& options) {
+  MS_CHECK(shard_.last_stage && rows.size() == options.size(),
+           "sample_logits_rows: {} rows and {} options on a {} rank", rows.size(), options.size(),
+           shard_.last_stage ? "last-stage" : "non-last-stage");
+  std::vector<int32_t> row_ids(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    MS_CHECK(rows[i] >= 0 && rows[i] < last_logit_rows_,
+             "sample_logits_rows: row {} is not among the last step's {} logit rows", rows[i], last_logit_rows_);
+    row_ids[i] = static_cast<int32_t>(rows[i]);
+  }
   Activations& a = *workspaces_.begin()->second;  // every workspace views the same head arena
-  if (count) backend_.download(out.raw(), *a.local_logits, static_cast<size_t>(first * vocab_local) * 4, out.nbytes());
-  return out;
+  const int64_t vocab_local = shard_.vocab.size(), n = static_cast<int64_t>(rows.size());
+  const void* logits = ptr(a.local_logits);
+  int64_t slices = 1;
+  if (a.gathered_logits) {  // [attn_tp, logit rows, vocab slice]
+    comm::Communicator& tp = *groups_.attn_tp;
+    tp.set_site("sample");
+    tp.all_gather(ptr(a.local_logits), ptr(a.gathered_logits), static_cast<size_t>(last_logit_rows_ * vocab_local),
+                  DType::F32);
+    logits = ptr(a.gathered_logits);
+    slices = tp.size();
+  }
+  if (!sampled_tokens_ || static_cast<int64_t>(sampled_tokens_->nbytes()) < n * 4)
+    sampled_tokens_ = backend_.alloc(static_cast<size_t>(std::max<int64_t>(n, 1)) * 4);
+  ops::SampleParams params{static_cast<const float*>(logits), options.data(),
+                           static_cast<int32_t*>(sampled_tokens_->data()), n, config_.vocab_size};
+  params.row_ids = row_ids.data();
+  params.slices = slices;
+  params.logit_rows = last_logit_rows_;
+  backend_.sample(params);
+  std::vector<int32_t> tokens(rows.size());
+  if (n) backend_.download(tokens.data(), *sampled_tokens_, 0, static_cast<size_t>(n) * 4);
+  return tokens;
 }
 
 Tensor DeepseekV3::finish(Activations& a, int64_t rows) {

@@ -102,10 +102,12 @@ class DeepseekV3 {
   // normaliser per row cross ranks). Graphs are kept per mode.
   void set_head_mode(HeadMode mode) { head_mode_ = mode; }
   SampleCandidates take_candidates() { return std::move(candidates_); }
-  // Rows [first, first + count) of the last forward's logits over this rank's vocab slice
-  // (fp32 [count, vocab slice], shard().vocab), still on the device until the next forward:
-  // the fallback of sampled rows whose draws reach past their candidates. One copy.
-  Tensor logits_rows_slice(int64_t first, int64_t count);
+  // Draws logit rows `rows` of the last forward (still on the device until the next one)
+  // under `options`, over the whole vocabulary (ops::SampleParams; a vocab split is first
+  // gathered over attn_tp, so every rank of the split takes part and draws the same tokens):
+  // the fallback of sampled rows whose draws reach past their candidates.
+  std::vector<int32_t> sample_logits_rows(const std::vector<int64_t>& rows,
+                                          const std::vector<ops::SamplingOptions>& options);
 
   // Benchmarks time the device work alone: without logits, forward() waits for the step to
   // finish and returns an empty Tensor on every stage.
@@ -179,6 +181,7 @@ class DeepseekV3 {
   HeadMode head_mode_ = HeadMode::kLogits;
   SampleCandidates candidates_;      // of the last kCandidates forward
   std::vector<float> temperatures_;  // its rows' temperatures
+  ops::BufferPtr sampled_tokens_;    // [rows] int32: sample_logits_rows()'s draws
   int64_t last_logit_rows_ = 0;
   std::vector<std::vector<int32_t>> last_routing_;  // [moe layer][tokens * top_k], appended per forward
   void record_routing(int64_t moe_layer, const int32_t* ids, size_t count);

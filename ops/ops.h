@@ -243,11 +243,18 @@ struct SamplingOptions {
   uint64_t seed = 0;
   uint64_t step = 0;     // draws are a pure function of (seed, step)
 };
+// Draws one token per row over its full fp32 logits, exactly as cpu::sample_row does (on a
+// device up to the summation order of the fp64 probability sums). Row r reads logit row
+// `row_ids[r]` (r when null) of a [slices, logit_rows, vocab / slices] array: a vocabulary split
+// over `slices` ranks and gathered slice after slice (slices == 1: plain [logit_rows, vocab]).
 struct SampleParams {
-  const float* logits;               // [rows, vocab]
+  const float* logits;               // [slices, logit_rows, vocab / slices]
   const SamplingOptions* options;    // [rows] (host memory)
   int32_t* tokens;                   // [rows]
   int64_t rows, vocab;
+  const int32_t* row_ids = nullptr;  // [rows] (host memory); null: row r reads logit row r
+  int64_t slices = 1;
+  int64_t logit_rows = -1;           // -1: rows
 };
 
 // A recorded sequence of ops that can be replayed with the same pointers (a CUDA graph).

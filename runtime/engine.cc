@@ -323,25 +323,23 @@ std::vector<std::vector<SampleCandidates>> Engine::execute_candidates(const Step
   return run(step, HeadMode::kCandidates).candidates;
 }
 
-Tensor Engine::fetch_logits_rows(int replica, const std::vector<int64_t>& rows) {
-  MS_CHECK(replica >= 0 && replica < options_.plan.attn_dp, "fetch_logits_rows: replica {} of {}", replica,
+std::vector<int32_t> Engine::sample_logits_rows(int replica, const std::vector<int64_t>& rows,
+                                                const std::vector<ops::SamplingOptions>& options) {
+  MS_CHECK(replica >= 0 && replica < options_.plan.attn_dp, "sample_logits_rows: replica {} of {}", replica,
            options_.plan.attn_dp);
-  impl_->quiesce("fetch_logits_rows");
-  const int64_t vocab = config_.vocab_size;
-  Tensor logits(DType::F32, {static_cast<int64_t>(rows.size()), vocab});
-  impl_->workers->run([&](int r) {  // each vocab slice's rank copies its part of every row
+  MS_CHECK(rows.size() == options.size(), "sample_logits_rows: {} rows but {} sampling options", rows.size(),
+           options.size());
+  impl_->quiesce("sample_logits_rows");
+  std::vector<int32_t> tokens(rows.size());
+  if (rows.empty()) return tokens;
+  impl_->workers->run([&](int r) {  // every vocab slice's rank takes part (a vocab split gathers the rows)
     Rank& rank = impl_->ranks[r];
     const parallel::RankShard& shard = rank.model->shard();
     if (!shard.last_stage || rank.coord.dp_index != replica) return;
-    if (rows.empty()) return;
-    const auto [lo, hi] = std::minmax_element(rows.begin(), rows.end());
-    const Tensor slice = rank.model->logits_rows_slice(*lo, *hi - *lo + 1);  // [span, vocab slice], one copy
-    const int64_t width = shard.vocab.size();
-    for (size_t i = 0; i < rows.size(); ++i)
-      std::memcpy(logits.f32() + static_cast<int64_t>(i) * vocab + shard.vocab.begin,
-                  slice.f32() + (rows[i] - *lo) * width, static_cast<size_t>(width) * 4);
+    std::vector<int32_t> drawn = rank.model->sample_logits_rows(rows, options);
+    if (shard.vocab.begin == 0) tokens = std::move(drawn);  // the same on every slice's rank
   });
-  return logits;
+  return tokens;
 }
 
 StepOutputs Engine::run(const StepPlan& step, HeadMode head) {

@@ -78,11 +78,14 @@ class Engine {
   std::vector<std::vector<Tensor>> execute_greedy(const StepPlan& step);
   // The same for a sampling step: each logit row's top candidates and softmax normaliser at
   // the temperatures of its ForwardBatch::temperatures, reduced on the devices (cpu::
-  // sample_candidates finishes the draw). Until the next step, fetch_logits_rows() brings
-  // rows' full logits [rows, vocab] (of the step's last micro-batch) for the draws the
-  // candidates do not cover.
+  // sample_candidates finishes the draw). Until the next step, sample_logits_rows() draws
+  // the rows the candidates do not cover over their whole logits (of the step's last
+  // micro-batch), on the devices.
   std::vector<std::vector<SampleCandidates>> execute_candidates(const StepPlan& step);
-  Tensor fetch_logits_rows(int replica, const std::vector<int64_t>& rows);
+  // Replica `replica`'s logit rows `rows` of the last step, each drawn under its `options`
+  // exactly as cpu::sample_row draws it (ops::SampleParams); returns the tokens.
+  std::vector<int32_t> sample_logits_rows(int replica, const std::vector<int64_t>& rows,
+                                          const std::vector<ops::SamplingOptions>& options);
 
   // Asynchronous steps (pipeline plans while serving): submit() queues a step and returns at
   // once; the rank threads run the queued steps in submission order, each stage as soon as its
@@ -90,7 +93,7 @@ class Engine {
   // run another's. wait() blocks until the step has left every rank and returns its outputs.
   // The caller orders dependent steps itself (a sequence's next step is submitted after its
   // previous one was waited for and sampled). Every other call first lets the queue run empty
-  // and needs every submitted step waited for; fetch_logits_rows() then reads the last step.
+  // and needs every submitted step waited for; sample_logits_rows() then reads the last step.
   StepTicket submit(StepPlan step, HeadMode head);
   StepOutputs wait(StepTicket ticket);
   // Asynchronous pipelining across steps, the way serving runs it (submit / wait): the step's

@@ -482,25 +482,27 @@ bool EngineLoop::draw(const sched::ScheduledStep& step, HeadMode head, runtime::
       for (size_t i = begin; i < end; ++i) sample(i);
     });
   }
-  // Draws that reached past their row's candidates: the rows' full logits, still on the
-  // devices (one fetch per replica), sampled over the host's cores. (Steps in flight never
-  // take the candidates head: a later step would have overwritten these logits.)
+  // Draws that reached past their row's candidates (a top-p over a flat row): drawn on the
+  // devices over the rows' whole logits, still there until the next step (one call per
+  // replica; only the tokens come back). Steps in flight never take the candidates head: a
+  // later step would have overwritten these logits.
   std::map<int, std::vector<size_t>> fallback;  // replica -> indices into rows
   for (size_t i = 0; i < rows.size(); ++i)
     if (sampled[i] < 0) fallback[rows[i]->replica].push_back(i);
   for (const auto& [replica, indices] : fallback) {
     std::vector<int64_t> logit_rows;
-    for (size_t i : indices) logit_rows.push_back(rows[i]->logit_row);
-    Tensor full;
+    std::vector<ops::SamplingOptions> options;
+    for (size_t i : indices) {
+      logit_rows.push_back(rows[i]->logit_row);
+      options.push_back(options_of(i));
+    }
+    std::vector<int32_t> tokens;
     try {
-      full = engine_->fetch_logits_rows(replica, logit_rows);
+      tokens = engine_->sample_logits_rows(replica, logit_rows, options);
     } catch (const std::exception& e) {
       return engine_failed(e);
     }
-    ThreadPool::global().parallel_for(indices.size(), 1, [&](size_t begin, size_t end) {
-      for (size_t j = begin; j < end; ++j)
-        sampled[indices[j]] = cpu::sample_row(full.f32() + static_cast<int64_t>(j) * vocab, vocab, options_of(indices[j]));
-    });
+    for (size_t j = 0; j < indices.size(); ++j) sampled[indices[j]] = tokens[j];
     sampling_fallbacks_ += static_cast<int64_t>(indices.size());
   }
   if (head == HeadMode::kCandidates) sampled_rows_ += static_cast<int64_t>(rows.size());
@@ -687,7 +689,7 @@ std::string EngineLoop::render_metrics() const {
                 "Sampled (non-greedy) rows drawn from device-reduced candidates.",
                 static_cast<double>(sampled_rows_.load()), out);
   render_metric("moeserve_sampling_fallbacks_total", "counter",
-                "Sampled rows whose draw reached past their candidates and fetched the full logits.",
+                "Sampled rows whose draw reached past their candidates and was drawn over the full logits on the device.",
                 static_cast<double>(sampling_fallbacks_.load()), out);
   render_metric("moeserve_scheduler_cpu_seconds_total", "counter",
                 "Leader host time per step outside the forward (schedule, sample, commit, detokenize).",

@@ -13,6 +13,7 @@
 #include "backend/cuda/op_timer.h"
 #include "core/env.h"
 #include "core/error.h"
+#include "core/random.h"
 
 namespace moeserve::cuda {
 
@@ -332,10 +333,26 @@ class CudaBackend final : public Backend {
   }
 
   void sample(const SampleParams& p) override {
-    for (int64_t r = 0; r < p.rows; ++r)
-      MS_CHECK(p.options[r].temperature <= 0.0f || p.options[r].top_k == 1,
-               "CUDA sampling supports greedy rows only; row {} has temperature {}", r, p.options[r].temperature);
-    launch_argmax_rows(p.logits, p.tokens, nullptr, p.rows, p.vocab, 0, cur_);
+    if (p.rows == 0) return;
+    const int64_t logit_rows = p.logit_rows < 0 ? p.rows : p.logit_rows;
+    MS_CHECK(p.slices >= 1 && p.vocab % p.slices == 0, "sample: vocab {} is not split into {} equal slices", p.vocab,
+             p.slices);
+    std::vector<DrawOptions> options(static_cast<size_t>(p.rows));
+    std::vector<int32_t> row_ids(static_cast<size_t>(p.rows));
+    bool greedy = p.row_ids == nullptr && p.slices == 1;
+    for (int64_t r = 0; r < p.rows; ++r) {
+      const SamplingOptions& o = p.options[r];
+      options[r] = {o.temperature, o.top_k, o.top_p, o.min_p, uniform01(o.seed, o.step)};
+      row_ids[r] = p.row_ids ? p.row_ids[r] : static_cast<int32_t>(r);
+      MS_CHECK(row_ids[r] >= 0 && row_ids[r] < logit_rows, "sample: row {} reads logit row {} of {}", r, row_ids[r],
+               logit_rows);
+      greedy &= o.temperature <= 0.0f || o.top_k == 1;
+    }
+    if (greedy) return launch_argmax_rows(p.logits, p.tokens, nullptr, p.rows, p.vocab, 0, cur_);
+    void* ws = workspace(sample_workspace_, sample_rows_workspace_bytes(p.rows, p.vocab));
+    launch_sample_rows(p.logits, row_ids.data(), logit_rows, p.slices, options.data(), p.tokens, p.rows, p.vocab, ws,
+                       cur_);
+    synchronize();  // the host vectors above are the copies' sources
   }
   void argmax_rows(const ArgmaxRowsParams& p) override {
     launch_argmax_rows(p.logits, p.ids, p.values, p.rows, p.vocab, p.id_offset, cur_);
@@ -437,7 +454,7 @@ class CudaBackend final : public Backend {
     return slot->data();
   }
 
-  BufferPtr moe_workspace_, route_workspace_, mla_workspace_, candidates_workspace_;
+  BufferPtr moe_workspace_, route_workspace_, mla_workspace_, candidates_workspace_, sample_workspace_;
 };
 
 std::unique_ptr<ops::Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }

@@ -101,4 +101,19 @@ void launch_top_candidates(const float* logits, const float* temperatures, float
                            double* normaliser, int64_t rows, int64_t vocab, int64_t count,
                            int64_t id_offset, void* workspace, cudaStream_t stream);
 
+// Whole-row draws (ops::SampleParams): row r reads logit row row_ids[r] (device memory; the
+// options and ids are copied from host memory) of [slices, logit_rows, vocab / slices]; sorts
+// up to kSampleRowsPerSort rows at a time through `workspace`.
+struct DrawOptions {
+  float temperature;
+  int32_t top_k;
+  float top_p, min_p;
+  float u;  // the draw's uniform number, uniform01(seed, step)
+};
+constexpr int64_t kSampleRowsPerSort = 16;
+int64_t sample_rows_workspace_bytes(int64_t rows, int64_t vocab);
+void launch_sample_rows(const float* logits, const int32_t* row_ids, int64_t logit_rows, int64_t slices,
+                        const DrawOptions* options, int32_t* tokens, int64_t rows, int64_t vocab, void* workspace,
+                        cudaStream_t stream);
+
 }  // namespace moeserve::cuda

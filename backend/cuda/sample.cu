@@ -1,9 +1,15 @@
 // Sampling on the device: greedy rows reduce to their argmax (ties: the smallest id, as on the
 // CPU); sampled rows to their top candidates and softmax normaliser, from which the host
 // finishes the draw (cpu::sample_candidates). Ids are offset by the first id of the rank's
-// vocab slice.
+// vocab slice. Draws the candidates do not cover (a top-p over a flat row) run over whole
+// sorted rows here too (launch_sample_rows).
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+#include <cub/device/device_radix_sort.cuh>
+#include <cuda/functional>
 
 #include <algorithm>
 #include <cstdint>
@@ -318,6 +324,184 @@ CandidateSegments segments_in(void* workspace, int64_t rows, int segments, int64
   return s;
 }
 
+// ---- Whole-row draws (ops::SampleParams) ----
+//
+// The rows are sorted on the device (one radix sort of 64-bit keys: the row in the high bits,
+// the logit's descending-order key in the low 32; stable, so equal logits keep id order, as
+// the host's sort does), then one block per row runs cpu::sample_row's filters and draw over
+// the sorted row: the normaliser, the min-p and top-p cuts and the inverse-CDF draw, with the
+// fp64 sums of a block-wide scan instead of the host's running sum.
+constexpr int kDrawThreads = 512;
+constexpr int kDrawItems = 4;  // per thread and tile: tiles of 2048 sorted entries
+
+__global__ void sort_keys_kernel(const float* logits, const int32_t* row_ids, int64_t logit_rows, int64_t slices,
+                                 int64_t vocab, int row0, uint64_t* keys, int32_t* ids) {
+  const int r = blockIdx.y;
+  const int64_t width = vocab / slices, logit_row = row_ids[row0 + r];
+  for (int64_t v = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; v < vocab;
+       v += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t slice = v / width;
+    const float logit = logits[(slice * logit_rows + logit_row) * width + (v - slice * width)];
+    keys[r * vocab + v] = (static_cast<uint64_t>(r) << 32) | ~key_of(logit);  // ascending keys: descending logits
+    ids[r * vocab + v] = static_cast<int32_t>(v);
+  }
+}
+
+struct DrawScratch {
+  typename cub::BlockScan<double, kDrawThreads>::TempStorage scan;
+  typename cub::BlockReduce<double, kDrawThreads>::TempStorage sum;
+  typename cub::BlockReduce<int64_t, kDrawThreads>::TempStorage first;
+  double carry, found_cumulative;
+  int64_t found;
+};
+
+// Over the sorted entries [0, n): the first i whose running sum of weight(i) / total meets
+// `crossed(cumulative)`, and that sum; (n - 1, the whole sum) when none does.
+template <typename Weight, typename Crossed>
+__device__ void first_crossing(int64_t n, Weight weight, double total, Crossed crossed, DrawScratch& s,
+                               int64_t* index, double* cumulative) {
+  __syncthreads();  // every thread has read the previous call's results
+  if (threadIdx.x == 0) s.carry = 0.0;
+  __syncthreads();
+  constexpr int64_t kTile = static_cast<int64_t>(kDrawThreads) * kDrawItems;
+  for (int64_t tile = 0; tile < n; tile += kTile) {
+    double mass[kDrawItems];
+    const int64_t base = tile + static_cast<int64_t>(threadIdx.x) * kDrawItems;
+    for (int j = 0; j < kDrawItems; ++j) mass[j] = base + j < n ? weight(base + j) / total : 0.0;
+    double tile_sum;
+    cub::BlockScan<double, kDrawThreads>(s.scan).InclusiveSum(mass, mass, tile_sum);
+    const double carry = s.carry;
+    int64_t mine = INT64_MAX;
+    for (int j = kDrawItems - 1; j >= 0; --j)
+      if (base + j < n && crossed(carry + mass[j])) mine = base + j;
+    const int64_t first = cub::BlockReduce<int64_t, kDrawThreads>(s.first).Reduce(mine, ::cuda::minimum<>{});
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      s.found = first;
+      s.carry = carry + tile_sum;
+    }
+    __syncthreads();
+    if (s.found != INT64_MAX) {
+      for (int j = 0; j < kDrawItems; ++j)
+        if (base + j == s.found) s.found_cumulative = carry + mass[j];
+      __syncthreads();
+      *index = s.found;
+      *cumulative = s.found_cumulative;
+      return;
+    }
+    // The last tile's entries past n add zero: the carry is the whole sum.
+    if (tile + kTile >= n) {
+      *index = n - 1;
+      *cumulative = s.carry;
+      return;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kDrawThreads)
+draw_rows_kernel(const uint64_t* keys, const int32_t* ids, const DrawOptions* options, int32_t* tokens, int64_t vocab,
+                 int row0) {
+  __shared__ DrawScratch s;
+  const int r = blockIdx.x;
+  const DrawOptions o = options[row0 + r];
+  const uint64_t* row_keys = keys + r * vocab;
+  const int32_t* row_ids = ids + r * vocab;
+  if (o.temperature <= 0.0f || o.top_k == 1) {
+    if (threadIdx.x == 0) tokens[row0 + r] = row_ids[0];
+    return;
+  }
+  auto logit = [&](int64_t i) { return float_of(~static_cast<uint32_t>(row_keys[i])); };
+  const double max_logit = logit(0), temperature = o.temperature;
+  auto weight = [&](int64_t i) { return exp((static_cast<double>(logit(i)) - max_logit) / temperature); };
+  // The normaliser: over the top_k entries, or over the whole row.
+  const int64_t keep_k = o.top_k > 0 && o.top_k < vocab ? o.top_k : vocab;
+  double partial = 0.0;
+  for (int64_t i = threadIdx.x; i < keep_k; i += kDrawThreads) partial += weight(i);
+  const double sum = cub::BlockReduce<double, kDrawThreads>(s.sum).Sum(partial);
+  if (threadIdx.x == 0) s.carry = sum;
+  __syncthreads();
+  const double total = s.carry;
+  __syncthreads();
+  // min_p: the entries from the first whose weight (probability over the top one's) is below it.
+  int64_t keep = keep_k;
+  if (o.min_p > 0.0f) {
+    int64_t mine = INT64_MAX;
+    for (int64_t i = 1 + threadIdx.x; i < keep; i += kDrawThreads)
+      if (weight(i) < o.min_p) {
+        mine = i;
+        break;
+      }
+    const int64_t first = cub::BlockReduce<int64_t, kDrawThreads>(s.first).Reduce(mine, ::cuda::minimum<>{});
+    if (threadIdx.x == 0) s.found = first;
+    __syncthreads();
+    keep = s.found == INT64_MAX ? keep : s.found;
+    __syncthreads();
+  }
+  // top_p: the shortest prefix whose mass reaches it; the kept prefix's mass.
+  double kept_mass = 1.0;
+  int64_t last = 0;
+  if (o.top_p < 1.0f) {
+    const double top_p = o.top_p;
+    first_crossing(keep, weight, total, [=](double c) { return c >= top_p; }, s, &last, &kept_mass);
+    keep = last + 1;
+  } else if (keep < vocab) {
+    first_crossing(keep, weight, total, [](double) { return false; }, s, &last, &kept_mass);
+  }
+  const double target = static_cast<double>(o.u) * kept_mass;
+  first_crossing(keep, weight, total, [=](double c) { return target < c; }, s, &last, &kept_mass);
+  if (threadIdx.x == 0) tokens[row0 + r] = row_ids[last];
+}
+
+void cuda_check(cudaError_t status) {
+  if (status != cudaSuccess) throw std::runtime_error(std::string("sample: ") + cudaGetErrorString(status));
+}
+
+int row_bits(int64_t rows) {
+  int bits = 1;
+  while ((int64_t{1} << bits) < rows) ++bits;
+  return bits;
+}
+
+struct SampleWorkspace {
+  uint64_t* keys[2];
+  int32_t* ids[2];
+  DrawOptions* options;
+  int32_t* row_ids;
+  void* sort_temp;
+  size_t sort_temp_bytes;
+  size_t bytes;  // of the whole workspace
+};
+
+size_t sort_temp_bytes(int64_t items, int64_t rows) {
+  size_t bytes = 0;
+  cub::DoubleBuffer<uint64_t> keys(nullptr, nullptr);
+  cub::DoubleBuffer<int32_t> ids(nullptr, nullptr);
+  cub::DeviceRadixSort::SortPairs(nullptr, bytes, keys, ids, static_cast<int>(items), 0, 32 + row_bits(rows));
+  return bytes;
+}
+
+// The workspace's parts at `base` (0: only `bytes` is meaningful).
+SampleWorkspace sample_workspace_at(uintptr_t base, int64_t rows, int64_t vocab) {
+  const int64_t chunk = std::min<int64_t>(rows, kSampleRowsPerSort), items = chunk * vocab;
+  auto align = [](size_t n) { return (n + 255) / 256 * 256; };
+  size_t offset = 0;
+  auto take = [&](size_t n) {
+    const uintptr_t at = base + offset;
+    offset += align(n);
+    return at;
+  };
+  SampleWorkspace w;
+  for (int b = 0; b < 2; ++b) w.keys[b] = reinterpret_cast<uint64_t*>(take(items * 8));
+  for (int b = 0; b < 2; ++b) w.ids[b] = reinterpret_cast<int32_t*>(take(items * 4));
+  w.options = reinterpret_cast<DrawOptions*>(take(rows * sizeof(DrawOptions)));
+  w.row_ids = reinterpret_cast<int32_t*>(take(rows * 4));
+  w.sort_temp_bytes = sort_temp_bytes(items, chunk);
+  w.sort_temp = reinterpret_cast<void*>(take(w.sort_temp_bytes));
+  w.bytes = offset;
+  return w;
+}
+
+
 }  // namespace
 
 void launch_argmax_rows(const float* logits, int32_t* tokens, float* values, int64_t rows, int64_t vocab,
@@ -347,6 +531,37 @@ void launch_top_candidates(const float* logits, const float* temperatures, float
   launch_pdl(merge_candidates_kernel, static_cast<unsigned>(rows), kCandidateThreads, 0, stream, ws, temperatures,
              values, ids, normaliser, vocab, static_cast<int>(segment), segments, static_cast<int>(count),
              id_offset);
+}
+
+int64_t sample_rows_workspace_bytes(int64_t rows, int64_t vocab) {
+  return static_cast<int64_t>(sample_workspace_at(0, rows, vocab).bytes);
+}
+
+void launch_sample_rows(const float* logits, const int32_t* row_ids, int64_t logit_rows, int64_t slices,
+                        const DrawOptions* options, int32_t* tokens, int64_t rows, int64_t vocab, void* workspace,
+                        cudaStream_t stream) {
+  if (rows == 0) return;
+  if (slices < 1 || vocab % slices != 0 || vocab > (int64_t{1} << 31) / 2)
+    throw std::invalid_argument("sample: vocab " + std::to_string(vocab) + " in " + std::to_string(slices) +
+                                " slices (equal slices, vocab < 2^30)");
+  const SampleWorkspace w = sample_workspace_at(reinterpret_cast<uintptr_t>(workspace), rows, vocab);
+  cuda_check(cudaMemcpyAsync(w.options, options, rows * sizeof(DrawOptions), cudaMemcpyHostToDevice, stream));
+  cuda_check(cudaMemcpyAsync(w.row_ids, row_ids, rows * 4, cudaMemcpyHostToDevice, stream));
+  for (int64_t row0 = 0; row0 < rows; row0 += kSampleRowsPerSort) {
+    const int64_t chunk = std::min<int64_t>(kSampleRowsPerSort, rows - row0), items = chunk * vocab;
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>(blocks_for(vocab, 256), 64)), static_cast<unsigned>(chunk));
+    sort_keys_kernel<<<grid, 256, 0, stream>>>(logits, w.row_ids, logit_rows, slices, vocab, static_cast<int>(row0),
+                                               w.keys[0], w.ids[0]);
+    cuda_check(cudaGetLastError());
+    cub::DoubleBuffer<uint64_t> keys(w.keys[0], w.keys[1]);
+    cub::DoubleBuffer<int32_t> ids(w.ids[0], w.ids[1]);
+    size_t temp_bytes = w.sort_temp_bytes;
+    cuda_check(cub::DeviceRadixSort::SortPairs(w.sort_temp, temp_bytes, keys, ids, static_cast<int>(items), 0,
+                                               32 + row_bits(chunk), stream));
+    draw_rows_kernel<<<static_cast<unsigned>(chunk), kDrawThreads, 0, stream>>>(
+        keys.Current(), ids.Current(), w.options, tokens, vocab, static_cast<int>(row0));
+    cuda_check(cudaGetLastError());
+  }
 }
 
 }  // namespace moeserve::cuda

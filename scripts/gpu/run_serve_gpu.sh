@@ -2,7 +2,8 @@
 # Issue 6 acceptance 5 on one H200: output tok/s through HTTP at concurrency 64 beside
 # bench-step's offline step for the same model and batch; greedy, then sampled requests
 # (temperature 0.8 with top_k 50: drawn from device-reduced candidates; with top_p 0.9 alone:
-# the flat synthetic distribution sends those rows to the full-logits fallback). Logs in $OUT.
+# the flat synthetic distribution sends those rows past their candidates, to the whole-row draw
+# on the device). Logs in $OUT.
 set -u
 export NCCL_NVLS_ENABLE=0
 BIN=${MOESERVE_BIN:-carry/moeserve}

@@ -575,6 +575,61 @@ TEST_F(CudaOps, TopCandidatesMatchTheCpu) {
     }
 }
 
+// Whole-row draws on the device (what the serving loop uses when a draw reaches past a row's
+// candidates) pick the host's token for every option: flat rows (top-p over most of the
+// vocabulary), peaked rows, exact ties, -0 / +0, and a vocabulary gathered in slices.
+TEST_F(CudaOps, SampleDrawsTheHostsTokenOverWholeRows) {
+  std::vector<ops::SamplingOptions> kinds;
+  for (float temperature : {0.0f, 0.6f, 1.0f, 1.7f})
+    for (int32_t top_k : {0, 1, 40, 5000})
+      for (float top_p : {1.0f, 0.9f, 0.3f})
+        for (float min_p : {0.0f, 0.05f}) kinds.push_back({temperature, top_k, top_p, min_p, 0, 0});
+  for (int64_t vocab : {1000, 50002, 163840})
+    for (int64_t slices : {1, 2}) {
+      // Row kinds: flat (logits within 0.1), peaked (a few loud ids), ties everywhere.
+      const int64_t logit_rows = 12;
+      std::vector<float> logits = random(logit_rows * vocab, 0.05f);
+      for (int64_t r = 3; r < 6; ++r)
+        for (int64_t v = 0; v < vocab; v += 97) logits[r * vocab + v] = 8.0f + 0.01f * static_cast<float>(v % 13);
+      for (int64_t r = 6; r < 9; ++r)
+        for (int64_t v = 0; v < vocab; ++v) logits[r * vocab + v] = std::round(logits[r * vocab + v] * 40.0f);
+      logits[9 * vocab + 3] = -0.0f;
+      logits[9 * vocab + 4] = 0.0f;
+      // Every option kind twice (two seeds), on rows taken in a scrambled order.
+      const int64_t rows = 2 * static_cast<int64_t>(kinds.size());
+      std::vector<ops::SamplingOptions> options(rows);
+      std::vector<int32_t> row_ids(rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        options[r] = kinds[r % kinds.size()];
+        options[r].seed = 1000 + r;
+        options[r].step = static_cast<uint64_t>(r) * 7;
+        row_ids[r] = static_cast<int32_t>((r * 5 + r / 3) % logit_rows);
+      }
+      // The device reads [slices, logit_rows, vocab / slices]; the host the rows themselves.
+      const int64_t width = vocab / slices;
+      std::vector<float> sliced(logits.size());
+      for (int64_t s = 0; s < slices; ++s)
+        for (int64_t r = 0; r < logit_rows; ++r)
+          std::copy_n(logits.begin() + r * vocab + s * width, width, sliced.begin() + (s * logit_rows + r) * width);
+      auto d_l = to_gpu_raw(sliced);
+      auto d_t = to_gpu_raw(std::vector<int32_t>(rows, -1));
+      ops::SampleParams params{static_cast<float*>(d_l->data()), options.data(), static_cast<int32_t*>(d_t->data()),
+                               rows, vocab};
+      params.row_ids = row_ids.data();
+      params.slices = slices;
+      params.logit_rows = logit_rows;
+      gpu->sample(params);
+      std::vector<int32_t> got(rows);
+      gpu->download(got.data(), *d_t, 0, rows * 4);
+      for (int64_t r = 0; r < rows; ++r) {
+        const ops::SamplingOptions& o = options[r];
+        EXPECT_EQ(got[r], cpu::sample_row(logits.data() + row_ids[r] * vocab, vocab, o))
+            << "vocab " << vocab << " slices " << slices << " logit row " << row_ids[r] << ": temperature "
+            << o.temperature << " top_k " << o.top_k << " top_p " << o.top_p << " min_p " << o.min_p;
+      }
+    }
+}
+
 TEST_F(CudaOps, GreedySampleIsArgmax) {
   const int64_t rows = 3, vocab = 50000;
   auto logits = random(rows * vocab, 5.0f);

@@ -237,6 +237,40 @@ TEST(ServeLoopPipelineGroups, SampledRequestsDrawTheTokensOfOneStepAtATime) {
   EXPECT_EQ(run("tp2pp2", 2), one_rank);
 }
 
+// Draws that reach past a row's device candidates (pure temperature over synthetic:tiny's
+// flat 512-entry rows; the candidates hold 256) run over the rows' whole logits where they
+// are (Engine::sample_logits_rows): with the vocabulary split (tp2: the rows are gathered
+// first) and over DP replicas, the same tokens as one rank, and the fallback counter moves.
+TEST(ServeLoopSampling, DrawsPastTheCandidatesAreTheSameUnderEveryPlan) {
+  auto fallbacks = [](const EngineLoop& loop) {
+    const std::string text = loop.render_metrics();
+    const std::string name = "moeserve_sampling_fallbacks_total ";
+    const size_t at = text.find("\n" + name);
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + 1 + name.size()));
+  };
+  auto run = [&](const std::string& plan) {
+    TinyServer server(plan, 8, 64, [](EngineLoopOptions&) {});
+    EngineLoop& loop = server.loop;
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (size_t i = 0; i < kPrompts.size(); ++i) {
+      EngineRequest r;
+      r.prompt = kPrompts[i];
+      r.limits.max_tokens = kNewTokens;
+      r.sampling.temperature = 1.0f + 0.1f * static_cast<float>(i);
+      r.sampling.top_p = i % 2 == 0 ? 0.95f : 1.0f;
+      r.sampling.min_p = i == 3 ? 0.02f : 0.0f;
+      r.sampling.seed = 300 + i;
+      streams.push_back(loop.submit(r));
+    }
+    std::vector<std::vector<int32_t>> tokens;
+    for (const auto& stream : streams) tokens.push_back(streamed_tokens(*stream));
+    EXPECT_GT(fallbacks(loop), 0.0) << plan;
+    return tokens;
+  };
+  const auto one_rank = run("single");
+  for (const std::string plan : {"tp2", "tp4", "ep2", "ep2-dp"}) EXPECT_EQ(run(plan), one_rank) << plan;
+}
+
 TEST(ServeLoopLimits, QueueFullIsA429AndCancelFreesPages) {
   TinyServer server("single", 4, 64, [](EngineLoopOptions& lo) {
     lo.scheduler.max_running_requests = 1;
