@@ -1,9 +1,14 @@
 // moeserve bench-sampling: the host's full-row sampler (cpu::sample_row: the logits head's
-// draws, and the candidates' fallback for rows whose filters reach past them) on rows of
-// random logits, one thread: milliseconds per row and a checksum of the drawn ids (equal
-// checksums: equal tokens, so two builds can be compared).
+// draws) on rows of random logits, one thread: milliseconds per row and a checksum of the
+// drawn ids (equal checksums: equal tokens, so two builds can be compared). With
+// `--backend cuda`, beside it the device's whole-row draw of the same rows in one call
+// (ops::SampleParams: the candidates' fallback for rows whose filters reach past them), timed
+// from the call to the tokens on the host, and whether it drew the host's tokens.
 #include <chrono>
 #include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -12,6 +17,7 @@
 #include "backend/cpu/sampling.h"
 #include "core/error.h"
 #include "core/random.h"
+#include "runtime/rank_devices.h"
 
 namespace moeserve::apps {
 
@@ -25,6 +31,7 @@ struct BenchSamplingArgs {
   float top_p = 0.9f;
   int top_k = 0;
   int repeat = 3;
+  std::string backend = "cpu";  // cuda: the device's draw too
 };
 
 void run_bench_sampling(const BenchSamplingArgs& args) {
@@ -36,22 +43,43 @@ void run_bench_sampling(const BenchSamplingArgs& args) {
   o.top_p = args.top_p;
   o.top_k = args.top_k;
   o.seed = 3;
-  double best_ms = 0;
-  int64_t checksum = 0;
-  for (int rep = 0; rep < args.repeat; ++rep) {
-    checksum = 0;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int64_t r = 0; r < args.rows; ++r) {
-      o.step = static_cast<uint64_t>(r);
-      checksum += cpu::sample_row(logits.data() + r * args.vocab, args.vocab, o);
+  std::vector<ops::SamplingOptions> options(static_cast<size_t>(args.rows), o);
+  for (int64_t r = 0; r < args.rows; ++r) options[r].step = static_cast<uint64_t>(r);
+  auto best_of = [&](const std::function<void()>& run) {
+    double best = 0;
+    for (int rep = 0; rep < args.repeat; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      run();
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      best = rep == 0 ? ms : std::min(best, ms);
     }
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    best_ms = rep == 0 ? ms : std::min(best_ms, ms);
-  }
+    return best;
+  };
+  std::vector<int32_t> host(static_cast<size_t>(args.rows));
+  const double host_ms = best_of([&] {
+    for (int64_t r = 0; r < args.rows; ++r) host[r] = cpu::sample_row(logits.data() + r * args.vocab, args.vocab, options[r]);
+  });
+  int64_t checksum = 0;
+  for (int32_t id : host) checksum += id;
   std::printf("vocab %lld, %lld rows, logits in [-%g, %g], temperature %g, top_p %g, top_k %d: %.3f ms per row "
               "(best of %d), checksum %lld\n",
               (long long)args.vocab, (long long)args.rows, args.spread, args.spread, args.temperature, args.top_p,
-              args.top_k, best_ms / static_cast<double>(args.rows), args.repeat, (long long)checksum);
+              args.top_k, host_ms / static_cast<double>(args.rows), args.repeat, (long long)checksum);
+  if (args.backend == "cpu") return;
+  std::unique_ptr<ops::Backend> device = runtime::make_rank_backend(args.backend, 0);
+  ops::BufferPtr d_logits = device->alloc(logits.size() * 4), d_tokens = device->alloc(host.size() * 4);
+  device->upload(*d_logits, 0, logits.data(), logits.size() * 4);
+  std::vector<int32_t> drawn(host.size());
+  const double device_ms = best_of([&] {
+    device->sample({static_cast<const float*>(d_logits->data()), options.data(), static_cast<int32_t*>(d_tokens->data()),
+                    args.rows, args.vocab});
+    device->download(drawn.data(), *d_tokens, 0, drawn.size() * 4);
+  });
+  std::printf("%s whole-row draw of the same %lld rows in one call: %.3f ms (%.4f ms per row, %.1fx the host's "
+              "thread), %s tokens\n",
+              args.backend.c_str(), (long long)args.rows, device_ms, device_ms / static_cast<double>(args.rows),
+              host_ms / device_ms, drawn == host ? "the host's" : "DIFFERENT");
+  MS_CHECK(drawn == host, "bench-sampling: the {} backend drew different tokens from the host", args.backend);
 }
 
 }  // namespace
@@ -66,6 +94,8 @@ void add_bench_sampling_command(CLI::App& app) {
   cmd->add_option("--top-p", args->top_p, "Nucleus mass (1: off)")->capture_default_str();
   cmd->add_option("--top-k", args->top_k, "Top-k cut (0: off)")->capture_default_str();
   cmd->add_option("--repeat", args->repeat, "Repetitions (the best is reported)")->capture_default_str();
+  cmd->add_option("--backend", args->backend, "cuda: also the device's whole-row draw of the same rows")
+      ->capture_default_str();
   cmd->callback([args] { run_bench_sampling(*args); });
 }
 
