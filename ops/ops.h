@@ -256,6 +256,11 @@ struct SampleParams {
   int64_t slices = 1;
   int64_t logit_rows = -1;           // -1: rows
 };
+// The logit row that row r reads.
+inline int64_t sample_logit_row(const SampleParams& p, int64_t r) { return p.row_ids ? p.row_ids[r] : r; }
+// Checks the vocab split and every row id against the logit rows (errors name the row);
+// returns the number of logit rows. Every backend's sample() starts with it.
+int64_t checked_logit_rows(const SampleParams& p);
 
 // A recorded sequence of ops that can be replayed with the same pointers (a CUDA graph).
 class Graph {

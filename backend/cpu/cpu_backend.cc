@@ -350,17 +350,11 @@ class CpuBackend final : public Backend {
   }
 
   void sample(const SampleParams& p) override {
-    const int64_t logit_rows = p.logit_rows < 0 ? p.rows : p.logit_rows;
-    MS_CHECK(p.slices >= 1 && p.vocab % p.slices == 0, "sample: vocab {} is not split into {} equal slices", p.vocab,
-             p.slices);
-    const int64_t width = p.vocab / p.slices;
-    for (int64_t r = 0; p.row_ids && r < p.rows; ++r)
-      MS_CHECK(p.row_ids[r] >= 0 && p.row_ids[r] < logit_rows, "sample: row {} reads logit row {} of {}", r,
-               p.row_ids[r], logit_rows);
+    const int64_t logit_rows = checked_logit_rows(p), width = p.vocab / p.slices;
     pool().parallel_for(static_cast<size_t>(p.rows), 1, [&](size_t begin, size_t end) {
       std::vector<float> row;
       for (size_t r = begin; r < end; ++r) {
-        const int64_t id = p.row_ids ? p.row_ids[r] : static_cast<int64_t>(r);
+        const int64_t id = sample_logit_row(p, static_cast<int64_t>(r));
         const float* logits = p.logits + id * width;
         if (p.slices > 1) {  // the row's slices, one after the other
           row.resize(static_cast<size_t>(p.vocab));

@@ -334,18 +334,14 @@ class CudaBackend final : public Backend {
 
   void sample(const SampleParams& p) override {
     if (p.rows == 0) return;
-    const int64_t logit_rows = p.logit_rows < 0 ? p.rows : p.logit_rows;
-    MS_CHECK(p.slices >= 1 && p.vocab % p.slices == 0, "sample: vocab {} is not split into {} equal slices", p.vocab,
-             p.slices);
+    const int64_t logit_rows = checked_logit_rows(p);
     std::vector<DrawOptions> options(static_cast<size_t>(p.rows));
     std::vector<int32_t> row_ids(static_cast<size_t>(p.rows));
     bool greedy = p.row_ids == nullptr && p.slices == 1;
     for (int64_t r = 0; r < p.rows; ++r) {
       const SamplingOptions& o = p.options[r];
       options[r] = {o.temperature, o.top_k, o.top_p, o.min_p, uniform01(o.seed, o.step)};
-      row_ids[r] = p.row_ids ? p.row_ids[r] : static_cast<int32_t>(r);
-      MS_CHECK(row_ids[r] >= 0 && row_ids[r] < logit_rows, "sample: row {} reads logit row {} of {}", r, row_ids[r],
-               logit_rows);
+      row_ids[r] = static_cast<int32_t>(sample_logit_row(p, r));
       greedy &= o.temperature <= 0.0f || o.top_k == 1;
     }
     if (greedy) return launch_argmax_rows(p.logits, p.tokens, nullptr, p.rows, p.vocab, 0, cur_);

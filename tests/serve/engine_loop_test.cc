@@ -91,6 +91,23 @@ struct TinyServer {
   EngineLoop loop;
 };
 
+// Submits every prompt of kPrompts for kNewTokens tokens, `sample(i, request)` choosing
+// request i's sampling, and returns the tokens each one streamed.
+std::vector<std::vector<int32_t>> sampled_tokens(EngineLoop& loop,
+                                                 const std::function<void(size_t, EngineRequest&)>& sample) {
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (size_t i = 0; i < kPrompts.size(); ++i) {
+    EngineRequest r;
+    r.prompt = kPrompts[i];
+    r.limits.max_tokens = kNewTokens;
+    sample(i, r);
+    streams.push_back(loop.submit(r));
+  }
+  std::vector<std::vector<int32_t>> tokens;
+  for (const auto& stream : streams) tokens.push_back(streamed_tokens(*stream));
+  return tokens;
+}
+
 class ServeLoop : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ServeLoop, GreedyTokensEqualGenerateAndPagesComeBack) {
@@ -215,22 +232,13 @@ TEST(ServeLoopPipelineGroups, SampledRequestsDrawTheTokensOfOneStepAtATime) {
       lo.scheduler.pipeline_groups = groups;
       lo.scheduler.chunked_prefill_size = 7;
     });
-    EngineLoop& loop = server.loop;
-    std::vector<std::shared_ptr<RequestStream>> streams;
-    for (size_t i = 0; i < kPrompts.size(); ++i) {
-      EngineRequest r;
-      r.prompt = kPrompts[i];
-      r.limits.max_tokens = kNewTokens;
+    return sampled_tokens(server.loop, [](size_t i, EngineRequest& r) {
       r.sampling.temperature = 0.9f;
       r.sampling.top_p = i % 2 == 0 ? 0.8f : 1.0f;
       r.sampling.top_k = i % 3 == 0 ? 20 : 0;
       r.sampling.seed = 100 + i;
       if (i == 4) r.top_logprobs = 2;
-      streams.push_back(loop.submit(r));
-    }
-    std::vector<std::vector<int32_t>> tokens;
-    for (const auto& stream : streams) tokens.push_back(streamed_tokens(*stream));
-    return tokens;
+    });
   };
   const auto one_rank = run("single", 1);
   EXPECT_EQ(run("pp2", 2), one_rank);
@@ -250,21 +258,13 @@ TEST(ServeLoopSampling, DrawsPastTheCandidatesAreTheSameUnderEveryPlan) {
   };
   auto run = [&](const std::string& plan) {
     TinyServer server(plan, 8, 64, [](EngineLoopOptions&) {});
-    EngineLoop& loop = server.loop;
-    std::vector<std::shared_ptr<RequestStream>> streams;
-    for (size_t i = 0; i < kPrompts.size(); ++i) {
-      EngineRequest r;
-      r.prompt = kPrompts[i];
-      r.limits.max_tokens = kNewTokens;
+    auto tokens = sampled_tokens(server.loop, [](size_t i, EngineRequest& r) {
       r.sampling.temperature = 1.0f + 0.1f * static_cast<float>(i);
       r.sampling.top_p = i % 2 == 0 ? 0.95f : 1.0f;
       r.sampling.min_p = i == 3 ? 0.02f : 0.0f;
       r.sampling.seed = 300 + i;
-      streams.push_back(loop.submit(r));
-    }
-    std::vector<std::vector<int32_t>> tokens;
-    for (const auto& stream : streams) tokens.push_back(streamed_tokens(*stream));
-    EXPECT_GT(fallbacks(loop), 0.0) << plan;
+    });
+    EXPECT_GT(fallbacks(server.loop), 0.0) << plan;
     return tokens;
   };
   const auto one_rank = run("single");
