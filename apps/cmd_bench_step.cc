@@ -33,6 +33,7 @@ struct BenchStepArgs {
   std::string backend;
   std::string json_out;
   int64_t page_size = 64;
+  std::string reduction_plan = "single";
 };
 
 void run_bench_step(const BenchStepArgs& args) {
@@ -50,6 +51,7 @@ void run_bench_step(const BenchStepArgs& args) {
   options.graphs = !args.no_cuda_graph;
   options.plan = plan_for_model(args.plan, model.config, options.backend == "cuda" ? 2 : 4);
   options.page_size = args.page_size;
+  options.run = run_options_for(args.reduction_plan);
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
   const int64_t per_replica = (max_batch + options.plan.attn_dp - 1) / options.plan.attn_dp;
   // Pipeline plans also run one group of the batch per stage in flight (pp times the sequences).
@@ -71,9 +73,10 @@ void run_bench_step(const BenchStepArgs& args) {
   bench.breakdown = args.breakdown;
   const auto results = runtime::benchmark_decode_steps(engine, batches, bench);
 
-  std::printf("model %s, plan %s (%d rank%s, %s), context %lld, CUDA graphs %s\n", spec.c_str(),
-              options.plan.name.c_str(), options.plan.world(), options.plan.world() > 1 ? "s" : "",
-              options.backend.c_str(), (long long)args.context, options.graphs ? "on" : "off");
+  std::printf("model %s, plan %s (%d rank%s, %s), context %lld, CUDA graphs %s, reduction plan %s\n",
+              spec.c_str(), options.plan.name.c_str(), options.plan.world(), options.plan.world() > 1 ? "s" : "",
+              options.backend.c_str(), (long long)args.context, options.graphs ? "on" : "off",
+              options.run.reduction_plan.name.c_str());
   if (copy_gbs > 0)
     std::printf("ceilings (GPU 0, measured now): copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n", copy_gbs, bf16_tflops);
   std::printf("%6s %10s %11s %12s %10s %8s %10s %8s %12s\n", "batch", "step ms", "tok/s", "GB/GPU/step", "GB/s/GPU",
@@ -151,6 +154,7 @@ void add_bench_step_command(CLI::App& app) {
   cmd->add_option("--backend", args->backend, "cpu or cuda (default: cuda when a GPU is visible)");
   cmd->add_option("--json", args->json_out, "Also write the results as JSON");
   cmd->add_option("--page-size", args->page_size, "KV cache page size")->capture_default_str();
+  add_reduction_plan_flag(cmd, args->reduction_plan);
   cmd->callback([args] { run_bench_step(*args); });
 }
 

@@ -85,6 +85,7 @@ void run_serve(ServeArgs args) {
     engine_options.num_pages = args.kv_pages;
     engine_options.pp_max_micro_batch_size = args.engine.pp_max_micro_batch_size;
     engine_options.pp_async_batch_depth = args.engine.pp_async_batch_depth;
+    engine_options.run = run_options_for(args.engine.reduction_plan);
     serve::ReplanTarget target;
     target.plan_name = plan.name;
     sched::SchedulerOptions& so = target.scheduler;

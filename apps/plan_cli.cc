@@ -1,9 +1,27 @@
 #include "apps/plan_cli.h"
 
+#include "core/error.h"
 #include "model/deepseek_v3_weights.h"
 #include "parallel/memory_fit.h"
 
 namespace moeserve::apps {
+
+void add_reduction_plan_flag(CLI::App* cmd, std::string& reduction_plan) {
+  cmd->add_option("--reduction-plan", reduction_plan,
+                  "Split every sum as this plan's ranks do (tp8, ep8, ep4tp2, ...; a power of two, one stage) and "
+                  "add the parts in a fixed tree: every plan that nests in it gives the same logits to the bit")
+      ->capture_default_str();
+}
+
+ModelRunOptions run_options_for(const std::string& reduction_plan) {
+  ModelRunOptions run;
+  try {
+    run.reduction_plan = parallel::parse_plan(reduction_plan);
+  } catch (const std::exception& e) {
+    fail("--reduction-plan {}: {}", reduction_plan, e.what());
+  }
+  return run;
+}
 
 void add_engine_flags(CLI::App* cmd, EngineCliArgs& args) {
   cmd->add_option("--page-size", args.page_size, "KV cache page size in tokens")->capture_default_str();
@@ -13,6 +31,7 @@ void add_engine_flags(CLI::App* cmd, EngineCliArgs& args) {
   cmd->add_option("--pp-async-batch-depth", args.pp_async_batch_depth,
                   "Micro-batches a pipeline stage may run ahead of the next, beyond one")
       ->capture_default_str();
+  add_reduction_plan_flag(cmd, args.reduction_plan);
 }
 
 void add_plan_flags(CLI::App* cmd, PlanCliArgs& args) {

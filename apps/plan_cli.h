@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "model/config.h"
+#include "model/deepseek_v3.h"
 #include "parallel/plan.h"
 #include "parallel/plan_parse.h"
 
@@ -28,9 +29,14 @@ struct EngineCliArgs {
   int64_t page_size = 64;  // FlashMLA's page; the prefix cache shares whole pages
   int64_t pp_max_micro_batch_size = 0;
   int64_t pp_async_batch_depth = 0;
+  std::string reduction_plan = "single";
 };
 
-// Adds --page-size, --pp-max-micro-batch-size and --pp-async-batch-depth.
+// Adds --reduction-plan (ModelRunOptions), and parses it.
+void add_reduction_plan_flag(CLI::App* cmd, std::string& reduction_plan);
+ModelRunOptions run_options_for(const std::string& reduction_plan);
+
+// Adds --page-size, --pp-max-micro-batch-size, --pp-async-batch-depth and --reduction-plan.
 void add_engine_flags(CLI::App* cmd, EngineCliArgs& args);
 
 // Adds --tp-size, --ep-size, --pp-size, --dp-size, --enable-dp-attention and the memory

@@ -14,29 +14,38 @@ namespace moeserve {
 using ops::BufferPtr;
 using parallel::Range;
 
+// One part of a layer's split weights: everything the rank holds (no reduction plan, or one
+// with no more ranks than the plan's), else the part a rank of the reduction plan holds:
+// 1 / parts of the rank's heads and dense / shared-expert columns, and of its routed experts
+// by expert group and column as the reduction plan splits them. Own buffers, so that every
+// kernel sees the shapes and alignment that rank's would.
+struct DeepseekV3::LayerPart {
+  BufferPtr q_proj;      // [heads_part * qk_head_dim, hidden]        (no q LoRA)
+  BufferPtr q_b_proj;    // [heads_part * qk_head_dim, q_lora_rank]   (q LoRA)
+  BufferPtr kv_b_proj;   // [heads_part * (nope + v), kv_lora_rank]
+  BufferPtr o_proj;      // [hidden, heads_part * v]
+  // Dense MLP (first_k_dense_replace layers) or the shared experts.
+  BufferPtr mlp_w13;     // [2 * inter_part, hidden]: gate rows then up rows
+  BufferPtr mlp_w2;      // [hidden, inter_part]
+  // Routed experts [experts.begin, experts.end) of this part, its columns expert_cols.
+  Range experts, expert_cols;
+  std::vector<BufferPtr> expert_w13;     // each [2 * expert_inter_part, hidden]
+  std::vector<BufferPtr> expert_w2;      // each [hidden, expert_inter_part]
+  BufferPtr expert_w13_table, expert_w2_table;  // [local experts] pointers, in backend memory
+  std::vector<const void*> expert_w13_ptrs, expert_w2_ptrs;  // the same pointers on the host
+};
+
 struct DeepseekV3::Layer {
   bool is_moe = false;
   BufferPtr input_norm, post_attention_norm;  // [hidden]
-  // Attention, this rank's heads.
-  BufferPtr q_proj;      // [heads_local * qk_head_dim, hidden]        (no q LoRA)
   BufferPtr q_a_proj;    // [q_lora_rank, hidden]                       (q LoRA)
   BufferPtr q_a_norm;    // [q_lora_rank]
-  BufferPtr q_b_proj;    // [heads_local * qk_head_dim, q_lora_rank]
   BufferPtr kv_a_proj;   // [kv_lora_rank + rope, hidden]  (replicated: the latent is shared by all heads)
   BufferPtr kv_a_norm;   // [kv_lora_rank]
-  BufferPtr kv_b_proj;   // [heads_local * (nope + v), kv_lora_rank]
-  BufferPtr o_proj;      // [hidden, heads_local * v]
-  // Dense MLP (first_k_dense_replace layers) or the shared experts, attention-TP columns.
-  BufferPtr mlp_w13;     // [2 * inter_local, hidden]: gate rows then up rows
-  BufferPtr mlp_w2;      // [hidden, inter_local]
-  int64_t mlp_inter = 0;
-  // Routed experts owned by this rank, MoE-TP columns.
-  BufferPtr router;                      // [experts, hidden] fp32
-  BufferPtr router_bias;                 // [experts] fp32
-  std::vector<BufferPtr> expert_w13;     // each [2 * expert_inter_local, hidden]
-  std::vector<BufferPtr> expert_w2;      // each [hidden, expert_inter_local]
-  BufferPtr expert_w13_table, expert_w2_table;  // [local experts] pointers, in backend memory
-  std::vector<const void*> expert_w13_ptrs, expert_w2_ptrs;  // the same pointers on the host
+  int64_t mlp_inter = 0;  // columns of the dense MLP or the shared experts per part
+  BufferPtr router;       // [experts, hidden] fp32
+  BufferPtr router_bias;  // [experts] fp32
+  std::vector<LayerPart> parts;  // [parts_]
 };
 
 // A step's buffers for T tokens. The metadata buffers are kept per T and filled by the host
@@ -53,6 +62,10 @@ struct DeepseekV3::Activations {
   // heads, columns and experts are added across ranks in fp32 and rounded to the activation
   // dtype once, in the residual add: every plan rounds where one GPU does.
   BufferPtr branch;
+  // A reduction plan: [parts, T, hidden] fp32, one partial branch per part (a.branch views
+  // part 0, where their tree sum lands), and with more than 2 ranks per stage the ranks'
+  // sums gathered [ranks, T, hidden] fp32 to be added in the same tree.
+  BufferPtr branch_parts, branch_gather;
   BufferPtr q_a;        // [T, q_lora]
   BufferPtr q_a_normed; // [T, q_lora]
   BufferPtr q;          // [T, heads_local, qk_head_dim]
@@ -92,20 +105,61 @@ std::string layer_prefix(const ModelConfig& c, int64_t layer) {
 }  // namespace
 
 DeepseekV3::DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& plan, int rank,
-                       ops::Backend& backend, WeightSource& source, RankGroups groups, KvCacheShape cache)
-    : config_(config), plan_(plan), backend_(backend), groups_(groups), cache_shape_(cache) {
+                       ops::Backend& backend, WeightSource& source, RankGroups groups, KvCacheShape cache,
+                       ModelRunOptions run)
+    : config_(config), plan_(plan), run_(run), backend_(backend), groups_(groups), cache_shape_(cache) {
   shard_ = parallel::shard_of(plan, shard_dims(config), rank);
   const int stage_ranks = plan.ranks_per_stage();
   MS_CHECK(plan.attn_tp == 1 || (groups.attn_tp != nullptr && groups.attn_tp->size() == plan.attn_tp),
            "plan '{}' rank {}: needs an attention-TP communicator of {} ranks", plan.name, rank, plan.attn_tp);
   MS_CHECK(stage_ranks == 1 || (groups.moe != nullptr && groups.moe->size() == stage_ranks),
            "plan '{}' rank {}: needs a MoE (stage) communicator of {} ranks", plan.name, rank, stage_ranks);
+  check_reduction_plan(config, plan, run);
+  parts_ = std::max(1, run.reduction_plan.world() / stage_ranks);
+  vocab_slices_ = parts_ * plan.attn_tp;
   load(source);
   const int64_t width = config.kv_lora_rank + config.qk_rope_head_dim;
   const size_t cache_bytes =
       static_cast<size_t>(cache.num_pages * cache.page_size * width) * dtype_size(backend.activation_dtype());
   for (int64_t l = shard_.layers.begin; l < shard_.layers.end; ++l) kv_cache_.push_back(backend.alloc(cache_bytes));
   backend.synchronize();
+}
+
+void check_reduction_plan(const ModelConfig& config, const parallel::ParallelPlan& plan, const ModelRunOptions& run) {
+  const parallel::ParallelPlan& r = run.reduction_plan;
+  const int ranks = r.world();
+  MS_CHECK(r.pp == 1 && r.attn_dp == 1 && (ranks & (ranks - 1)) == 0,
+           "--reduction-plan {}: name a plan of one stage, without attention DP, of a power-of-two number of ranks "
+           "(tp8, ep8, ep4tp2, ...)",
+           r.name);
+  if (ranks == 1) return;
+  MS_CHECK(plan.attn_dp == 1,
+           "--reduction-plan {}: plan '{}' has attention DP {}: its routed tokens travel by all-to-all and their "
+           "experts' outputs are summed in another order",
+           r.name, plan.name, plan.attn_dp);
+  MS_CHECK(ranks % plan.attn_tp == 0, "--reduction-plan {}: the {} ranks per stage of plan '{}' do not divide its {}",
+           r.name, plan.attn_tp, plan.name, ranks);
+  // Each rank must hold a contiguous run of the reduction plan's parts (expert group major,
+  // column part minor): one expert group split further by columns, or whole groups.
+  MS_CHECK(r.moe_ep % plan.moe_ep == 0 && r.moe_tp % plan.moe_tp == 0 && (plan.moe_ep == r.moe_ep || plan.moe_tp == 1),
+           "--reduction-plan {}: plan '{}' splits the routed experts into {} expert group(s) x {} column part(s), "
+           "which do not nest in its {} x {} (tp plans nest in a tp reduction plan, ep plans in an ep one, epAtpB "
+           "in epAtpC)",
+           r.name, plan.name, plan.moe_ep, plan.moe_tp, r.moe_ep, r.moe_tp);
+  auto divides = [&](int64_t n, int parts, const char* field) {
+    MS_CHECK(n % parts == 0, "--reduction-plan {}: its {} parts do not divide the model's {} ({})", r.name, parts,
+             field, n);
+  };
+  divides(config.num_attention_heads, ranks, "num_attention_heads");
+  divides(config.vocab_size, ranks, "vocab_size");
+  bool dense = false, moe = false;
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) (config.is_moe_layer(l) ? moe : dense) = true;
+  if (dense) divides(config.intermediate_size, ranks, "intermediate_size");
+  if (moe) {
+    divides(config.n_routed_experts, r.moe_ep, "n_routed_experts");
+    divides(config.moe_intermediate_size, r.moe_tp, "moe_intermediate_size");
+    if (config.n_shared_experts > 0) divides(config.shared_intermediate_size(), ranks, "shared experts' columns");
+  }
 }
 
 DeepseekV3::~DeepseekV3() = default;
@@ -121,7 +175,6 @@ void DeepseekV3::load(WeightSource& source) {
   const int64_t hidden = c.hidden_size;
   const int64_t qk = c.qk_head_dim();
   const int64_t latent = c.kv_lora_rank, rope = c.qk_rope_head_dim;
-  const Range heads = shard_.heads;
   const DType weight_dtype = backend_.activation_dtype();
 
   // Rows x cols of tensor `name` (full shape `shape`) into `dst` at element `offset`:
@@ -173,63 +226,97 @@ void DeepseekV3::load(WeightSource& source) {
     return table;
   };
 
+  // Part v of a range the rank owns (the ranges divide evenly: check_reduction_plan).
+  auto part_of = [&](Range r, int v) {
+    const Range sub = parallel::split_range(r.size(), parts_, v);
+    return Range{r.begin + sub.begin, r.begin + sub.end};
+  };
+
   const std::string embed_name = c.tensor_prefix + "model.embed_tokens.weight";
   const Slice vocab_rows{shard_.vocab.begin, shard_.vocab.end};
   if (shard_.first_stage) embed_ = load_tensor(embed_name, {c.vocab_size, hidden}, vocab_rows);
   if (shard_.last_stage) {
     final_norm_ = load_tensor(c.tensor_prefix + "model.norm.weight", {hidden});
     const std::string head_name = c.tie_word_embeddings ? embed_name : c.tensor_prefix + "lm_head.weight";
-    lm_head_ = load_tensor(head_name, {c.vocab_size, hidden}, vocab_rows);
+    for (int v = 0; v < parts_; ++v) {
+      const Range rows = part_of(shard_.vocab, v);
+      lm_head_.push_back(load_tensor(head_name, {c.vocab_size, hidden}, {rows.begin, rows.end}));
+    }
   }
   const std::vector<float> inv_freq = rope_inv_freq(c);
   Tensor inv_freq_tensor(DType::F32, {static_cast<int64_t>(inv_freq.size())});
   std::copy(inv_freq.begin(), inv_freq.end(), inv_freq_tensor.f32());
   inv_freq_ = backend_.upload_weight(inv_freq_tensor, /*keep_f32=*/true);
 
+  const int64_t kv_b_per_head = c.qk_nope_head_dim + c.v_head_dim;
   for (int64_t l = shard_.layers.begin; l < shard_.layers.end; ++l) {
     auto layer = std::make_unique<Layer>();
     const std::string p = layer_prefix(c, l);
     layer->is_moe = c.is_moe_layer(l);
     layer->input_norm = load_tensor(p + "input_layernorm.weight", {hidden});
     layer->post_attention_norm = load_tensor(p + "post_attention_layernorm.weight", {hidden});
-    const Slice q_rows{heads.begin * qk, heads.end * qk};
     if (c.q_lora_rank > 0) {
       layer->q_a_proj = load_tensor(p + "self_attn.q_a_proj.weight", {c.q_lora_rank, hidden});
       layer->q_a_norm = load_tensor(p + "self_attn.q_a_layernorm.weight", {c.q_lora_rank});
-      layer->q_b_proj = load_tensor(p + "self_attn.q_b_proj.weight", {c.num_attention_heads * qk, c.q_lora_rank}, q_rows);
-    } else {
-      layer->q_proj = load_tensor(p + "self_attn.q_proj.weight", {c.num_attention_heads * qk, hidden}, q_rows);
     }
     layer->kv_a_proj = load_tensor(p + "self_attn.kv_a_proj_with_mqa.weight", {latent + rope, hidden});
     layer->kv_a_norm = load_tensor(p + "self_attn.kv_a_layernorm.weight", {latent});
-    const int64_t kv_b_per_head = c.qk_nope_head_dim + c.v_head_dim;
-    layer->kv_b_proj = load_tensor(p + "self_attn.kv_b_proj.weight", {c.num_attention_heads * kv_b_per_head, latent},
-                                   {heads.begin * kv_b_per_head, heads.end * kv_b_per_head});
-    layer->o_proj = load_tensor(p + "self_attn.o_proj.weight", {hidden, c.num_attention_heads * c.v_head_dim},
-                                Slice::all(), {heads.begin * c.v_head_dim, heads.end * c.v_head_dim});
-    if (!layer->is_moe) {
-      layer->mlp_inter = shard_.dense_intermediate.size();
-      layer->mlp_w13 = load_w13(p + "mlp.", c.intermediate_size, shard_.dense_intermediate);
-      layer->mlp_w2 = load_w2(p + "mlp.", c.intermediate_size, shard_.dense_intermediate);
-    } else {
+    if (layer->is_moe) {
       layer->router = load_tensor(p + "mlp.gate.weight", {c.n_routed_experts, hidden}, Slice::all(), Slice::all(),
                                   /*keep_f32=*/true);
       layer->router_bias = load_tensor(p + "mlp.gate.e_score_correction_bias", {c.n_routed_experts}, Slice::all(),
                                        Slice::all(), /*keep_f32=*/true);
+    }
+    for (int v = 0; v < parts_; ++v) {
+      LayerPart& part = layer->parts.emplace_back();
+      const Range heads = part_of(shard_.heads, v);
+      const Slice q_rows{heads.begin * qk, heads.end * qk};
+      if (c.q_lora_rank > 0) {
+        part.q_b_proj = load_tensor(p + "self_attn.q_b_proj.weight", {c.num_attention_heads * qk, c.q_lora_rank}, q_rows);
+      } else {
+        part.q_proj = load_tensor(p + "self_attn.q_proj.weight", {c.num_attention_heads * qk, hidden}, q_rows);
+      }
+      part.kv_b_proj = load_tensor(p + "self_attn.kv_b_proj.weight", {c.num_attention_heads * kv_b_per_head, latent},
+                                   {heads.begin * kv_b_per_head, heads.end * kv_b_per_head});
+      part.o_proj = load_tensor(p + "self_attn.o_proj.weight", {hidden, c.num_attention_heads * c.v_head_dim},
+                                Slice::all(), {heads.begin * c.v_head_dim, heads.end * c.v_head_dim});
+      if (!layer->is_moe) {
+        const Range cols = part_of(shard_.dense_intermediate, v);
+        layer->mlp_inter = cols.size();
+        part.mlp_w13 = load_w13(p + "mlp.", c.intermediate_size, cols);
+        part.mlp_w2 = load_w2(p + "mlp.", c.intermediate_size, cols);
+        continue;
+      }
       if (c.n_shared_experts > 0) {
-        layer->mlp_inter = shard_.shared_intermediate.size();
-        layer->mlp_w13 = load_w13(p + "mlp.shared_experts.", c.shared_intermediate_size(), shard_.shared_intermediate);
-        layer->mlp_w2 = load_w2(p + "mlp.shared_experts.", c.shared_intermediate_size(), shard_.shared_intermediate);
+        const Range cols = part_of(shard_.shared_intermediate, v);
+        layer->mlp_inter = cols.size();
+        part.mlp_w13 = load_w13(p + "mlp.shared_experts.", c.shared_intermediate_size(), cols);
+        part.mlp_w2 = load_w2(p + "mlp.shared_experts.", c.shared_intermediate_size(), cols);
       }
-      for (int64_t e = shard_.experts.begin; e < shard_.experts.end; ++e) {
+      // The routed experts of the reduction plan's part (expert group major, column part minor)
+      // this part is; without one, the rank's.
+      part.experts = shard_.experts;
+      part.expert_cols = shard_.expert_intermediate;
+      if (reduction_plan_on()) {
+        const parallel::ParallelPlan& r = run_.reduction_plan;
+        const int global = shard_.coord.moe_index * parts_ + v;
+        part.experts = parallel::split_range(c.n_routed_experts, r.moe_ep, global / r.moe_tp);
+        part.expert_cols = parallel::split_range(c.moe_intermediate_size, r.moe_tp, global % r.moe_tp);
+        MS_CHECK(part.experts.begin >= shard_.experts.begin && part.experts.end <= shard_.experts.end &&
+                     part.expert_cols.begin >= shard_.expert_intermediate.begin &&
+                     part.expert_cols.end <= shard_.expert_intermediate.end,
+                 "rank {}: part {} of reduction plan '{}' is not among the rank's experts", shard_.coord.rank, v,
+                 r.name);
+      }
+      for (int64_t e = part.experts.begin; e < part.experts.end; ++e) {
         const std::string ep = fmt::format("{}mlp.experts.{}.", p, e);
-        layer->expert_w13.push_back(load_w13(ep, c.moe_intermediate_size, shard_.expert_intermediate));
-        layer->expert_w2.push_back(load_w2(ep, c.moe_intermediate_size, shard_.expert_intermediate));
+        part.expert_w13.push_back(load_w13(ep, c.moe_intermediate_size, part.expert_cols));
+        part.expert_w2.push_back(load_w2(ep, c.moe_intermediate_size, part.expert_cols));
       }
-      layer->expert_w13_table = pointer_table(layer->expert_w13);
-      layer->expert_w2_table = pointer_table(layer->expert_w2);
-      for (const auto& b : layer->expert_w13) layer->expert_w13_ptrs.push_back(b->data());
-      for (const auto& b : layer->expert_w2) layer->expert_w2_ptrs.push_back(b->data());
+      part.expert_w13_table = pointer_table(part.expert_w13);
+      part.expert_w2_table = pointer_table(part.expert_w2);
+      for (const auto& b : part.expert_w13) part.expert_w13_ptrs.push_back(b->data());
+      for (const auto& b : part.expert_w2) part.expert_w2_ptrs.push_back(b->data());
     }
     layers_.push_back(std::move(layer));
   }
@@ -292,7 +379,14 @@ size_t DeepseekV3::lay_out_activations(Activations* a, int64_t T, ops::Buffer* a
   ArenaLayout layout(a, arena);
   layout.place(&Activations::hidden, T * c.hidden_size, act);
   layout.place(&Activations::normed, T * c.hidden_size, act);
-  layout.place(&Activations::branch, T * c.hidden_size, 4);
+  if (parts_ > 1) {
+    layout.place(&Activations::branch_parts, parts_ * T * c.hidden_size, 4);
+    if (a != nullptr) a->branch = std::make_unique<BufferView>(a->branch_parts->data(), T * c.hidden_size * 4);
+  } else {
+    layout.place(&Activations::branch, T * c.hidden_size, 4);
+  }
+  if (reduction_plan_on() && plan_.attn_tp > 2)
+    layout.place(&Activations::branch_gather, plan_.attn_tp * T * c.hidden_size, 4);
   layout.place(&Activations::q_a, T * c.q_lora_rank, act);
   layout.place(&Activations::q_a_normed, T * c.q_lora_rank, act);
   layout.place(&Activations::q, T * heads_local * c.qk_head_dim(), act);
@@ -308,27 +402,28 @@ size_t DeepseekV3::lay_out_activations(Activations* a, int64_t T, ops::Buffer* a
 }
 
 size_t DeepseekV3::lay_out_head(Activations* a, int64_t rows, ops::Buffer* arena) const {
+  // Per vocab part of this rank (parts_ of them, each vocab_local / parts_ wide), in part order.
   const int tp = groups_.attn_tp ? groups_.attn_tp->size() : 1;
   const int64_t vocab_local = shard_.vocab.size(), n = std::max<int64_t>(rows, 1);
   ArenaLayout layout(a, arena);
   layout.place(&Activations::selected, n * config_.hidden_size, dtype_size(backend_.activation_dtype()));
-  layout.place(&Activations::local_logits, n * vocab_local, 4);
-  layout.place(&Activations::greedy_pairs, 2 * n, 4);
-  if (a != nullptr) {
+  layout.place(&Activations::local_logits, n * vocab_local, 4);   // [parts, R, vocab part]
+  layout.place(&Activations::greedy_pairs, parts_ * 2 * n, 4);    // [parts, 2R]
+  if (a != nullptr) {  // part 0's values and ids
     a->greedy_values = std::make_unique<BufferView>(a->greedy_pairs->data(), n * 4);
     a->greedy_ids = std::make_unique<BufferView>(static_cast<std::byte*>(a->greedy_pairs->data()) + n * 4, n * 4);
   }
   const int64_t c = candidates_per_slice();
   layout.place(&Activations::temperatures, n, 4);
-  layout.place(&Activations::cand_values, n * c, 4);
-  layout.place(&Activations::cand_ids, n * c, 4);
-  layout.place(&Activations::cand_normaliser, n, 8);
+  layout.place(&Activations::cand_values, parts_ * n * c, 4);   // [parts, R, C]
+  layout.place(&Activations::cand_ids, parts_ * n * c, 4);
+  layout.place(&Activations::cand_normaliser, parts_ * n, 8);   // [parts, R]
   if (tp > 1) {
     layout.place(&Activations::gathered_logits, tp * n * vocab_local, 4);
-    layout.place(&Activations::gathered_pairs, tp * 2 * n, 4);
-    layout.place(&Activations::gathered_cand_values, tp * n * c, 4);
-    layout.place(&Activations::gathered_cand_ids, tp * n * c, 4);
-    layout.place(&Activations::gathered_cand_normaliser, tp * n, 8);
+    layout.place(&Activations::gathered_pairs, tp * parts_ * 2 * n, 4);
+    layout.place(&Activations::gathered_cand_values, tp * parts_ * n * c, 4);
+    layout.place(&Activations::gathered_cand_ids, tp * parts_ * n * c, 4);
+    layout.place(&Activations::gathered_cand_normaliser, tp * parts_ * n, 8);
   }
   return layout.used();
 }
@@ -373,7 +468,9 @@ void DeepseekV3::drop_graphs_of(const Activations& a) {
     it = std::get<0>(it->first) == a.tokens ? graphs_.erase(it) : std::next(it);
 }
 
-int64_t DeepseekV3::candidates_per_slice() const { return std::min(kSampleCandidates, shard_.vocab.size()); }
+int64_t DeepseekV3::candidates_per_slice() const {
+  return std::min(kSampleCandidates, shard_.vocab.size() / parts_);
+}
 
 void DeepseekV3::reserve_logit_rows(int64_t rows) {
   if (!shard_.last_stage || (head_arena_ && head_rows_ >= rows)) return;
@@ -470,20 +567,20 @@ Tensor DeepseekV3::forward(const ForwardBatch& batch) {
 Tensor DeepseekV3::greedy_to_host(Activations& a, int64_t rows) {
   Tensor ids(DType::I32, {rows});
   if (rows == 0) return ids;
-  if (!a.gathered_pairs) {
+  if (vocab_slices_ == 1) {
     backend_.download(ids.raw(), *a.greedy_ids, 0, ids.nbytes());
     return ids;
   }
-  // [tp, 2 * capacity]: each vocab slice's maxima (values, then ids). The largest value wins,
-  // ties to the smallest id (slices are in id order, so the first rank holding the maximum).
-  const int tp = groups_.attn_tp->size();
+  // [slices, 2 * capacity]: each vocab slice's maxima (values, then ids). The largest value
+  // wins, ties to the smallest id (slices are in id order, so the first slice holding it).
+  const int slices = vocab_slices_;
   const int64_t capacity = std::max<int64_t>(head_rows_, 1);
-  std::vector<float> pairs(static_cast<size_t>(tp * 2 * capacity));
-  backend_.download(pairs.data(), *a.gathered_pairs, 0, pairs.size() * 4);
+  std::vector<float> pairs(static_cast<size_t>(slices * 2 * capacity));
+  backend_.download(pairs.data(), a.gathered_pairs ? *a.gathered_pairs : *a.greedy_pairs, 0, pairs.size() * 4);
   auto value = [&](int k, int64_t r) { return pairs[(k * 2) * capacity + r]; };
   for (int64_t r = 0; r < rows; ++r) {
     int best = 0;
-    for (int k = 1; k < tp; ++k)
+    for (int k = 1; k < slices; ++k)
       if (value(k, r) > value(best, r)) best = k;
     std::memcpy(ids.i32() + r, &pairs[(best * 2 + 1) * capacity + r], 4);
   }
@@ -492,14 +589,14 @@ Tensor DeepseekV3::greedy_to_host(Activations& a, int64_t rows) {
 
 void DeepseekV3::candidates_to_host(Activations& a, int64_t rows) {
   const int64_t c = candidates_per_slice();
-  const int tp = a.gathered_cand_values ? groups_.attn_tp->size() : 1;
-  // [tp, rows, c] sorted slices (each slice's first value is its maximum) and their
+  const int tp = vocab_slices_;
+  // [slices, rows, c] sorted slices (each slice's first value is its maximum) and their
   // normalisers, each relative to its slice's maximum.
   std::vector<float> values(static_cast<size_t>(tp * rows * c));
   std::vector<int32_t> ids(values.size());
   std::vector<double> sums(static_cast<size_t>(tp * rows));
   if (rows) {
-    const bool gathered = tp > 1;
+    const bool gathered = a.gathered_cand_values != nullptr;
     backend_.download(values.data(), gathered ? *a.gathered_cand_values : *a.cand_values, 0, values.size() * 4);
     backend_.download(ids.data(), gathered ? *a.gathered_cand_ids : *a.cand_ids, 0, ids.size() * 4);
     backend_.download(sums.data(), gathered ? *a.gathered_cand_normaliser : *a.cand_normaliser, 0, sums.size() * 8);
@@ -548,16 +645,15 @@ std::vector<int32_t> DeepseekV3::sample_logits_rows(const std::vector<int64_t>& 
   }
   Activations& a = *workspaces_.begin()->second;  // every workspace views the same head arena
   const int64_t vocab_local = shard_.vocab.size(), n = static_cast<int64_t>(rows.size());
-  const void* logits = ptr(a.local_logits);
-  int64_t slices = 1;
-  if (a.gathered_logits) {  // [attn_tp, logit rows, vocab slice]
+  const void* logits = ptr(a.local_logits);  // [parts, logit rows, vocab part]
+  if (a.gathered_logits) {  // [attn_tp * parts, logit rows, vocab part]
     comm::Communicator& tp = *groups_.attn_tp;
     tp.set_site("sample");
     tp.all_gather(ptr(a.local_logits), ptr(a.gathered_logits), static_cast<size_t>(last_logit_rows_ * vocab_local),
                   DType::F32);
     logits = ptr(a.gathered_logits);
-    slices = tp.size();
   }
+  const int64_t slices = vocab_slices_;
   if (!sampled_tokens_ || static_cast<int64_t>(sampled_tokens_->nbytes()) < n * 4)
     sampled_tokens_ = backend_.alloc(static_cast<size_t>(std::max<int64_t>(n, 1)) * 4);
   ops::SampleParams params{static_cast<const float*>(logits), options.data(),
@@ -611,6 +707,16 @@ void DeepseekV3::run(Activations& a, int64_t logit_rows, int64_t max_pages_per_s
 void DeepseekV3::add_branch(const BranchSum& sum, Activations& a, const void* norm_weight) {
   const int64_t T = a.tokens, hidden = config_.hidden_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
+  if (reduction_plan_on()) {
+    // The parts' tree, then the residual add and norm on one rank's kernels whatever the plan.
+    const void* branch = sum_parts(sum, a);
+    if (norm_weight == nullptr) {
+      backend_.add({ptr(a.hidden), branch, T * hidden, /*x_f32=*/true});
+    } else {
+      backend_.add_rms_norm({ptr(a.hidden), branch, norm_weight, ptr(a.normed), T, hidden, eps, /*x_f32=*/true});
+    }
+    return;
+  }
   if (norm_weight == nullptr) {
     all_reduce(sum.group, *a.branch, T * hidden, sum.site, DType::F32);
     backend_.add({ptr(a.hidden), ptr(a.branch), T * hidden, /*x_f32=*/true});
@@ -625,65 +731,110 @@ void DeepseekV3::add_branch(const BranchSum& sum, Activations& a, const void* no
   backend_.add_rms_norm({ptr(a.hidden), ptr(a.branch), norm_weight, ptr(a.normed), T, hidden, eps, /*x_f32=*/true});
 }
 
+namespace {
+
+// parts[0] = the pairwise tree sum of parts [n, count] fp32: ((p0 + p1) + (p2 + p3)) + ...
+// (n a power of two). A rank holding parts [r * n, (r + 1) * n) of a larger tree computes
+// that tree's subtree, so the ranks' results added in the same tree give the whole tree.
+void tree_sum(ops::Backend& backend, std::byte* parts, int n, int64_t count) {
+  for (int step = 1; step < n; step *= 2)
+    for (int i = 0; i + step < n; i += 2 * step) {
+      ops::AddParams add{parts + i * count * 4, parts + (i + step) * count * 4, count};
+      add.acc_f32 = true;
+      backend.add(add);
+    }
+}
+
+}  // namespace
+
+const void* DeepseekV3::sum_parts(const BranchSum& sum, Activations& a) {
+  const int64_t count = a.tokens * config_.hidden_size;
+  if (parts_ > 1) tree_sum(backend_, bytes(a.branch_parts), parts_, count);
+  const int ranks = sum.group ? sum.group->size() : 1;
+  if (ranks == 1) return ptr(a.branch);
+  sum.group->set_site(sum.site);
+  if (ranks == 2) {  // one fp32 addition, the same bits in either order
+    sum.group->all_reduce_sum(ptr(a.branch), static_cast<size_t>(count), DType::F32);
+    return ptr(a.branch);
+  }
+  // A ring all-reduce adds in ring order: gather the ranks' sums and add them in the tree.
+  sum.group->all_gather(ptr(a.branch), ptr(a.branch_gather), static_cast<size_t>(count), DType::F32);
+  tree_sum(backend_, bytes(a.branch_gather), ranks, count);
+  return ptr(a.branch_gather);
+}
+
 void DeepseekV3::lm_head(Activations& a, int64_t rows) {
   const ModelConfig& c = config_;
-  const int64_t hidden = c.hidden_size, vocab_local = shard_.vocab.size();
-  // selected [rows, hidden] = norm(hidden[logit_rows]); local logits [rows, vocab_local] fp32.
+  const int64_t hidden = c.hidden_size, vocab_part = shard_.vocab.size() / parts_;
+  // selected [rows, hidden] = norm(hidden[logit_rows]); local logits [parts, rows, vocab_part] fp32.
   backend_.gather_rows({ptr(a.hidden), static_cast<const int32_t*>(ptr(a.logit_rows)), ptr(a.selected), rows, hidden});
   backend_.rms_norm({ptr(a.selected), ptr(final_norm_), ptr(a.selected), rows, hidden, hidden, hidden,
                      static_cast<float>(c.rms_norm_eps)});
-  ops::LinearParams head{ptr(a.selected), ptr(lm_head_), ptr(a.local_logits), rows, hidden, vocab_local, hidden,
-                         vocab_local};
-  head.y_f32 = true;
-  backend_.linear(head);
+  auto logits_of = [&](int v) { return bytes(a.local_logits) + v * rows * vocab_part * 4; };
+  for (int v = 0; v < parts_; ++v) {
+    ops::LinearParams head{ptr(a.selected), ptr(lm_head_[v]), logits_of(v), rows, hidden, vocab_part, hidden,
+                           vocab_part};
+    head.y_f32 = true;
+    backend_.linear(head);
+  }
+  const int64_t capacity = std::max<int64_t>(head_rows_, 1);
   if (head_mode_ == HeadMode::kCandidates) {
-    // Each row's top candidates of this slice, then (vocab split) every slice's on every rank.
-    const int64_t c = candidates_per_slice();
-    backend_.top_candidates({static_cast<const float*>(ptr(a.local_logits)), static_cast<const float*>(ptr(a.temperatures)),
-                             static_cast<float*>(ptr(a.cand_values)), static_cast<int32_t*>(ptr(a.cand_ids)),
-                             static_cast<double*>(ptr(a.cand_normaliser)), rows, vocab_local, c, shard_.vocab.begin});
+    // Each row's top candidates of each vocab part, then (vocab split) every part's on every rank.
+    const int64_t n = candidates_per_slice();
+    for (int v = 0; v < parts_; ++v)
+      backend_.top_candidates({reinterpret_cast<const float*>(logits_of(v)),
+                               static_cast<const float*>(ptr(a.temperatures)),
+                               reinterpret_cast<float*>(bytes(a.cand_values) + v * rows * n * 4),
+                               reinterpret_cast<int32_t*>(bytes(a.cand_ids) + v * rows * n * 4),
+                               reinterpret_cast<double*>(bytes(a.cand_normaliser) + v * rows * 8), rows, vocab_part, n,
+                               shard_.vocab.begin + v * vocab_part});
     if (a.gathered_cand_values) {
       comm::Communicator& tp = *groups_.attn_tp;
       tp.set_site("lm_head");
-      tp.all_gather(ptr(a.cand_values), ptr(a.gathered_cand_values), static_cast<size_t>(rows * c), DType::F32);
-      tp.all_gather(ptr(a.cand_ids), ptr(a.gathered_cand_ids), static_cast<size_t>(rows * c), DType::I32);
+      tp.all_gather(ptr(a.cand_values), ptr(a.gathered_cand_values), static_cast<size_t>(parts_ * rows * n), DType::F32);
+      tp.all_gather(ptr(a.cand_ids), ptr(a.gathered_cand_ids), static_cast<size_t>(parts_ * rows * n), DType::I32);
       // fp64 normalisers travel as pairs of 4-byte words.
-      tp.all_gather(ptr(a.cand_normaliser), ptr(a.gathered_cand_normaliser), static_cast<size_t>(2 * rows), DType::F32);
+      tp.all_gather(ptr(a.cand_normaliser), ptr(a.gathered_cand_normaliser), static_cast<size_t>(2 * parts_ * rows),
+                    DType::F32);
     }
     return;
   }
   if (head_mode_ == HeadMode::kGreedy) {
-    backend_.argmax_rows({static_cast<const float*>(ptr(a.local_logits)), static_cast<float*>(ptr(a.greedy_values)),
-                          static_cast<int32_t*>(ptr(a.greedy_ids)), rows, vocab_local, shard_.vocab.begin});
+    // Per part: values [capacity] then ids [capacity].
+    for (int v = 0; v < parts_; ++v) {
+      std::byte* pairs = bytes(a.greedy_pairs) + v * 2 * capacity * 4;
+      backend_.argmax_rows({reinterpret_cast<const float*>(logits_of(v)), reinterpret_cast<float*>(pairs),
+                            reinterpret_cast<int32_t*>(pairs + capacity * 4), rows, vocab_part,
+                            shard_.vocab.begin + v * vocab_part});
+    }
     if (a.gathered_pairs) {  // values and ids in one collective (the whole capacity: a few KB)
       groups_.attn_tp->set_site("lm_head");
-      groups_.attn_tp->all_gather(ptr(a.greedy_pairs), ptr(a.gathered_pairs),
-                                  static_cast<size_t>(2 * std::max<int64_t>(head_rows_, 1)), DType::F32);
+      groups_.attn_tp->all_gather(ptr(a.greedy_pairs), ptr(a.gathered_pairs), static_cast<size_t>(parts_ * 2 * capacity),
+                                  DType::F32);
     }
     return;
   }
   if (a.gathered_logits) {
     groups_.attn_tp->set_site("lm_head");
-    groups_.attn_tp->all_gather(ptr(a.local_logits), ptr(a.gathered_logits), static_cast<size_t>(rows * vocab_local),
-                                DType::F32);
+    groups_.attn_tp->all_gather(ptr(a.local_logits), ptr(a.gathered_logits),
+                                static_cast<size_t>(rows * shard_.vocab.size()), DType::F32);
   }
 }
 
 Tensor DeepseekV3::logits_to_host(Activations& a, int64_t rows) {
-  const int64_t vocab = config_.vocab_size, vocab_local = shard_.vocab.size();
+  const int64_t vocab = config_.vocab_size, slice = vocab / vocab_slices_;
   Tensor logits(DType::F32, {rows, vocab});
-  if (!a.gathered_logits) {
+  if (vocab_slices_ == 1) {
     if (rows) backend_.download(logits.raw(), *a.local_logits, 0, logits.nbytes());
     return logits;
   }
-  // [tp, rows, vocab_local] -> [rows, vocab]; the plan guarantees vocab % tp == 0.
-  const int tp = groups_.attn_tp->size();
-  Tensor host(DType::F32, {tp, rows, vocab_local});
-  if (rows) backend_.download(host.raw(), *a.gathered_logits, 0, host.nbytes());
-  for (int r = 0; r < tp; ++r)
+  // [slices, rows, slice] (the ranks' parts in order) -> [rows, vocab]; the plan and
+  // check_reduction_plan guarantee vocab % slices == 0.
+  Tensor host(DType::F32, {vocab_slices_, rows, slice});
+  if (rows) backend_.download(host.raw(), a.gathered_logits ? *a.gathered_logits : *a.local_logits, 0, host.nbytes());
+  for (int k = 0; k < vocab_slices_; ++k)
     for (int64_t row = 0; row < rows; ++row)
-      std::memcpy(logits.f32() + row * vocab + r * vocab_local, host.f32() + (r * rows + row) * vocab_local,
-                  vocab_local * sizeof(float));
+      std::memcpy(logits.f32() + row * vocab + k * slice, host.f32() + (k * rows + row) * slice, slice * sizeof(float));
   return logits;
 }
 
@@ -691,7 +842,7 @@ DeepseekV3::BranchSum DeepseekV3::attention(const Layer& layer, int64_t local_la
                                             int64_t max_pages_per_seq) {
   const ModelConfig& c = config_;
   const int64_t T = a.tokens, hidden = c.hidden_size;
-  const int64_t heads = shard_.heads.size();
+  const int64_t heads = shard_.heads.size() / parts_;  // per part
   const int64_t qk = c.qk_head_dim(), nope = c.qk_nope_head_dim, rope = c.qk_rope_head_dim;
   const int64_t latent = c.kv_lora_rank, width = latent + rope;
   const size_t act = dtype_size(backend_.activation_dtype());
@@ -712,69 +863,82 @@ DeepseekV3::BranchSum DeepseekV3::attention(const Layer& layer, int64_t local_la
   backend_.kv_write({ptr(a.kv), static_cast<const int32_t*>(ptr(a.slots)), cache.data(), T, width});
   backend_.side_end();
 
-  // q: [T, heads, qk] = (q LoRA ? q_b(norm(q_a(x))) : q_proj(x))
-  if (c.q_lora_rank > 0) {
+  if (c.q_lora_rank > 0) {  // q_a path: replicated, once for every part
     backend_.linear({ptr(a.normed), ptr(layer.q_a_proj), ptr(a.q_a), T, hidden, c.q_lora_rank, hidden, c.q_lora_rank});
     backend_.rms_norm({ptr(a.q_a), ptr(layer.q_a_norm), ptr(a.q_a_normed), T, c.q_lora_rank, c.q_lora_rank,
                        c.q_lora_rank, eps});
-    backend_.linear({ptr(a.q_a_normed), ptr(layer.q_b_proj), ptr(a.q), T, c.q_lora_rank, heads * qk, c.q_lora_rank,
-                     heads * qk});
-  } else {
-    backend_.linear({ptr(a.normed), ptr(layer.q_proj), ptr(a.q), T, hidden, heads * qk, hidden, heads * qk});
   }
-  backend_.rope({bytes(a.q) + nope * act, positions, inv_freq, T, heads, heads * qk, qk, rope, attention_factor,
-                 c.rope_interleave});
-  // Absorbed MLA: attend in the latent space, then up-project values per head.
-  backend_.mla_q_absorb({ptr(a.q), ptr(layer.kv_b_proj), ptr(a.q_latent), T, heads, qk, nope, c.v_head_dim, latent});
-  backend_.side_join();
-  ops::MlaAttentionParams attn{};
-  attn.q_latent = ptr(a.q_latent);
-  attn.q_rope = ptr(a.q);
-  attn.cache = cache.data();
-  attn.block_tables = static_cast<const int32_t*>(ptr(a.block_tables));
-  attn.seq_of_token = static_cast<const int32_t*>(ptr(a.seq_of_token));
-  attn.positions = positions;
-  attn.out = ptr(a.attn_latent);
-  attn.tokens = T;
-  attn.heads = heads;
-  attn.latent = latent;
-  attn.rope = rope;
-  attn.q_head_stride = qk;
-  attn.rope_offset = nope;
-  attn.page_size = cache_shape_.page_size;
-  attn.max_pages_per_seq = max_pages_per_seq;
-  attn.scale = static_cast<float>(c.attention_scale());
-  backend_.mla_attention(attn);
-  backend_.mla_v_up({ptr(a.attn_latent), ptr(layer.kv_b_proj), ptr(a.attn_v), T, heads, nope, c.v_head_dim, latent});
-  // [T, hidden] partial over this rank's heads, summed over attention TP.
-  ops::LinearParams o_proj{ptr(a.attn_v), ptr(layer.o_proj), ptr(a.branch), T, heads * c.v_head_dim, hidden,
-                          heads * c.v_head_dim, hidden};
-  o_proj.y_f32 = true;
-  backend_.linear(o_proj);
+  for (int v = 0; v < parts_; ++v) {
+    const LayerPart& part = layer.parts[v];
+    // q: [T, heads, qk] = (q LoRA ? q_b(norm(q_a(x))) : q_proj(x)) for this part's heads.
+    if (c.q_lora_rank > 0) {
+      backend_.linear({ptr(a.q_a_normed), ptr(part.q_b_proj), ptr(a.q), T, c.q_lora_rank, heads * qk, c.q_lora_rank,
+                       heads * qk});
+    } else {
+      backend_.linear({ptr(a.normed), ptr(part.q_proj), ptr(a.q), T, hidden, heads * qk, hidden, heads * qk});
+    }
+    backend_.rope({bytes(a.q) + nope * act, positions, inv_freq, T, heads, heads * qk, qk, rope, attention_factor,
+                   c.rope_interleave});
+    // Absorbed MLA: attend in the latent space, then up-project values per head.
+    backend_.mla_q_absorb({ptr(a.q), ptr(part.kv_b_proj), ptr(a.q_latent), T, heads, qk, nope, c.v_head_dim, latent});
+    if (v == 0) backend_.side_join();
+    ops::MlaAttentionParams attn{};
+    attn.q_latent = ptr(a.q_latent);
+    attn.q_rope = ptr(a.q);
+    attn.cache = cache.data();
+    attn.block_tables = static_cast<const int32_t*>(ptr(a.block_tables));
+    attn.seq_of_token = static_cast<const int32_t*>(ptr(a.seq_of_token));
+    attn.positions = positions;
+    attn.out = ptr(a.attn_latent);
+    attn.tokens = T;
+    attn.heads = heads;
+    attn.latent = latent;
+    attn.rope = rope;
+    attn.q_head_stride = qk;
+    attn.rope_offset = nope;
+    attn.page_size = cache_shape_.page_size;
+    attn.max_pages_per_seq = max_pages_per_seq;
+    attn.scale = static_cast<float>(c.attention_scale());
+    backend_.mla_attention(attn);
+    backend_.mla_v_up({ptr(a.attn_latent), ptr(part.kv_b_proj), ptr(a.attn_v), T, heads, nope, c.v_head_dim, latent});
+    // [T, hidden] partial over this part's heads, summed over the parts and attention TP.
+    ops::LinearParams o_proj{ptr(a.attn_v), ptr(part.o_proj), branch_part(a, v), T, heads * c.v_head_dim, hidden,
+                            heads * c.v_head_dim, hidden};
+    o_proj.y_f32 = true;
+    backend_.linear(o_proj);
+  }
   return {groups_.attn_tp, "attention"};
 }
 
 DeepseekV3::BranchSum DeepseekV3::dense_mlp(const Layer& layer, Activations& a) {
   const int64_t T = a.tokens, hidden = config_.hidden_size, inter = layer.mlp_inter;
-  // [T, 2 * inter] -> [T, inter] -> [T, hidden] partial over this rank's columns.
-  backend_.linear({ptr(a.normed), ptr(layer.mlp_w13), ptr(a.gate_up), T, hidden, 2 * inter, hidden, 2 * inter});
-  backend_.silu_mul({ptr(a.gate_up), ptr(a.act), T, inter});
-  ops::LinearParams down{ptr(a.act), ptr(layer.mlp_w2), ptr(a.branch), T, inter, hidden, inter, hidden};
-  down.y_f32 = true;
-  backend_.linear(down);
+  for (int v = 0; v < parts_; ++v) {
+    // [T, 2 * inter] -> [T, inter] -> [T, hidden] partial over this part's columns.
+    const LayerPart& part = layer.parts[v];
+    backend_.linear({ptr(a.normed), ptr(part.mlp_w13), ptr(a.gate_up), T, hidden, 2 * inter, hidden, 2 * inter});
+    backend_.silu_mul({ptr(a.gate_up), ptr(a.act), T, inter});
+    ops::LinearParams down{ptr(a.act), ptr(part.mlp_w2), branch_part(a, v), T, inter, hidden, inter, hidden};
+    down.y_f32 = true;
+    backend_.linear(down);
+  }
   return {groups_.attn_tp, "dense_mlp"};
 }
 
-void DeepseekV3::shared_experts(const Layer& layer, Activations& a, bool accumulate) {
-  if (!layer.mlp_w13) return;
+void DeepseekV3::shared_experts(const Layer& layer, const LayerPart& part, Activations& a, void* out,
+                                bool accumulate) {
+  if (!part.mlp_w13) return;
   const int64_t T = a.tokens, hidden = config_.hidden_size, inter = layer.mlp_inter;
-  // branch [T, hidden] (+)= down(silu(gate(x)) * up(x)) over this rank's shared-expert columns.
-  backend_.linear({ptr(a.normed), ptr(layer.mlp_w13), ptr(a.gate_up), T, hidden, 2 * inter, hidden, 2 * inter});
+  // out [T, hidden] (+)= down(silu(gate(x)) * up(x)) over this part's shared-expert columns.
+  backend_.linear({ptr(a.normed), ptr(part.mlp_w13), ptr(a.gate_up), T, hidden, 2 * inter, hidden, 2 * inter});
   backend_.silu_mul({ptr(a.gate_up), ptr(a.act), T, inter});
-  ops::LinearParams down{ptr(a.act), ptr(layer.mlp_w2), ptr(a.branch), T, inter, hidden, inter, hidden};
+  ops::LinearParams down{ptr(a.act), ptr(part.mlp_w2), out, T, inter, hidden, inter, hidden};
   down.accumulate = accumulate;
   down.y_f32 = true;
   backend_.linear(down);
+}
+
+void* DeepseekV3::branch_part(Activations& a, int v) const {
+  return bytes(a.branch) + static_cast<int64_t>(v) * a.tokens * config_.hidden_size * 4;
 }
 
 DeepseekV3::BranchSum DeepseekV3::moe(const Layer& layer, int64_t moe_layer, Activations& a) {
@@ -788,9 +952,10 @@ DeepseekV3::BranchSum DeepseekV3::moe(const Layer& layer, int64_t moe_layer, Act
   // shared in transformers' order). Joining later, inside the routed experts (before their
   // sum), was slower at batch 64 in the run that tried it (16.96 against 16.04 ms per step,
   // K2.6 x3 on one H200, separate runs) and no faster at batch 1.
-  const bool has_shared = layer.mlp_w13 != nullptr;
+  const LayerPart& first = layer.parts[0];
+  const bool has_shared = first.mlp_w13 != nullptr;
   backend_.side_begin();
-  shared_experts(layer, a, /*accumulate=*/false);
+  shared_experts(layer, first, a, branch_part(a, 0), /*accumulate=*/false);
   backend_.side_end();
   ops::MoeRouteParams route{ptr(a.normed), static_cast<const float*>(ptr(layer.router)),
                             static_cast<const float*>(ptr(layer.router_bias)), static_cast<int32_t*>(ptr(a.topk_ids)),
@@ -803,26 +968,31 @@ DeepseekV3::BranchSum DeepseekV3::moe(const Layer& layer, int64_t moe_layer, Act
     if (T) backend_.download(ids.data(), *a.topk_ids, 0, ids.size() * 4);
     record_routing(moe_layer, ids.data(), ids.size());
   }
-  ops::MoeExpertsParams experts{};
-  experts.x = ptr(a.normed);
-  experts.topk_ids = static_cast<const int32_t*>(ptr(a.topk_ids));
-  experts.topk_weights = static_cast<const float*>(ptr(a.topk_weights));
-  experts.w13 = static_cast<const void* const*>(ptr(layer.expert_w13_table));
-  experts.w2 = static_cast<const void* const*>(ptr(layer.expert_w2_table));
-  experts.w13_host = layer.expert_w13_ptrs.data();
-  experts.w2_host = layer.expert_w2_ptrs.data();
-  experts.out = ptr(a.branch);
-  experts.tokens = T;
-  experts.top_k = c.num_experts_per_tok;
-  experts.hidden = hidden;
-  experts.inter = shard_.expert_intermediate.size();
-  experts.expert_begin = shard_.experts.begin;
-  experts.expert_end = shard_.experts.end;
-  experts.routed_experts = c.n_routed_experts;
-  experts.out_f32 = true;
-  experts.accumulate = has_shared;
   backend_.side_join();
-  backend_.moe_experts(experts);
+  for (int v = 0; v < parts_; ++v) {
+    // Part v: its shared-expert columns (part 0's ran above), then its routed columns added.
+    const LayerPart& part = layer.parts[v];
+    if (v > 0) shared_experts(layer, part, a, branch_part(a, v), /*accumulate=*/false);
+    ops::MoeExpertsParams experts{};
+    experts.x = ptr(a.normed);
+    experts.topk_ids = static_cast<const int32_t*>(ptr(a.topk_ids));
+    experts.topk_weights = static_cast<const float*>(ptr(a.topk_weights));
+    experts.w13 = static_cast<const void* const*>(ptr(part.expert_w13_table));
+    experts.w2 = static_cast<const void* const*>(ptr(part.expert_w2_table));
+    experts.w13_host = part.expert_w13_ptrs.data();
+    experts.w2_host = part.expert_w2_ptrs.data();
+    experts.out = branch_part(a, v);
+    experts.tokens = T;
+    experts.top_k = c.num_experts_per_tok;
+    experts.hidden = hidden;
+    experts.inter = part.expert_cols.size();
+    experts.expert_begin = part.experts.begin;
+    experts.expert_end = part.experts.end;
+    experts.routed_experts = c.n_routed_experts;
+    experts.out_f32 = true;
+    experts.accumulate = has_shared;
+    backend_.moe_experts(experts);
+  }
   return {groups_.moe, "moe"};
 }
 
@@ -936,10 +1106,11 @@ DeepseekV3::BranchSum DeepseekV3::moe_dispatch_combine(const Layer& layer, int64
   experts.x = recv_x->data();
   experts.topk_ids = static_cast<const int32_t*>(ids_buffer->data());
   experts.topk_weights = static_cast<const float*>(ones_buffer->data());
-  experts.w13 = static_cast<const void* const*>(ptr(layer.expert_w13_table));
-  experts.w2 = static_cast<const void* const*>(ptr(layer.expert_w2_table));
-  experts.w13_host = layer.expert_w13_ptrs.data();
-  experts.w2_host = layer.expert_w2_ptrs.data();
+  const LayerPart& part = layer.parts[0];  // attention DP: no reduction plan, one part
+  experts.w13 = static_cast<const void* const*>(ptr(part.expert_w13_table));
+  experts.w2 = static_cast<const void* const*>(ptr(part.expert_w2_table));
+  experts.w13_host = part.expert_w13_ptrs.data();
+  experts.w2_host = part.expert_w2_ptrs.data();
   experts.out = expert_out->data();
   experts.tokens = received;
   experts.top_k = 1;
@@ -977,7 +1148,7 @@ DeepseekV3::BranchSum DeepseekV3::moe_dispatch_combine(const Layer& layer, int64
                                 static_cast<const float*>(weights_buffer->data()), ptr(a.branch), T, hidden};
   combine.out_f32 = true;
   backend_.row_combine(combine);
-  shared_experts(layer, a, /*accumulate=*/true);
+  shared_experts(layer, part, a, ptr(a.branch), /*accumulate=*/true);
   backend_.synchronize();  // the exchange buffers above are freed on return
   return {groups_.attn_tp, "moe"};
 }

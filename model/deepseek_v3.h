@@ -63,6 +63,29 @@ struct SampleCandidates {
   std::vector<double> normaliser;  // [rows], relative to values[row * count]
 };
 
+// How a rank computes, beside what it owns.
+//
+// reduction_plan (default single: none): every sum that a tensor- or expert-parallel plan
+// splits -- o_proj over heads, the dense MLP's and shared experts' down projections over their
+// columns, the routed experts over expert groups and columns, the LM head over the vocabulary
+// -- is computed as the reduction plan's C ranks split it: C parts, each by the same kernel
+// call one of those ranks makes, added in fp32 in one fixed pairwise tree (((p0 + p1) +
+// (p2 + p3)) ...). A rank of a plan whose split nests in the reduction plan's (its ranks
+// divide C and each holds a contiguous run of the C parts: check_reduction_plan) computes its
+// run of parts and the ranks add their sums in the same tree. So every such plan -- one GPU,
+// tp2 ... tpC under reduction plan tpC; one GPU, ep2 ... epC under epC; their pipelines --
+// computes the same bits: identical logits, not close ones. The cost: C / ranks launches of
+// each split op, C / ranks fp32 partial branches, no fused all-reduce + norm.
+// Attention-DP plans move routed tokens by all-to-all and sum their experts' bf16 outputs in
+// another order: they are outside every reduction plan.
+struct ModelRunOptions {
+  parallel::ParallelPlan reduction_plan;  // pp 1, no attention DP, a power-of-two number of ranks
+};
+
+// Throws, naming --reduction-plan and the plan or config field at fault, unless `plan` nests in
+// `run.reduction_plan` on this model.
+void check_reduction_plan(const ModelConfig& config, const parallel::ParallelPlan& plan, const ModelRunOptions& run);
+
 class DeepseekV3 {
  public:
   // Candidates per row and vocab slice in HeadMode::kCandidates (fewer when the slice is smaller).
@@ -71,7 +94,7 @@ class DeepseekV3 {
   // Loads this rank's weights from `source` (only the slices the shard owns). Synthetic
   // weights are generated directly in backend memory.
   DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& plan, int rank, ops::Backend& backend,
-             WeightSource& source, RankGroups groups, KvCacheShape cache);
+             WeightSource& source, RankGroups groups, KvCacheShape cache, ModelRunOptions run = {});
   ~DeepseekV3();
 
   const ModelConfig& config() const { return config_; }
@@ -130,6 +153,7 @@ class DeepseekV3 {
 
  private:
   struct Layer;
+  struct LayerPart;
   struct Activations;
   class ArenaLayout;
 
@@ -159,7 +183,12 @@ class DeepseekV3 {
   // hidden += sum over the group of a.branch; then normed = rms_norm(hidden) * norm_weight, or
   // no norm with norm_weight == nullptr (the stage's last add).
   void add_branch(const BranchSum& sum, Activations& a, const void* norm_weight);
-  void shared_experts(const Layer& layer, Activations& a, bool accumulate);
+  // With a reduction plan: the rank's partials [parts, T, hidden] fp32 added in the tree (into
+  // part 0, a.branch), then the ranks' results in the same tree; returns the branch sum.
+  const void* sum_parts(const BranchSum& sum, Activations& a);
+  bool reduction_plan_on() const { return run_.reduction_plan.world() > 1; }
+  void shared_experts(const Layer& layer, const LayerPart& part, Activations& a, void* out, bool accumulate);
+  void* branch_part(Activations& a, int v) const;  // [T, hidden] fp32: part v's partial branch
   void lm_head(Activations& a, int64_t rows);
   Tensor logits_to_host(Activations& a, int64_t rows);
   Tensor greedy_to_host(Activations& a, int64_t rows);
@@ -171,6 +200,11 @@ class DeepseekV3 {
   ModelConfig config_;
   parallel::ParallelPlan plan_;
   parallel::RankShard shard_;
+  ModelRunOptions run_;
+  // Parts of each split this rank computes (the reduction plan's ranks / this plan's per
+  // stage, at least 1), and the vocab slices of the whole head (parts_ x attention TP).
+  int parts_ = 1;
+  int vocab_slices_ = 1;
   ops::Backend& backend_;
   RankGroups groups_;
   KvCacheShape cache_shape_;
@@ -188,7 +222,7 @@ class DeepseekV3 {
 
   ops::BufferPtr embed_;       // [vocab slice, hidden]
   ops::BufferPtr final_norm_;  // [hidden]
-  ops::BufferPtr lm_head_;     // [vocab slice, hidden]
+  std::vector<ops::BufferPtr> lm_head_;  // per part: [vocab slice / parts, hidden]
   ops::BufferPtr inv_freq_;    // [rope / 2] fp32
   std::vector<std::unique_ptr<Layer>> layers_;  // this stage's layers
   std::vector<ops::BufferPtr> kv_cache_;        // per local layer

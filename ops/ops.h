@@ -50,12 +50,14 @@ struct RmsNormParams {
 };
 
 // acc[i] += x[i]; with x_f32, x is fp32 and is rounded to the activation dtype first (the
-// residual add of a branch that was summed across ranks in fp32).
+// residual add of a branch that was summed across ranks in fp32). With acc_f32, acc and x are
+// both fp32 and the sum stays fp32 (partial sums of a branch added in a fixed order).
 struct AddParams {
   void* acc;
   const void* x;
   int64_t count;
   bool x_f32 = false;
+  bool acc_f32 = false;
 };
 
 // The residual add and the next RMSNorm in one pass (the step between a branch and the next

@@ -176,6 +176,7 @@ Engine::Engine(const ModelSource& model, EngineOptions options)
   MS_CHECK(options_.pp_max_micro_batch_size >= 0 && options_.pp_async_batch_depth >= 0,
            "--pp-max-micro-batch-size and --pp-async-batch-depth must be >= 0");
   parallel::validate_plan(plan, shard_dims(config_));
+  check_reduction_plan(config_, plan, options_.run);
   const int world = plan.world();
   comm::InProcessOptions comm_options;
   comm_options.send_capacity = static_cast<size_t>(options_.pp_async_batch_depth + 1);
@@ -206,7 +207,8 @@ Engine::Engine(const ModelSource& model, EngineOptions options)
   const KvCacheShape cache{options_.num_pages, options_.page_size};
   impl_->workers->run([&](int r) {
     Rank& rank = impl_->ranks[r];
-    rank.model = std::make_unique<DeepseekV3>(config_, plan, r, *rank.backend, *rank.weights, rank.comms.groups(), cache);
+    rank.model = std::make_unique<DeepseekV3>(config_, plan, r, *rank.backend, *rank.weights, rank.comms.groups(), cache,
+                                              options_.run);
     rank.model->set_graphs_enabled(options_.graphs);
   });
 }

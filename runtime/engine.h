@@ -34,6 +34,7 @@ struct EngineOptions {
   // pp_async_batch_depth + 1 earlier ones wait unreceived.
   int64_t pp_max_micro_batch_size = 0;
   int64_t pp_async_batch_depth = 0;
+  ModelRunOptions run;  // reduction_plan: the same logits under every plan that nests in it
 };
 
 struct GenerateRequest {

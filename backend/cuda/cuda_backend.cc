@@ -226,7 +226,7 @@ class CudaBackend final : public Backend {
   void rms_norm(const RmsNormParams& p) override {
     launch_rms_norm(p.x, p.weight, p.y, p.rows, p.dim, p.x_stride, p.y_stride, p.eps, cur_);
   }
-  void add(const AddParams& p) override { launch_add(p.acc, p.x, p.x_f32, p.count, cur_); }
+  void add(const AddParams& p) override { launch_add(p.acc, p.x, p.x_f32, p.acc_f32, p.count, cur_); }
   void add_rms_norm(const AddRmsNormParams& p) override {
     launch_add_rms_norm(p.hidden, p.x, p.x_f32, p.weight, p.normed, p.rows, p.dim, p.eps, cur_);
   }

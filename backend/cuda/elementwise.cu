@@ -92,6 +92,12 @@ __global__ void add_kernel(bf16* acc, const void* x, bool x_f32, int64_t count) 
   acc[i] = to_bf(to_f(acc[i]) + xv);
 }
 
+__global__ void add_f32_kernel(float* acc, const float* x, int64_t count) {
+  pdl_enter();
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < count) acc[i] += x[i];
+}
+
 // One block per row: the residual add (rounded to bf16, as add_kernel), the row's sum of
 // squares from the rounded values, then the norm (as rms_norm_kernel). Each thread re-reads
 // only the elements it wrote.
@@ -236,8 +242,13 @@ void launch_rms_norm(const void* x, const void* weight, void* y, int64_t rows, i
              static_cast<bf16*>(y), dim, x_stride, y_stride, eps);
 }
 
-void launch_add(void* acc, const void* x, bool x_f32, int64_t count, cudaStream_t stream) {
+void launch_add(void* acc, const void* x, bool x_f32, bool acc_f32, int64_t count, cudaStream_t stream) {
   if (count == 0) return;
+  if (acc_f32) {
+    launch_pdl(add_f32_kernel, blocks_for(count, 256), 256, 0, stream, static_cast<float*>(acc),
+               static_cast<const float*>(x), count);
+    return;
+  }
   launch_pdl(add_kernel, blocks_for(count, 256), 256, 0, stream, static_cast<bf16*>(acc), x, x_f32, count);
 }
 

@@ -22,7 +22,8 @@ void launch_small_linear(const void* x, const void* weight, void* y, int64_t row
 void launch_small_linear_batched(const void* x, const void* weight, void* y, int64_t rows, int64_t in, int64_t out,
                                  int64_t x_stride, int64_t y_stride, int64_t batches, int64_t x_batch,
                                  int64_t w_batch, int64_t y_batch, bool accumulate, bool y_f32, cudaStream_t stream);
-void launch_add(void* acc, const void* x, bool x_f32, int64_t count, cudaStream_t stream);
+// acc_f32: acc and x are fp32 (no rounding); otherwise acc is bf16 and an fp32 x is rounded first.
+void launch_add(void* acc, const void* x, bool x_f32, bool acc_f32, int64_t count, cudaStream_t stream);
 void launch_add_rms_norm(void* hidden, const void* x, bool x_f32, const void* weight, void* normed, int64_t rows,
                          int64_t dim, float eps, cudaStream_t stream);
 void launch_rope(void* x, const int32_t* positions, const float* inv_freq, int64_t tokens, int64_t heads,

@@ -170,6 +170,21 @@ TEST_F(CudaOps, AddAndSiluMul) {
   auto d_acc2 = to_gpu_bf16(acc), d_x32 = to_gpu_raw(x);
   gpu->add({d_acc2->data(), d_x32->data(), tokens * inter, /*x_f32=*/true});
   expect_close(from_gpu_bf16(*d_acc2, ref.size()), ref, "add (fp32 x)");
+  // fp32 += fp32 (the chunk tree of --reduction-chunks): one IEEE addition, the CPU's bits.
+  std::vector<float> acc32(acc.size()), x32(x.size());
+  for (size_t i = 0; i < acc.size(); ++i) {
+    acc32[i] = acc[i] * 1.37f + 1e-3f;  // not bf16 values
+    x32[i] = x[i] * 0.71f;
+  }
+  auto ref32 = acc32;
+  ops::AddParams cpu_add{ref32.data(), x32.data(), tokens * inter};
+  cpu_add.acc_f32 = true;
+  cpu->add(cpu_add);
+  auto d_acc32 = to_gpu_raw(acc32), d_x32b = to_gpu_raw(x32);
+  ops::AddParams gpu_add{d_acc32->data(), d_x32b->data(), tokens * inter};
+  gpu_add.acc_f32 = true;
+  gpu->add(gpu_add);
+  EXPECT_EQ(from_gpu_f32(*d_acc32, ref32.size()), ref32) << "add (fp32 acc and x)";
 
   auto gate_up = random(tokens * 2 * inter, 4.0f);
   std::vector<float> act(tokens * inter);

@@ -62,14 +62,16 @@ std::string name_of(const testing::TestParamInfo<Case>& info) {
 // engine's pages, replicas and stages; `configure` sets the rest of the loop's options.
 struct TinyServer {
   TinyServer(const std::string& plan, int64_t page_size, int64_t pages,
-             const std::function<void(EngineLoopOptions&)>& configure)
-      : engine(model, engine_options(plan, page_size, pages)),
+             const std::function<void(EngineLoopOptions&)>& configure, const std::string& reduction_plan = "single")
+      : engine(model, engine_options(plan, page_size, pages, reduction_plan)),
         tokenizer(tokenizer::make_builtin_tokenizer(model.config.vocab_size)),
         loop(engine, *tokenizer, loop_options(engine.options(), configure)) {}
 
-  static runtime::EngineOptions engine_options(const std::string& plan, int64_t page_size, int64_t pages) {
+  static runtime::EngineOptions engine_options(const std::string& plan, int64_t page_size, int64_t pages,
+                                               const std::string& reduction_plan) {
     runtime::EngineOptions eo;
     eo.plan = parallel::parse_plan(plan);
+    eo.run.reduction_plan = parallel::parse_plan(reduction_plan);
     eo.page_size = page_size;
     eo.num_pages = pages;
     return eo;
@@ -106,6 +108,14 @@ std::vector<std::vector<int32_t>> sampled_tokens(EngineLoop& loop,
   std::vector<std::vector<int32_t>> tokens;
   for (const auto& stream : streams) tokens.push_back(streamed_tokens(*stream));
   return tokens;
+}
+
+// moeserve_sampling_fallbacks_total: rows drawn past their device candidates.
+double sampling_fallbacks(const EngineLoop& loop) {
+  const std::string text = loop.render_metrics();
+  const std::string name = "moeserve_sampling_fallbacks_total ";
+  const size_t at = text.find("\n" + name);
+  return at == std::string::npos ? -1.0 : std::stod(text.substr(at + 1 + name.size()));
 }
 
 class ServeLoop : public ::testing::TestWithParam<Case> {};
@@ -250,12 +260,6 @@ TEST(ServeLoopPipelineGroups, SampledRequestsDrawTheTokensOfOneStepAtATime) {
 // are (Engine::sample_logits_rows): with the vocabulary split (tp2: the rows are gathered
 // first) and over DP replicas, the same tokens as one rank, and the fallback counter moves.
 TEST(ServeLoopSampling, DrawsPastTheCandidatesAreTheSameUnderEveryPlan) {
-  auto fallbacks = [](const EngineLoop& loop) {
-    const std::string text = loop.render_metrics();
-    const std::string name = "moeserve_sampling_fallbacks_total ";
-    const size_t at = text.find("\n" + name);
-    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + 1 + name.size()));
-  };
   auto run = [&](const std::string& plan) {
     TinyServer server(plan, 8, 64, [](EngineLoopOptions&) {});
     auto tokens = sampled_tokens(server.loop, [](size_t i, EngineRequest& r) {
@@ -264,11 +268,38 @@ TEST(ServeLoopSampling, DrawsPastTheCandidatesAreTheSameUnderEveryPlan) {
       r.sampling.min_p = i == 3 ? 0.02f : 0.0f;
       r.sampling.seed = 300 + i;
     });
-    EXPECT_GT(fallbacks(server.loop), 0.0) << plan;
+    EXPECT_GT(sampling_fallbacks(server.loop), 0.0) << plan;
     return tokens;
   };
   const auto one_rank = run("single");
   for (const std::string plan : {"tp2", "tp4", "ep2", "ep2-dp"}) EXPECT_EQ(run(plan), one_rank) << plan;
+}
+
+// Reduction plans tp4 and ep4: one rank computes 4 parts of every split, tp2 / ep2 ranks 2,
+// tp4 / ep4 ranks 1, and the head runs as 4 vocab slices everywhere. Greedy requests (argmax
+// over the slices), sampled ones (candidates merged over the slices) and draws past the
+// candidates (over the slices' logits) stream the tokens of the plain single rank. (That the
+// logits are the same bits under these plans is tests/python/plans/test_invariance.py's check.)
+TEST(ServeLoopReductionPlan, EveryHeadModeStreamsTheSingleRanksTokens) {
+  auto run = [&](const std::string& plan, const std::string& reduction_plan) {
+    TinyServer server(
+        plan, 8, 64, [](EngineLoopOptions& lo) { lo.scheduler.chunked_prefill_size = 7; }, reduction_plan);
+    auto tokens = sampled_tokens(server.loop, [](size_t i, EngineRequest& r) {
+      if (i % 3 == 0) return;  // greedy
+      r.sampling.temperature = i % 3 == 1 ? 0.7f : 1.3f;  // 1.3 over flat rows reaches past the candidates
+      r.sampling.top_p = i % 2 == 0 ? 0.9f : 1.0f;
+      r.sampling.seed = 500 + i;
+      if (i == 4) r.top_logprobs = 3;
+    });
+    // (A pipeline's sampled rows take the full-logits head, drawn on the host: no fallback.)
+    if (parallel::parse_plan(plan).pp == 1) {
+      EXPECT_GT(sampling_fallbacks(server.loop), 0.0) << plan;
+    }
+    return tokens;
+  };
+  const auto one_rank = run("single", "single");
+  for (const std::string plan : {"single", "tp2", "tp4", "tp2pp2"}) EXPECT_EQ(run(plan, "tp4"), one_rank) << plan;
+  for (const std::string plan : {"single", "ep2", "ep4"}) EXPECT_EQ(run(plan, "ep4"), one_rank) << plan;
 }
 
 TEST(ServeLoopLimits, QueueFullIsA429AndCancelFreesPages) {

@@ -46,10 +46,11 @@ def checkpoint_dir(tmp_path_factory):
     return str(directory)
 
 
-def generate(model, plan, out_dir):
-    logits_path = pathlib.Path(out_dir) / f"logits-{plan}.npy"
+def generate(model, plan, out_dir, reduction_plan="single"):
+    logits_path = pathlib.Path(out_dir) / f"logits-{plan}-{reduction_plan}.npy"
     args = ["generate", "--model", model, "--plan", plan, "-n", GREEDY_TOKENS, "--ignore-eos",
-            "--dump-logits", logits_path, "--pp-max-micro-batch-size", 1, "--pp-async-batch-depth", 1]
+            "--dump-logits", logits_path, "--pp-max-micro-batch-size", 1, "--pp-async-batch-depth", 1,
+            "--reduction-plan", reduction_plan]
     for p in PROMPTS:
         args += ["--prompt-ids", ",".join(map(str, p))]
     out = run_moeserve(*args)
@@ -93,3 +94,54 @@ def test_synthetic_tiny(plan, tiny_reference, tmp_path):
 @pytest.mark.parametrize("plan", CHECKPOINT_PLANS)
 def test_parity_checkpoint(plan, checkpoint_dir, checkpoint_reference, tmp_path):
     check_plan(checkpoint_dir, plan, checkpoint_reference, tmp_path)
+
+
+# --reduction-plan R: every plan whose split nests in R's computes R's parts with R's kernel
+# calls and adds them in the same tree, so its logits are the single rank's to the bit (no
+# tolerance: any difference is a defect), and so are its tokens.
+REDUCTION_FAMILIES = [
+    ("synthetic:tiny", "tp8", ["tp2", "tp4", "tp8", "pp2", "tp2pp2", "tp4pp2", "tp2pp4"]),
+    ("synthetic:tiny", "ep8", ["ep2", "ep4", "ep8", "ep2pp2", "ep4pp2"]),
+    ("synthetic:tiny", "ep4tp2", ["ep2", "ep4", "ep4tp2", "ep2pp2"]),
+    (CHECKPOINT, "tp4", ["tp2", "tp4", "pp2", "tp2pp2", "tp4pp2"]),
+    (CHECKPOINT, "ep4", ["ep2", "ep4", "ep2pp2", "ep4pp2"]),
+]
+
+
+@pytest.mark.parametrize("model,reduction_plan,plans", REDUCTION_FAMILIES,
+                         ids=[f"{m}-{r}" for m, r, _ in REDUCTION_FAMILIES])
+def test_reduction_plan_gives_identical_logits(model, reduction_plan, plans, checkpoint_dir, tmp_path):
+    model = checkpoint_dir if model == CHECKPOINT else model
+    ref_tokens, ref_logits = generate(model, "single", tmp_path, reduction_plan)
+    for plan in plans:
+        tokens, logits = generate(model, plan, tmp_path, reduction_plan)
+        assert tokens == ref_tokens, f"{model} {plan} --reduction-plan {reduction_plan}: tokens differ"
+        differing = int(np.count_nonzero(logits != ref_logits))
+        assert differing == 0, (f"{model} {plan} --reduction-plan {reduction_plan}: {differing} of {logits.size} "
+                                f"logits differ from the single rank's (max {np.abs(logits - ref_logits).max():.3g})")
+
+
+def test_reduction_plan_changes_only_the_order_of_sums(tiny_reference, tmp_path):
+    """A reduction plan is the same model: within the plans' fp32 tolerance of the plain run."""
+    for reduction_plan in ("tp8", "ep8"):
+        tokens, logits = generate("synthetic:tiny", "single", tmp_path, reduction_plan)
+        rel = np.abs(logits - tiny_reference[1]).max() / np.abs(tiny_reference[1]).max()
+        assert 0 < rel <= REL_TOLERANCE and tokens == tiny_reference[0], reduction_plan
+
+
+@pytest.mark.parametrize("plan,reduction_plan,fault", [
+    ("ep2", "tp2", "do not nest in its 1 x 2"),
+    ("tp2", "ep2", "do not nest in its 2 x 1"),
+    ("ep2tp2", "ep4tp2", "do not nest in its 4 x 2"),
+    ("ep2-dp", "ep2", "attention DP 2"),
+    ("tp4", "tp2", "the 4 ranks per stage of plan 'tp4' do not divide its 2"),
+    ("single", "tp2pp2", "name a plan of one stage"),
+    ("single", "ep2-dp", "name a plan of one stage"),
+    ("single", "tp16", "its 16 parts do not divide the model's num_attention_heads (8)"),
+    ("single", "tpx", "--reduction-plan tpx:"),
+])
+def test_reduction_plan_rejects_what_it_cannot_make_exact(plan, reduction_plan, fault):
+    out = run_moeserve("generate", "--model", "synthetic:tiny", "--plan", plan, "--reduction-plan", reduction_plan,
+                       "--prompt-ids", "1,2", check=False)
+    assert out.returncode != 0 and f"--reduction-plan {reduction_plan}" in out.stderr and fault in out.stderr, \
+        out.stderr
