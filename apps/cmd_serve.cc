@@ -77,7 +77,10 @@ void run_serve(ServeArgs args) {
     args.chunked_prefill_size = args.backend == "cuda" ? kDefaultChunkedPrefillCuda : kDefaultChunkedPrefillCpu;
   // What an engine and its scheduler need under a plan: the start-up plan and every re-plan
   // (POST /admin/replan) go through here.
-  auto target_for = [&model, &args](const parallel::ParallelPlan& plan) {
+  const ModelRunOptions run = run_options_for(args.engine.reduction_plan);
+  auto target_for = [&model, &args, run](const parallel::ParallelPlan& plan) {
+    // A re-plan outside the reduction plan is refused here, before anything drains.
+    check_reduction_plan(model.config, plan, run);
     runtime::EngineOptions engine_options;
     engine_options.backend = args.backend;
     engine_options.plan = plan;
@@ -85,7 +88,7 @@ void run_serve(ServeArgs args) {
     engine_options.num_pages = args.kv_pages;
     engine_options.pp_max_micro_batch_size = args.engine.pp_max_micro_batch_size;
     engine_options.pp_async_batch_depth = args.engine.pp_async_batch_depth;
-    engine_options.run = run_options_for(args.engine.reduction_plan);
+    engine_options.run = run;
     serve::ReplanTarget target;
     target.plan_name = plan.name;
     sched::SchedulerOptions& so = target.scheduler;

@@ -4,8 +4,9 @@ Under load: 300 streaming requests at concurrency 32 (`moeserve bench`, Poisson 
 spread over a few seconds so that both switches land while requests are in flight) while
 the server moves single -> tp2 -> ep2: none fails or is lost, and every greedy output equals
 what an undisturbed server gives that request. Refused re-plans (unknown plan, a plan that
-does not divide the model, one that does not fit --mem-per-rank, a missing key) leave the
-server serving on its old plan."""
+does not divide the model, one that does not fit --mem-per-rank, a missing key, one outside
+--reduction-plan) leave the server serving on its old plan; under a reduction plan, re-plans
+among the plans nesting in it change no bit of the logprobs."""
 import json
 import pathlib
 import subprocess
@@ -113,3 +114,24 @@ def test_refused_replans_leave_the_old_plan_serving():
         assert "tp2 -> ep2: ready in" in done.stdout
         assert server.request("GET", "/health")[1] == {"status": "ok", "plan": "ep2", "replans": 1}
         assert completion(server, auth) == before
+
+
+def logprobs(server):
+    status, body = server.request("POST", "/v1/completions",
+                                  {"model": "synthetic:tiny", "prompt": [5, 6, 7, 8], "max_tokens": 8,
+                                   "temperature": 0, "logprobs": 5, "return_token_ids": True})
+    assert status == 200, body
+    choice = body["choices"][0]
+    return choice["token_ids"], choice["logprobs"]["token_logprobs"], choice["logprobs"]["top_logprobs"]
+
+
+def test_replans_under_a_reduction_plan_change_no_bit():
+    with Server("--plan", "single", "--reduction-plan", "tp4") as server:
+        before = logprobs(server)
+        status, reply = server.request("POST", "/admin/replan", {"plan": "ep2"})
+        assert status == 400 and "--reduction-plan tp4" in reply["error"]["message"], reply
+        for plan in ("tp2", "tp4", "tp2pp2", "single"):
+            status, reply = server.request("POST", "/admin/replan", {"plan": plan}, timeout=120)
+            assert status == 200, reply
+            assert logprobs(server) == before, plan
+        assert server.request("GET", "/health")[1] == {"status": "ok", "plan": "single", "replans": 4}
