@@ -535,6 +535,12 @@ Tensor DeepseekV3::forward(const ForwardBatch& batch) {
       MS_CHECK(std::isfinite(t) && t >= 0.0f, "forward batch: temperature {} is not a finite value >= 0", t);
     temperatures_ = batch.temperatures;
   }
+  if (head_mode_ == HeadMode::kSampled && shard_.last_stage) {
+    MS_CHECK(static_cast<int64_t>(batch.sampling.size()) == rows,
+             "forward batch: {} sampling options for {} logit rows (a sampled head needs one per row)",
+             batch.sampling.size(), rows);
+    sampling_ = batch.sampling;
+  }
 
   Activations& a = workspace(T);
   reserve_block_tables(a, static_cast<int64_t>(batch.block_tables.size()));
@@ -673,6 +679,14 @@ Tensor DeepseekV3::finish(Activations& a, int64_t rows) {
   if (shard_.last_stage && head_mode_ == HeadMode::kCandidates) {
     candidates_to_host(a, rows);
     return Tensor();
+  }
+  if (shard_.last_stage && head_mode_ == HeadMode::kSampled) {
+    std::vector<int64_t> all(static_cast<size_t>(rows));
+    std::iota(all.begin(), all.end(), int64_t{0});
+    const std::vector<int32_t> drawn = sample_logits_rows(all, sampling_);
+    Tensor tokens(DType::I32, {rows});
+    std::copy(drawn.begin(), drawn.end(), tokens.i32());
+    return tokens;
   }
   if (shard_.last_stage && return_logits_) return logits_to_host(a, rows);
   backend_.synchronize();
@@ -814,7 +828,7 @@ void DeepseekV3::lm_head(Activations& a, int64_t rows) {
     }
     return;
   }
-  if (a.gathered_logits) {
+  if (a.gathered_logits && head_mode_ == HeadMode::kLogits) {
     groups_.attn_tp->set_site("lm_head");
     groups_.attn_tp->all_gather(ptr(a.local_logits), ptr(a.gathered_logits),
                                 static_cast<size_t>(rows * shard_.vocab.size()), DType::F32);

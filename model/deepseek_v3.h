@@ -36,6 +36,7 @@ struct ForwardBatch {
   int64_t max_pages_per_seq = 0;
   std::vector<int32_t> logit_rows;    // token indices whose logits are returned
   std::vector<float> temperatures;    // [logit_rows]: each row's sampling temperature (candidate heads)
+  std::vector<ops::SamplingOptions> sampling;  // [logit_rows]: each row's draw (sampled heads)
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
 };
 
@@ -51,6 +52,7 @@ enum class HeadMode {
   kLogits,      // fp32 logits [rows, vocab]
   kGreedy,      // each row's argmax id
   kCandidates,  // each row's top candidates and softmax normaliser (SampleCandidates)
+  kSampled,     // each row's token, drawn on the device under ForwardBatch::sampling
 };
 
 // A step's sampling candidates, merged over the vocab split (host memory): per row the
@@ -122,7 +124,10 @@ class DeepseekV3 {
   // (value, id) pairs cross ranks and come to the host. kCandidates: forward() returns an
   // empty Tensor and take_candidates() the rows' top candidates at the temperatures of
   // ForwardBatch::temperatures (each rank reduces its slice; count x (value, id) pairs and a
-  // normaliser per row cross ranks). Graphs are kept per mode.
+  // normaliser per row cross ranks). kSampled: each logit row's token (Tensor I32 [rows])
+  // drawn where the logits are, right after the step, under ForwardBatch::sampling
+  // (sample_logits_rows; greedy rows have temperature 0): nothing waits for the host, so a
+  // step in flight behind it cannot overwrite the logits first. Graphs are kept per mode.
   void set_head_mode(HeadMode mode) { head_mode_ = mode; }
   SampleCandidates take_candidates() { return std::move(candidates_); }
   // Draws logit rows `rows` of the last forward (still on the device until the next one)
@@ -215,6 +220,7 @@ class DeepseekV3 {
   HeadMode head_mode_ = HeadMode::kLogits;
   SampleCandidates candidates_;      // of the last kCandidates forward
   std::vector<float> temperatures_;  // its rows' temperatures
+  std::vector<ops::SamplingOptions> sampling_;  // a kSampled forward's rows' draws
   ops::BufferPtr sampled_tokens_;    // [rows] int32: sample_logits_rows()'s draws
   int64_t last_logit_rows_ = 0;
   std::vector<std::vector<int32_t>> last_routing_;  // [moe layer][tokens * top_k], appended per forward

@@ -325,6 +325,10 @@ std::vector<std::vector<SampleCandidates>> Engine::execute_candidates(const Step
   return run(step, HeadMode::kCandidates).candidates;
 }
 
+std::vector<std::vector<Tensor>> Engine::execute_sampled(const StepPlan& step) {
+  return run(step, HeadMode::kSampled).rows;
+}
+
 std::vector<int32_t> Engine::sample_logits_rows(int replica, const std::vector<int64_t>& rows,
                                                 const std::vector<ops::SamplingOptions>& options) {
   MS_CHECK(replica >= 0 && replica < options_.plan.attn_dp, "sample_logits_rows: replica {} of {}", replica,

@@ -83,6 +83,10 @@ class Engine {
   // the rows the candidates do not cover over their whole logits (of the step's last
   // micro-batch), on the devices.
   std::vector<std::vector<SampleCandidates>> execute_candidates(const StepPlan& step);
+  // The same for a step whose every logit row is drawn on the devices under its
+  // ForwardBatch::sampling options, right after its micro-batch (HeadMode::kSampled): returns
+  // each row's token (Tensor I32 [rows]); only tokens leave the devices.
+  std::vector<std::vector<Tensor>> execute_sampled(const StepPlan& step);
   // Replica `replica`'s logit rows `rows` of the last step, each drawn under its `options`
   // exactly as cpu::sample_row draws it (ops::SampleParams); returns the tokens.
   std::vector<int32_t> sample_logits_rows(int replica, const std::vector<int64_t>& rows,

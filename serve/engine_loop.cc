@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "serve/api_error.h"
@@ -393,10 +394,11 @@ void EngineLoop::switch_plan() {
 HeadMode EngineLoop::choose_head(sched::ScheduledStep& step) const {
   // The least that lets every row draw: greedy rows without logprobs need only each row's
   // argmax; sampled rows their top candidates and softmax normaliser (both reduced on the
-  // devices); full fp32 logits come to the host only for logprobs, a top_k beyond the
-  // candidates, a pipelined step of several micro-batches (the candidates' fallback can
-  // fetch the last one's logits only), or a pipeline group's step (a later group's step may
-  // have replaced its logits on the devices before the fallback could fetch them).
+  // devices); full fp32 logits come to the host only for logprobs or a top_k beyond the
+  // candidates. A step of several micro-batches (the candidates' fallback can fetch the last
+  // one's logits only) and a pipeline group's step (a later group's step may replace its
+  // logits on the devices before a fallback could fetch them) draw every row on the devices
+  // right after its micro-batch instead (kSampled), under options uploaded with the batch.
   HeadMode head = HeadMode::kGreedy;
   for (const auto& chunk : step.chunks) {
     if (chunk.logit_row < 0) continue;
@@ -408,7 +410,21 @@ HeadMode EngineLoop::choose_head(sched::ScheduledStep& step) const {
       head = HeadMode::kCandidates;
     }
   }
+  static const bool host_draw = env_switch("MOESERVE_PIPELINE_HOST_DRAW", false);  // the old way, for comparison
+  if (head == HeadMode::kCandidates && (step.plan.micro_batches.size() != 1 || pipelined()) && !host_draw)
+    head = HeadMode::kSampled;
   if (head == HeadMode::kCandidates && (step.plan.micro_batches.size() != 1 || pipelined())) head = HeadMode::kLogits;
+  if (head == HeadMode::kSampled) {  // each logit row's draw (greedy rows: temperature 0)
+    for (auto& micro_batch : step.plan.micro_batches)
+      for (auto& replica : micro_batch.replicas) replica.batch.sampling.assign(replica.batch.logit_rows.size(), {});
+    for (const auto& chunk : step.chunks) {
+      if (chunk.logit_row < 0) continue;
+      const Active& active = *active_.at(chunk.id);
+      ops::SamplingOptions options = active.request.sampling;
+      options.step = static_cast<uint64_t>(active.output.generated());
+      step.plan.micro_batches[chunk.micro_batch].replicas[chunk.replica].batch.sampling[chunk.logit_row] = options;
+    }
+  }
   if (head == HeadMode::kCandidates) {  // each logit row's temperature (greedy rows: 0)
     for (auto& micro_batch : step.plan.micro_batches)
       for (auto& replica : micro_batch.replicas) replica.batch.temperatures.assign(replica.batch.logit_rows.size(), 0.0f);
@@ -456,7 +472,7 @@ bool EngineLoop::draw(const sched::ScheduledStep& step, HeadMode head, runtime::
   auto sample = [&](size_t i) {
     if (owner[i] == nullptr) return;
     const sched::ScheduledChunk& chunk = *rows[i];
-    if (head == HeadMode::kGreedy) {
+    if (head == HeadMode::kGreedy || head == HeadMode::kSampled) {  // ids drawn on the devices
       sampled[i] = logits.at(chunk.micro_batch).at(chunk.replica).i32()[chunk.logit_row];
       return;
     }
@@ -506,6 +522,7 @@ bool EngineLoop::draw(const sched::ScheduledStep& step, HeadMode head, runtime::
     sampling_fallbacks_ += static_cast<int64_t>(indices.size());
   }
   if (head == HeadMode::kCandidates) sampled_rows_ += static_cast<int64_t>(rows.size());
+  if (head == HeadMode::kSampled) device_drawn_rows_ += static_cast<int64_t>(rows.size());
   // Rows that asked for logprobs always run with the logits head, where sample() filled them.
   for (size_t i = 0; i < rows.size(); ++i)
     if (owner[i] != nullptr && owner[i]->request.top_logprobs < 0) logprobs[i] = TokenLogprob{sampled[i], 0, {}};
@@ -548,6 +565,7 @@ void EngineLoop::step_in_order() {
   try {
     if (head == HeadMode::kGreedy) outputs.rows = engine_->execute_greedy(step.plan);
     if (head == HeadMode::kCandidates) outputs.candidates = engine_->execute_candidates(step.plan);
+    if (head == HeadMode::kSampled) outputs.rows = engine_->execute_sampled(step.plan);
     if (head == HeadMode::kLogits) outputs.rows = engine_->execute(step.plan);
   } catch (const std::exception& e) {
     engine_failed(e);
@@ -688,6 +706,10 @@ std::string EngineLoop::render_metrics() const {
   render_metric("moeserve_sampled_rows_total", "counter",
                 "Sampled (non-greedy) rows drawn from device-reduced candidates.",
                 static_cast<double>(sampled_rows_.load()), out);
+  render_metric("moeserve_device_drawn_rows_total", "counter",
+                "Rows of steps in flight or of several micro-batches, each drawn whole on the device after its "
+                "micro-batch.",
+                static_cast<double>(device_drawn_rows_.load()), out);
   render_metric("moeserve_sampling_fallbacks_total", "counter",
                 "Sampled rows whose draw reached past their candidates and was drawn over the full logits on the device.",
                 static_cast<double>(sampling_fallbacks_.load()), out);

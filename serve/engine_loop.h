@@ -195,7 +195,7 @@ class EngineLoop {
   Histogram ttft_, inter_token_, e2e_, queue_time_, step_time_;
   Histogram decode_step_time_;  // steps with decode tokens only (the shape bench-step times)
   std::atomic<double> scheduler_cpu_seconds_{0};
-  std::atomic<int64_t> sampled_rows_{0}, sampling_fallbacks_{0};
+  std::atomic<int64_t> sampled_rows_{0}, sampling_fallbacks_{0}, device_drawn_rows_{0};
 
   std::thread thread_;  // last: starts after everything above exists
 };

@@ -110,13 +110,17 @@ std::vector<std::vector<int32_t>> sampled_tokens(EngineLoop& loop,
   return tokens;
 }
 
-// moeserve_sampling_fallbacks_total: rows drawn past their device candidates.
-double sampling_fallbacks(const EngineLoop& loop) {
+// A counter of /metrics (-1 when absent).
+double metric(const EngineLoop& loop, const std::string& counter) {
   const std::string text = loop.render_metrics();
-  const std::string name = "moeserve_sampling_fallbacks_total ";
+  const std::string name = counter + " ";
   const size_t at = text.find("\n" + name);
   return at == std::string::npos ? -1.0 : std::stod(text.substr(at + 1 + name.size()));
 }
+// Rows drawn past their device candidates.
+double sampling_fallbacks(const EngineLoop& loop) { return metric(loop, "moeserve_sampling_fallbacks_total"); }
+// Rows of pipeline steps drawn whole on the device after their micro-batch.
+double device_drawn_rows(const EngineLoop& loop) { return metric(loop, "moeserve_device_drawn_rows_total"); }
 
 class ServeLoop : public ::testing::TestWithParam<Case> {};
 
@@ -236,19 +240,26 @@ TEST(ServeLoopPipelineGroups, CancelsWhileStepsAreInFlightLoseNothing) {
 // Seeded sampled requests (each draw a pure function of its seed and step) and logprobs
 // draw the same tokens with pipeline groups in flight as one step at a time on one rank: the
 // groups' steps take the full-logits head, the same draws as the candidates' path.
+// Steps in flight draw their sampled rows on the devices right after their micro-batch
+// (HeadMode::kSampled; a row asking for logprobs takes the logits head): the tokens of one
+// step at a time on one rank.
 TEST(ServeLoopPipelineGroups, SampledRequestsDrawTheTokensOfOneStepAtATime) {
   auto run = [&](const std::string& plan, int groups) {
     TinyServer server(plan, 8, 64, [&](EngineLoopOptions& lo) {
       lo.scheduler.pipeline_groups = groups;
       lo.scheduler.chunked_prefill_size = 7;
     });
-    return sampled_tokens(server.loop, [](size_t i, EngineRequest& r) {
+    auto tokens = sampled_tokens(server.loop, [](size_t i, EngineRequest& r) {
       r.sampling.temperature = 0.9f;
       r.sampling.top_p = i % 2 == 0 ? 0.8f : 1.0f;
       r.sampling.top_k = i % 3 == 0 ? 20 : 0;
       r.sampling.seed = 100 + i;
       if (i == 4) r.top_logprobs = 2;
     });
+    if (groups > 1) {
+      EXPECT_GT(device_drawn_rows(server.loop), 0.0) << plan;
+    }
+    return tokens;
   };
   const auto one_rank = run("single", 1);
   EXPECT_EQ(run("pp2", 2), one_rank);
@@ -291,9 +302,11 @@ TEST(ServeLoopReductionPlan, EveryHeadModeStreamsTheSingleRanksTokens) {
       r.sampling.seed = 500 + i;
       if (i == 4) r.top_logprobs = 3;
     });
-    // (A pipeline's sampled rows take the full-logits head, drawn on the host: no fallback.)
+    // (A pipeline's sampled rows are drawn whole on the device: no fallback.)
     if (parallel::parse_plan(plan).pp == 1) {
       EXPECT_GT(sampling_fallbacks(server.loop), 0.0) << plan;
+    } else {
+      EXPECT_GT(device_drawn_rows(server.loop), 0.0) << plan;
     }
     return tokens;
   };
