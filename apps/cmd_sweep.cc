@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -43,6 +44,7 @@ struct SweepArgs {
   int64_t max_running_requests = 0;  // 0: the largest concurrency
   int64_t num_prompts = 0;        // 0: 4 x the concurrency of the point
   double startup_timeout_s = 600;
+  std::string reduction_plan = "single";  // the server's --reduction-plan
   bench::DatasetOptions dataset;
 };
 
@@ -176,6 +178,7 @@ void run_sweep(const SweepArgs& args) {
   bench::SweepResult result;
   result.model = args.model;
   result.backend = args.backend;
+  result.reduction_plan = args.reduction_plan;
   result.plans = plans;
   result.concurrency = levels;
   result.workload = {{"dataset_name", dataset.name},
@@ -186,9 +189,10 @@ void run_sweep(const SweepArgs& args) {
                      {"request_rate", "inf"},
                      {"seed", dataset.seed}};
 
-  // The same check the server makes, so that plans the model or the memory cannot hold are
-  // skipped without a round trip.
+  // The same checks the server makes, so that plans the model, the memory or the reduction
+  // plan cannot hold are skipped without a round trip.
   const ModelSource model = open_model(args.model);
+  const ModelRunOptions run_options = run_options_for(args.reduction_plan);
   PlanCliArgs plan_args;
   plan_args.mem_per_rank = args.mem_per_rank;
   plan_args.context_length = args.context_length;
@@ -197,7 +201,8 @@ void run_sweep(const SweepArgs& args) {
   for (const std::string& plan : plans) {
     plan_args.preset = plan;
     try {
-      plan_for_model(plan_args, model.config, args.backend == "cuda" ? 2 : 4);
+      check_reduction_plan(model.config, plan_for_model(plan_args, model.config, args.backend == "cuda" ? 2 : 4),
+                           run_options);
       runnable.push_back(plan);
     } catch (const std::exception& e) {
       result.skipped.push_back({plan, e.what()});
@@ -210,12 +215,16 @@ void run_sweep(const SweepArgs& args) {
   std::ofstream runs_file(dir / "bench.jsonl", std::ios::trunc);
   MS_CHECK(runs_file.good(), "--out '{}': cannot write bench.jsonl", args.out_dir);
 
+  // The first measured plan's greedy outputs per concurrency: every later plan's are compared
+  // with them (the same prompts), request by request.
+  std::map<int64_t, std::vector<std::vector<int32_t>>> reference_outputs;
   std::unique_ptr<ServerProcess> server;
   for (const std::string& plan : runnable) {
     const auto switch_start = Clock::now();
     if (!server) {
       std::vector<std::string> serve = {"serve", "--model", args.model, "--backend", args.backend, "--port", "0",
-                                        "--plan", plan, "--max-running-requests", std::to_string(max_running)};
+                                        "--plan", plan, "--max-running-requests", std::to_string(max_running),
+                                        "--reduction-plan", args.reduction_plan};
       if (!args.mem_per_rank.empty()) serve.insert(serve.end(), {"--mem-per-rank", args.mem_per_rank});
       if (args.context_length > 0) serve.insert(serve.end(), {"--context-length", std::to_string(args.context_length)});
       if (args.kv_pages > 0) serve.insert(serve.end(), {"--kv-pages", std::to_string(args.kv_pages)});
@@ -255,7 +264,19 @@ void run_sweep(const SweepArgs& args) {
       line["plan"] = plan;
       runs_file << line.dump() << "\n";
       runs_file.flush();
-      result.points.push_back({plan, c, measured.metrics});
+      bench::SweepPoint measured_point{plan, c, measured.metrics};
+      std::vector<std::vector<int32_t>> outputs;
+      for (const bench::RequestOutcome& o : measured.outcomes) outputs.push_back(o.output_ids);
+      if (result.reference_plan.empty()) result.reference_plan = plan;
+      if (plan == result.reference_plan) {
+        reference_outputs[c] = std::move(outputs);
+      } else if (auto ref = reference_outputs.find(c); ref != reference_outputs.end()) {
+        for (size_t i = 0; i < outputs.size() && i < ref->second.size(); ++i) {
+          measured_point.compared += 1;
+          measured_point.same_outputs += outputs[i] == ref->second[i] ? 1 : 0;
+        }
+      }
+      result.points.push_back(std::move(measured_point));
       std::printf("sweep: %-8s c=%-4lld %9.1f output tok/s  %7.1f tok/s per request  TTFT %8.2f ms  TPOT %7.2f ms%s\n",
                   plan.c_str(), static_cast<long long>(c), measured.metrics.output_throughput,
                   bench::per_request_tok_s(measured.metrics), measured.metrics.ttft_ms.mean,
@@ -276,6 +297,15 @@ void run_sweep(const SweepArgs& args) {
   write("sweep.html", bench::sweep_html(result));
   std::printf("sweep: wrote %s/sweep.{json,md,html} (%zu points, %zu plans skipped)\n", args.out_dir.c_str(),
               result.points.size(), result.skipped.size());
+  int64_t compared = 0, same = 0;
+  for (const auto& p : result.points) {
+    compared += p.compared;
+    same += p.same_outputs;
+  }
+  if (compared > 0)
+    std::printf("sweep: %lld of %lld greedy outputs equal %s's%s\n", static_cast<long long>(same),
+                static_cast<long long>(compared), result.reference_plan.c_str(),
+                args.reduction_plan == "single" ? "" : fmt::format(" (reduction plan {})", args.reduction_plan).c_str());
   MS_CHECK(!result.points.empty(), "sweep: no plan could be measured");
   int64_t failed = 0;
   for (const auto& p : result.points) failed += p.metrics.failed;
@@ -313,6 +343,7 @@ void add_sweep_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--startup-timeout", args->startup_timeout_s, "Seconds to wait for the server to serve")
       ->capture_default_str();
+  add_reduction_plan_flag(cmd, args->reduction_plan);
   cmd->callback([args] { run_sweep(*args); });
 }
 

@@ -28,6 +28,8 @@ Json sweep_json(const SweepResult& r) {
   Json out;
   out["model"] = r.model;
   out["backend"] = r.backend;
+  out["reduction_plan"] = r.reduction_plan;
+  out["reference_plan"] = r.reference_plan;
   out["plans"] = r.plans;
   out["concurrency"] = r.concurrency;
   out["workload"] = r.workload;
@@ -38,6 +40,8 @@ Json sweep_json(const SweepResult& r) {
     j["max_concurrency"] = p.concurrency;
     add_metrics_json(p.metrics, j);
     j["per_request_output_throughput"] = per_request_tok_s(p.metrics);
+    j["outputs_equal_reference"] = p.same_outputs;
+    j["outputs_compared"] = p.compared;
     points.push_back(std::move(j));
   }
   out["points"] = std::move(points);
@@ -55,11 +59,14 @@ SweepResult sweep_from_json(const Json& in) {
   SweepResult r;
   r.model = in.at("model").get<std::string>();
   r.backend = in.at("backend").get<std::string>();
+  r.reduction_plan = in.value("reduction_plan", "single");  // absent in sweeps of earlier builds
+  r.reference_plan = in.value("reference_plan", "");
   r.plans = in.at("plans").get<std::vector<std::string>>();
   r.concurrency = in.at("concurrency").get<std::vector<int64_t>>();
   r.workload = in.at("workload");
   for (const Json& j : in.at("points"))
-    r.points.push_back({j.at("plan").get<std::string>(), j.at("max_concurrency").get<int64_t>(), metrics_from_json(j)});
+    r.points.push_back({j.at("plan").get<std::string>(), j.at("max_concurrency").get<int64_t>(), metrics_from_json(j),
+                        j.value("outputs_equal_reference", int64_t{0}), j.value("outputs_compared", int64_t{0})});
   for (const Json& j : in.at("skipped")) r.skipped.push_back({j.at("plan").get<std::string>(), j.at("reason").get<std::string>()});
   r.switches = in.at("switches");
   return r;
@@ -202,7 +209,21 @@ std::string workload_line(const SweepResult& r) {
   std::string items;
   for (const auto& [key, value] : r.workload.items())
     items += fmt::format("{}{} {}", items.empty() ? "" : ", ", key, value.is_string() ? value.get<std::string>() : value.dump());
-  return fmt::format("Model {}, backend {}; workload: {}.", r.model, r.backend, items);
+  const std::string reduction =
+      r.reduction_plan == "single" ? std::string() : fmt::format(", reduction plan {}", r.reduction_plan);
+  return fmt::format("Model {}, backend {}{}; workload: {}.", r.model, r.backend, reduction, items);
+}
+
+// "same / compared" for a plan's point, "reference" for the reference plan's, "-" unmeasured.
+std::string same_outputs_cell(const SweepResult& r, const std::string& plan, int64_t c) {
+  const SweepPoint* p = find_point(r, plan, c);
+  if (p == nullptr) return "-";
+  if (plan == r.reference_plan) return "reference";
+  return fmt::format("{} / {}", p->same_outputs, p->compared);
+}
+
+std::string same_outputs_heading(const SweepResult& r) {
+  return fmt::format("Greedy outputs equal to {}'s (requests)", r.reference_plan);
 }
 
 }  // namespace
@@ -222,6 +243,19 @@ std::string sweep_markdown(const SweepResult& r) {
         const SweepPoint* p = find_point(r, plan, c);
         out += p ? fmt::format(" {} |", format_number(col.value(p->metrics))) : std::string(" - |");
       }
+      out += "\n";
+    }
+    out += "\n";
+  }
+  if (!r.reference_plan.empty()) {
+    out += fmt::format("## {}\n\n| plan |", same_outputs_heading(r));
+    for (int64_t c : r.concurrency) out += fmt::format(" c={} |", c);
+    out += "\n|---|";
+    for (size_t i = 0; i < r.concurrency.size(); ++i) out += "---:|";
+    out += "\n";
+    for (const std::string& plan : plans) {
+      out += fmt::format("| {} |", plan);
+      for (int64_t c : r.concurrency) out += fmt::format(" {} |", same_outputs_cell(r, plan, c));
       out += "\n";
     }
     out += "\n";
@@ -266,6 +300,17 @@ std::string sweep_html(const SweepResult& r) {
         const SweepPoint* p = find_point(r, plan, c);
         out += "<td>" + (p ? format_number(col.value(p->metrics)) : std::string("-")) + "</td>";
       }
+      out += "</tr>\n";
+    }
+    out += "</table>\n";
+  }
+  if (!r.reference_plan.empty()) {
+    out += fmt::format("<h2>{}</h2>\n<table>\n<tr><th>plan</th>", html_escape(same_outputs_heading(r)));
+    for (int64_t c : r.concurrency) out += fmt::format("<th>c={}</th>", c);
+    out += "</tr>\n";
+    for (const std::string& plan : plans) {
+      out += fmt::format("<tr><td>{}</td>", html_escape(plan));
+      for (int64_t c : r.concurrency) out += fmt::format("<td>{}</td>", same_outputs_cell(r, plan, c));
       out += "</tr>\n";
     }
     out += "</table>\n";

@@ -1,6 +1,7 @@
 // The plan sweep's results and its three reports: sweep.json (every point with sglang's
-// metric fields), sweep.md (plan x concurrency tables and the best plan per concurrency) and
-// a self-contained sweep.html (inline SVG line charts, one line per plan).
+// metric fields), sweep.md (plan x concurrency tables, the best plan per concurrency, and
+// how many greedy outputs equal the first plan's) and a self-contained sweep.html (inline
+// SVG line charts, one line per plan).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,9 @@ struct SweepPoint {
   std::string plan;
   int64_t concurrency = 0;
   BenchMetrics metrics;
+  // Requests (of `compared`) whose greedy output ids equal the reference plan's at this
+  // concurrency (the same prompts); compared = 0 for the reference plan itself.
+  int64_t same_outputs = 0, compared = 0;
 };
 
 struct SweepSkip {
@@ -26,6 +30,8 @@ struct SweepSkip {
 
 struct SweepResult {
   std::string model, backend;
+  std::string reduction_plan = "single";  // the servers' --reduction-plan
+  std::string reference_plan;             // the first plan measured: outputs are compared with its
   std::vector<std::string> plans;     // as asked
   std::vector<int64_t> concurrency;   // as asked
   nlohmann::ordered_json workload;    // dataset settings of every run

@@ -1,8 +1,10 @@
 """`moeserve sweep` on CPU ranks (synthetic:tiny; tp2, ep2, pp2, ep2-dp and an impossible tp3;
 concurrency 1, 4, 16): one server driven through the plans by re-plan writes sweep.json,
 sweep.md and sweep.html; sweep.json's numbers are the bench runs it recorded (bench.jsonl),
-the best plan per concurrency is the highest output throughput, and tp3 is skipped with the
-reason."""
+the best plan per concurrency is the highest output throughput, tp3 is skipped with the
+reason, and every plan's greedy outputs are compared with the first plan's, request by
+request. Under --reduction-plan the plans that nest in it give the first plan's outputs
+exactly and the others are skipped with the reason."""
 import json
 import pathlib
 import re
@@ -51,6 +53,11 @@ def test_sweep_writes_three_files_that_agree_with_its_bench_runs(sweep):
         best = max(at, key=lambda p: p["output_throughput"])["plan"]
         assert result["best_plan_by_concurrency"][str(level)] == best
     assert "skipping tp3" in proc.stdout
+    assert result["reference_plan"] == "tp2" and result["reduction_plan"] == "single"
+    for point in result["points"]:
+        expected = 0 if point["plan"] == "tp2" else 4 * point["max_concurrency"]
+        assert point["outputs_compared"] == expected, (point["plan"], point["max_concurrency"])
+        assert 0 <= point["outputs_equal_reference"] <= expected
 
 
 def test_sweep_markdown_tables_and_best_plan(sweep):
@@ -77,3 +84,22 @@ def test_sweep_html_is_self_contained_with_two_charts(sweep):
         assert re.findall(r'class="legend-entry"[^>]*>([^<]+)<', svg) == PLANS
         assert len(re.findall(r'<polyline class="series"', svg)) == len(PLANS)
         assert re.findall(r'class="x-tick"[^>]*>([^<]+)<', svg) == [str(c) for c in LEVELS]
+
+
+def test_sweep_under_a_reduction_plan_gives_the_first_plans_outputs(tmp_path):
+    proc = run_moeserve("sweep", "--model", "synthetic:tiny", "--plans", "single,tp2,ep2,pp2,tp2pp2",
+                        "--concurrency", "1,4", "--backend", "cpu", "--out", tmp_path, "--reduction-plan", "tp2",
+                        "--random-input-len", 32, "--random-output-len", 12, timeout=600)
+    result = json.loads((tmp_path / "sweep.json").read_text())
+    assert result["reduction_plan"] == "tp2" and result["reference_plan"] == "single"
+    assert [s["plan"] for s in result["skipped"]] == ["ep2"]
+    assert "--reduction-plan tp2" in result["skipped"][0]["reason"]
+    assert sorted({p["plan"] for p in result["points"]}) == ["pp2", "single", "tp2", "tp2pp2"]
+    for point in result["points"]:
+        if point["plan"] != "single":
+            assert point["outputs_compared"] == 4 * point["max_concurrency"]
+            assert point["outputs_equal_reference"] == point["outputs_compared"], point["plan"]
+    assert "sweep: 60 of 60 greedy outputs equal single's (reduction plan tp2)" in proc.stdout
+    md = (tmp_path / "sweep.md").read_text()
+    assert "## Greedy outputs equal to single's (requests)" in md and "| tp2pp2 | 4 / 4 | 16 / 16 |" in md
+    assert "reduction plan tp2" in md
