@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
 # Issue 7 acceptance 5 on two H200s: one server driven through tp2, ep2 and pp2 by live
 # re-plan, bench at every concurrency; sweep.md records each re-plan's time to ready beside
-# the cold start. Output in $OUT/sweep.
+# the cold start, and how many greedy outputs equal the first plan's. Then the same under
+# --reduction-plan tp2 for one GPU, tp2 and pp2 (REDUCTION=0 skips it). Output in
+# $OUT/sweep and $OUT/sweep_reduction_tp2.
 set -u
 export NCCL_NVLS_ENABLE=0
 BIN=${MOESERVE_BIN:-carry/moeserve}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-timeout 520 "$BIN" sweep --backend cuda --model synthetic:kimi-k2.6:layers=4 --plans tp2,ep2,pp2 \
-  --concurrency 1,8,32 --random-input-len 128 --random-output-len 64 --vocab-size 163840 \
-  --context-length 512 --out "$OUT/sweep" > "$OUT/sweep.log" 2>&1
-echo "sweep rc=$?"
-tail -5 "$OUT/sweep.log"
-cat "$OUT/sweep/sweep.md" 2>/dev/null
+sweep() {  # name plans extra-flags...
+  local name=$1 plans=$2
+  shift 2
+  timeout 400 "$BIN" sweep --backend cuda --model synthetic:kimi-k2.6:layers=4 --plans "$plans" \
+    --concurrency 1,8,32 --random-input-len 128 --random-output-len 64 --vocab-size 163840 \
+    --context-length 512 --out "$OUT/$name" "$@" > "$OUT/$name.log" 2>&1
+  echo "$name rc=$?"
+  tail -3 "$OUT/$name.log"
+  cat "$OUT/$name/sweep.md" 2>/dev/null
+}
+sweep sweep tp2,ep2,pp2
+[[ ${REDUCTION:-1} == 1 ]] && sweep sweep_reduction_tp2 single,tp2,pp2 --reduction-plan tp2
