@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include <fmt/format.h>
 
@@ -226,40 +227,53 @@ std::string same_outputs_heading(const SweepResult& r) {
   return fmt::format("Greedy outputs equal to {}'s (requests)", r.reference_plan);
 }
 
+// A plan's point shown in a table cell.
+using Cell = std::function<std::string(const std::string& plan, int64_t concurrency)>;
+
+// A column's value at a point, "-" where the plan was not measured.
+Cell metric_cell(const SweepResult& r, const Column& col) {
+  return [&r, &col](const std::string& plan, int64_t c) {
+    const SweepPoint* p = find_point(r, plan, c);
+    return p ? format_number(col.value(p->metrics)) : std::string("-");
+  };
+}
+
+// One plan x concurrency table, a row per measured plan.
+std::string markdown_table(const SweepResult& r, const std::string& heading, const Cell& cell) {
+  std::string out = fmt::format("## {}\n\n| plan |", heading);
+  for (int64_t c : r.concurrency) out += fmt::format(" c={} |", c);
+  out += "\n|---|";
+  for (size_t i = 0; i < r.concurrency.size(); ++i) out += "---:|";
+  out += "\n";
+  for (const std::string& plan : measured_plans(r)) {
+    out += fmt::format("| {} |", plan);
+    for (int64_t c : r.concurrency) out += fmt::format(" {} |", cell(plan, c));
+    out += "\n";
+  }
+  return out + "\n";
+}
+
+std::string html_table(const SweepResult& r, const std::string& heading, const Cell& cell) {
+  std::string out = fmt::format("<h2>{}</h2>\n<table>\n<tr><th>plan</th>", html_escape(heading));
+  for (int64_t c : r.concurrency) out += fmt::format("<th>c={}</th>", c);
+  out += "</tr>\n";
+  for (const std::string& plan : measured_plans(r)) {
+    out += fmt::format("<tr><td>{}</td>", html_escape(plan));
+    for (int64_t c : r.concurrency) out += fmt::format("<td>{}</td>", cell(plan, c));
+    out += "</tr>\n";
+  }
+  return out + "</table>\n";
+}
+
 }  // namespace
 
 std::string sweep_markdown(const SweepResult& r) {
   std::string out = "# Plan sweep\n\n" + workload_line(r) + "\n\n";
-  const std::vector<std::string> plans = measured_plans(r);
-  for (const Column& col : kColumns) {
-    out += fmt::format("## {}\n\n| plan |", col.heading);
-    for (int64_t c : r.concurrency) out += fmt::format(" c={} |", c);
-    out += "\n|---|";
-    for (size_t i = 0; i < r.concurrency.size(); ++i) out += "---:|";
-    out += "\n";
-    for (const std::string& plan : plans) {
-      out += fmt::format("| {} |", plan);
-      for (int64_t c : r.concurrency) {
-        const SweepPoint* p = find_point(r, plan, c);
-        out += p ? fmt::format(" {} |", format_number(col.value(p->metrics))) : std::string(" - |");
-      }
-      out += "\n";
-    }
-    out += "\n";
-  }
-  if (!r.reference_plan.empty()) {
-    out += fmt::format("## {}\n\n| plan |", same_outputs_heading(r));
-    for (int64_t c : r.concurrency) out += fmt::format(" c={} |", c);
-    out += "\n|---|";
-    for (size_t i = 0; i < r.concurrency.size(); ++i) out += "---:|";
-    out += "\n";
-    for (const std::string& plan : plans) {
-      out += fmt::format("| {} |", plan);
-      for (int64_t c : r.concurrency) out += fmt::format(" {} |", same_outputs_cell(r, plan, c));
-      out += "\n";
-    }
-    out += "\n";
-  }
+  for (const Column& col : kColumns) out += markdown_table(r, col.heading, metric_cell(r, col));
+  if (!r.reference_plan.empty())
+    out += markdown_table(r, same_outputs_heading(r), [&r](const std::string& plan, int64_t c) {
+      return same_outputs_cell(r, plan, c);
+    });
   out += "## Best plan per concurrency (output tok/s)\n\n| concurrency | plan | output tok/s |\n|---:|---|---:|\n";
   for (const auto& [c, plan] : best_plan_by_concurrency(r))
     out += fmt::format("| {} | {} | {} |\n", c, plan, format_number(find_point(r, plan, c)->metrics.output_throughput));
@@ -289,32 +303,11 @@ std::string sweep_html(const SweepResult& r) {
   out += svg_chart(r, "chart-per-request", "Per-request output speed", "output tok/s per request",
                    [](const BenchMetrics& m) { return per_request_tok_s(m); });
   out += "</div>\n";
-  const std::vector<std::string> plans = measured_plans(r);
-  for (const Column& col : kColumns) {
-    out += fmt::format("<h2>{}</h2>\n<table>\n<tr><th>plan</th>", html_escape(col.heading));
-    for (int64_t c : r.concurrency) out += fmt::format("<th>c={}</th>", c);
-    out += "</tr>\n";
-    for (const std::string& plan : plans) {
-      out += fmt::format("<tr><td>{}</td>", html_escape(plan));
-      for (int64_t c : r.concurrency) {
-        const SweepPoint* p = find_point(r, plan, c);
-        out += "<td>" + (p ? format_number(col.value(p->metrics)) : std::string("-")) + "</td>";
-      }
-      out += "</tr>\n";
-    }
-    out += "</table>\n";
-  }
-  if (!r.reference_plan.empty()) {
-    out += fmt::format("<h2>{}</h2>\n<table>\n<tr><th>plan</th>", html_escape(same_outputs_heading(r)));
-    for (int64_t c : r.concurrency) out += fmt::format("<th>c={}</th>", c);
-    out += "</tr>\n";
-    for (const std::string& plan : plans) {
-      out += fmt::format("<tr><td>{}</td>", html_escape(plan));
-      for (int64_t c : r.concurrency) out += fmt::format("<td>{}</td>", same_outputs_cell(r, plan, c));
-      out += "</tr>\n";
-    }
-    out += "</table>\n";
-  }
+  for (const Column& col : kColumns) out += html_table(r, col.heading, metric_cell(r, col));
+  if (!r.reference_plan.empty())
+    out += html_table(r, same_outputs_heading(r), [&r](const std::string& plan, int64_t c) {
+      return same_outputs_cell(r, plan, c);
+    });
   out += "<h2>Best plan per concurrency</h2>\n<table>\n<tr><th>concurrency</th><th>plan</th></tr>\n";
   for (const auto& [c, plan] : best_plan_by_concurrency(r))
     out += fmt::format("<tr><td>{}</td><td>{}</td></tr>\n", c, html_escape(plan));

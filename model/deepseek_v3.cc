@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "model/deepseek_v3_weights.h"
 #include "model/rope.h"
+#include "parallel/plan_parse.h"
 
 namespace moeserve {
 
@@ -116,7 +117,6 @@ DeepseekV3::DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& 
            "plan '{}' rank {}: needs a MoE (stage) communicator of {} ranks", plan.name, rank, stage_ranks);
   check_reduction_plan(config, plan, run);
   parts_ = std::max(1, run.reduction_plan.world() / stage_ranks);
-  vocab_slices_ = parts_ * plan.attn_tp;
   load(source);
   const int64_t width = config.kv_lora_rank + config.qk_rope_head_dim;
   const size_t cache_bytes =
@@ -146,19 +146,11 @@ void check_reduction_plan(const ModelConfig& config, const parallel::ParallelPla
            "which do not nest in its {} x {} (tp plans nest in a tp reduction plan, ep plans in an ep one, epAtpB "
            "in epAtpC)",
            r.name, plan.name, plan.moe_ep, plan.moe_tp, r.moe_ep, r.moe_tp);
-  auto divides = [&](int64_t n, int parts, const char* field) {
-    MS_CHECK(n % parts == 0, "--reduction-plan {}: its {} parts do not divide the model's {} ({})", r.name, parts,
-             field, n);
-  };
-  divides(config.num_attention_heads, ranks, "num_attention_heads");
-  divides(config.vocab_size, ranks, "vocab_size");
-  bool dense = false, moe = false;
-  for (int64_t l = 0; l < config.num_hidden_layers; ++l) (config.is_moe_layer(l) ? moe : dense) = true;
-  if (dense) divides(config.intermediate_size, ranks, "intermediate_size");
-  if (moe) {
-    divides(config.n_routed_experts, r.moe_ep, "n_routed_experts");
-    divides(config.moe_intermediate_size, r.moe_tp, "moe_intermediate_size");
-    if (config.n_shared_experts > 0) divides(config.shared_intermediate_size(), ranks, "shared experts' columns");
+  // Its parts must divide the model as its ranks would (heads, vocabulary, experts, columns).
+  try {
+    parallel::validate_plan(r, shard_dims(config));
+  } catch (const Error& e) {
+    fail("--reduction-plan {}: {}", r.name, e.what());
   }
 }
 
@@ -573,13 +565,13 @@ Tensor DeepseekV3::forward(const ForwardBatch& batch) {
 Tensor DeepseekV3::greedy_to_host(Activations& a, int64_t rows) {
   Tensor ids(DType::I32, {rows});
   if (rows == 0) return ids;
-  if (vocab_slices_ == 1) {
+  if (vocab_slices() == 1) {
     backend_.download(ids.raw(), *a.greedy_ids, 0, ids.nbytes());
     return ids;
   }
   // [slices, 2 * capacity]: each vocab slice's maxima (values, then ids). The largest value
   // wins, ties to the smallest id (slices are in id order, so the first slice holding it).
-  const int slices = vocab_slices_;
+  const int slices = vocab_slices();
   const int64_t capacity = std::max<int64_t>(head_rows_, 1);
   std::vector<float> pairs(static_cast<size_t>(slices * 2 * capacity));
   backend_.download(pairs.data(), a.gathered_pairs ? *a.gathered_pairs : *a.greedy_pairs, 0, pairs.size() * 4);
@@ -595,7 +587,7 @@ Tensor DeepseekV3::greedy_to_host(Activations& a, int64_t rows) {
 
 void DeepseekV3::candidates_to_host(Activations& a, int64_t rows) {
   const int64_t c = candidates_per_slice();
-  const int tp = vocab_slices_;
+  const int tp = vocab_slices();
   // [slices, rows, c] sorted slices (each slice's first value is its maximum) and their
   // normalisers, each relative to its slice's maximum.
   std::vector<float> values(static_cast<size_t>(tp * rows * c));
@@ -659,7 +651,7 @@ std::vector<int32_t> DeepseekV3::sample_logits_rows(const std::vector<int64_t>& 
                   DType::F32);
     logits = ptr(a.gathered_logits);
   }
-  const int64_t slices = vocab_slices_;
+  const int64_t slices = vocab_slices();
   if (!sampled_tokens_ || static_cast<int64_t>(sampled_tokens_->nbytes()) < n * 4)
     sampled_tokens_ = backend_.alloc(static_cast<size_t>(std::max<int64_t>(n, 1)) * 4);
   ops::SampleParams params{static_cast<const float*>(logits), options.data(),
@@ -721,28 +713,23 @@ void DeepseekV3::run(Activations& a, int64_t logit_rows, int64_t max_pages_per_s
 void DeepseekV3::add_branch(const BranchSum& sum, Activations& a, const void* norm_weight) {
   const int64_t T = a.tokens, hidden = config_.hidden_size;
   const float eps = static_cast<float>(config_.rms_norm_eps);
+  const void* branch = ptr(a.branch);
   if (reduction_plan_on()) {
     // The parts' tree, then the residual add and norm on one rank's kernels whatever the plan.
-    const void* branch = sum_parts(sum, a);
-    if (norm_weight == nullptr) {
-      backend_.add({ptr(a.hidden), branch, T * hidden, /*x_f32=*/true});
-    } else {
-      backend_.add_rms_norm({ptr(a.hidden), branch, norm_weight, ptr(a.normed), T, hidden, eps, /*x_f32=*/true});
+    branch = sum_parts(sum, a);
+  } else {
+    if (norm_weight != nullptr && sum.group != nullptr && sum.group->size() > 1 && T > 0) {
+      sum.group->set_site(sum.site);
+      const comm::ResidualNorm fused{ptr(a.hidden), norm_weight, ptr(a.normed), T, hidden, eps};
+      if (sum.group->all_reduce_add_rms_norm(static_cast<float*>(ptr(a.branch)), fused)) return;
     }
-    return;
+    all_reduce(sum.group, *a.branch, T * hidden, sum.site, DType::F32);
   }
   if (norm_weight == nullptr) {
-    all_reduce(sum.group, *a.branch, T * hidden, sum.site, DType::F32);
-    backend_.add({ptr(a.hidden), ptr(a.branch), T * hidden, /*x_f32=*/true});
-    return;
+    backend_.add({ptr(a.hidden), branch, T * hidden, /*x_f32=*/true});
+  } else {
+    backend_.add_rms_norm({ptr(a.hidden), branch, norm_weight, ptr(a.normed), T, hidden, eps, /*x_f32=*/true});
   }
-  if (sum.group != nullptr && sum.group->size() > 1 && T > 0) {
-    sum.group->set_site(sum.site);
-    const comm::ResidualNorm fused{ptr(a.hidden), norm_weight, ptr(a.normed), T, hidden, eps};
-    if (sum.group->all_reduce_add_rms_norm(static_cast<float*>(ptr(a.branch)), fused)) return;
-  }
-  all_reduce(sum.group, *a.branch, T * hidden, sum.site, DType::F32);
-  backend_.add_rms_norm({ptr(a.hidden), ptr(a.branch), norm_weight, ptr(a.normed), T, hidden, eps, /*x_f32=*/true});
 }
 
 namespace {
@@ -765,13 +752,12 @@ const void* DeepseekV3::sum_parts(const BranchSum& sum, Activations& a) {
   const int64_t count = a.tokens * config_.hidden_size;
   if (parts_ > 1) tree_sum(backend_, bytes(a.branch_parts), parts_, count);
   const int ranks = sum.group ? sum.group->size() : 1;
-  if (ranks == 1) return ptr(a.branch);
-  sum.group->set_site(sum.site);
-  if (ranks == 2) {  // one fp32 addition, the same bits in either order
-    sum.group->all_reduce_sum(ptr(a.branch), static_cast<size_t>(count), DType::F32);
+  if (ranks <= 2) {  // two ranks: one fp32 addition, the same bits in either order
+    all_reduce(sum.group, *a.branch, count, sum.site, DType::F32);
     return ptr(a.branch);
   }
   // A ring all-reduce adds in ring order: gather the ranks' sums and add them in the tree.
+  sum.group->set_site(sum.site);
   sum.group->all_gather(ptr(a.branch), ptr(a.branch_gather), static_cast<size_t>(count), DType::F32);
   tree_sum(backend_, bytes(a.branch_gather), ranks, count);
   return ptr(a.branch_gather);
@@ -836,17 +822,17 @@ void DeepseekV3::lm_head(Activations& a, int64_t rows) {
 }
 
 Tensor DeepseekV3::logits_to_host(Activations& a, int64_t rows) {
-  const int64_t vocab = config_.vocab_size, slice = vocab / vocab_slices_;
+  const int64_t vocab = config_.vocab_size, slice = vocab / vocab_slices();
   Tensor logits(DType::F32, {rows, vocab});
-  if (vocab_slices_ == 1) {
+  if (vocab_slices() == 1) {
     if (rows) backend_.download(logits.raw(), *a.local_logits, 0, logits.nbytes());
     return logits;
   }
   // [slices, rows, slice] (the ranks' parts in order) -> [rows, vocab]; the plan and
   // check_reduction_plan guarantee vocab % slices == 0.
-  Tensor host(DType::F32, {vocab_slices_, rows, slice});
+  Tensor host(DType::F32, {vocab_slices(), rows, slice});
   if (rows) backend_.download(host.raw(), a.gathered_logits ? *a.gathered_logits : *a.local_logits, 0, host.nbytes());
-  for (int k = 0; k < vocab_slices_; ++k)
+  for (int k = 0; k < vocab_slices(); ++k)
     for (int64_t row = 0; row < rows; ++row)
       std::memcpy(logits.f32() + row * vocab + k * slice, host.f32() + (k * rows + row) * slice, slice * sizeof(float));
   return logits;

@@ -207,9 +207,9 @@ class DeepseekV3 {
   parallel::RankShard shard_;
   ModelRunOptions run_;
   // Parts of each split this rank computes (the reduction plan's ranks / this plan's per
-  // stage, at least 1), and the vocab slices of the whole head (parts_ x attention TP).
+  // stage, at least 1), and the vocab slices of the whole head.
   int parts_ = 1;
-  int vocab_slices_ = 1;
+  int vocab_slices() const { return parts_ * plan_.attn_tp; }
   ops::Backend& backend_;
   RankGroups groups_;
   KvCacheShape cache_shape_;

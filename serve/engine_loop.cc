@@ -27,6 +27,12 @@ struct EngineLoop::Active {
   Clock::time_point arrival = Clock::now();
   Clock::time_point last_token;
   bool admitted = false;
+  // The options of this request's next draw: draws are a pure function of (seed, step).
+  ops::SamplingOptions next_draw() const {
+    ops::SamplingOptions options = request.sampling;
+    options.step = static_cast<uint64_t>(output.generated());
+    return options;
+  }
 };
 
 EngineLoop::EngineLoop(std::unique_ptr<runtime::Engine> engine, const tokenizer::Tokenizer& tokenizer,
@@ -411,18 +417,15 @@ HeadMode EngineLoop::choose_head(sched::ScheduledStep& step) const {
     }
   }
   static const bool host_draw = env_switch("MOESERVE_PIPELINE_HOST_DRAW", false);  // the old way, for comparison
-  if (head == HeadMode::kCandidates && (step.plan.micro_batches.size() != 1 || pipelined()) && !host_draw)
-    head = HeadMode::kSampled;
-  if (head == HeadMode::kCandidates && (step.plan.micro_batches.size() != 1 || pipelined())) head = HeadMode::kLogits;
+  if (head == HeadMode::kCandidates && (step.plan.micro_batches.size() != 1 || pipelined()))
+    head = host_draw ? HeadMode::kLogits : HeadMode::kSampled;
   if (head == HeadMode::kSampled) {  // each logit row's draw (greedy rows: temperature 0)
     for (auto& micro_batch : step.plan.micro_batches)
       for (auto& replica : micro_batch.replicas) replica.batch.sampling.assign(replica.batch.logit_rows.size(), {});
     for (const auto& chunk : step.chunks) {
       if (chunk.logit_row < 0) continue;
-      const Active& active = *active_.at(chunk.id);
-      ops::SamplingOptions options = active.request.sampling;
-      options.step = static_cast<uint64_t>(active.output.generated());
-      step.plan.micro_batches[chunk.micro_batch].replicas[chunk.replica].batch.sampling[chunk.logit_row] = options;
+      step.plan.micro_batches[chunk.micro_batch].replicas[chunk.replica].batch.sampling[chunk.logit_row] =
+          active_.at(chunk.id)->next_draw();
     }
   }
   if (head == HeadMode::kCandidates) {  // each logit row's temperature (greedy rows: 0)
@@ -464,11 +467,6 @@ bool EngineLoop::draw(const sched::ScheduledStep& step, HeadMode head, runtime::
     auto it = active_.find(rows[i]->id);
     owner[i] = it == active_.end() ? nullptr : it->second.get();
   }
-  auto options_of = [&](size_t i) {
-    ops::SamplingOptions options = owner[i]->request.sampling;
-    options.step = static_cast<uint64_t>(owner[i]->output.generated());
-    return options;
-  };
   auto sample = [&](size_t i) {
     if (owner[i] == nullptr) return;
     const sched::ScheduledChunk& chunk = *rows[i];
@@ -481,12 +479,12 @@ bool EngineLoop::draw(const sched::ScheduledStep& step, HeadMode head, runtime::
       const int64_t r = chunk.logit_row;
       sampled[i] = cpu::sample_candidates({c.values.data() + r * c.count, c.ids.data() + r * c.count, c.count,
                                            c.normaliser[r]},
-                                          vocab, options_of(i));
+                                          vocab, owner[i]->next_draw());
       return;
     }
     const int top_logprobs = owner[i]->request.top_logprobs;
     const float* row = logits.at(chunk.micro_batch).at(chunk.replica).f32() + chunk.logit_row * vocab;
-    sampled[i] = cpu::sample_row(row, vocab, options_of(i));
+    sampled[i] = cpu::sample_row(row, vocab, owner[i]->next_draw());
     if (top_logprobs >= 0) logprobs[i] = token_logprob(row, vocab, sampled[i], top_logprobs);
   };
   if (head != HeadMode::kLogits) {
@@ -510,7 +508,7 @@ bool EngineLoop::draw(const sched::ScheduledStep& step, HeadMode head, runtime::
     std::vector<ops::SamplingOptions> options;
     for (size_t i : indices) {
       logit_rows.push_back(rows[i]->logit_row);
-      options.push_back(options_of(i));
+      options.push_back(owner[i]->next_draw());
     }
     std::vector<int32_t> tokens;
     try {

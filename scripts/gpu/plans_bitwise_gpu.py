@@ -9,7 +9,6 @@ its reduction plan."""
 import argparse
 import json
 import pathlib
-import subprocess
 import sys
 import tempfile
 
@@ -18,6 +17,7 @@ import numpy as np
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "python"))
 from checkpoints import CONFIGS, build_checkpoint  # noqa: E402
+from moeserve_cli import generate_tokens  # noqa: E402
 
 PROMPTS = [[5, 17, 42, 99, 3, 250, 7, 1, 64, 128, 33, 2, 91], [200, 4], [11, 12, 13, 14, 15, 16, 17], [9, 9, 9]]
 # (plan, reduction plan): the runs; then (plan, reduction plan) compared with one GPU under it.
@@ -28,14 +28,10 @@ PLAIN = [("tp2", "single"), ("ep2", "single")]
 
 
 def generate(binary, model, plan, reduction_plan, logits_path):
-    args = [binary, "generate", "--backend", "cuda", "--model", str(model), "--plan", plan, "-n", "32",
-            "--ignore-eos", "--reduction-plan", reduction_plan, "--dump-logits", str(logits_path)]
-    for p in PROMPTS:
-        args += ["--prompt-ids", ",".join(map(str, p))]
-    out = subprocess.run(args, capture_output=True, text=True)
-    if out.returncode != 0:
-        return None, None, out.stderr.strip()[-400:]
-    tokens = [list(map(int, line.split(","))) for line in out.stdout.strip().splitlines()]
+    tokens, err = generate_tokens(binary, model, PROMPTS, ["--backend", "cuda", "--plan", plan, "--reduction-plan",
+                                                           reduction_plan, "--dump-logits", logits_path])
+    if tokens is None:
+        return None, None, err[-400:]
     return tokens, np.load(logits_path), ""
 
 

@@ -137,7 +137,7 @@ def test_reduction_plan_changes_only_the_order_of_sums(tiny_reference, tmp_path)
     ("tp4", "tp2", "the 4 ranks per stage of plan 'tp4' do not divide its 2"),
     ("single", "tp2pp2", "name a plan of one stage"),
     ("single", "ep2-dp", "name a plan of one stage"),
-    ("single", "tp16", "its 16 parts do not divide the model's num_attention_heads (8)"),
+    ("single", "tp16", "model attention heads = 8 is not divisible by attention TP size = 16"),
     ("single", "tpx", "--reduction-plan tpx:"),
 ])
 def test_reduction_plan_rejects_what_it_cannot_make_exact(plan, reduction_plan, fault):
