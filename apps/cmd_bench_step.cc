@@ -151,7 +151,7 @@ void add_bench_step_command(CLI::App& app) {
   cmd->add_option("--warmup", args->warmup, "Untimed steps first")->capture_default_str();
   cmd->add_flag("--breakdown", args->breakdown, "Per-op times on rank 0 (GPU)");
   cmd->add_flag("--no-cuda-graph", args->no_cuda_graph, "Run steps op by op instead of replaying CUDA graphs");
-  cmd->add_option("--backend", args->backend, "cpu or cuda (default: cuda when a GPU is visible)");
+  cmd->add_option("--backend", args->backend, "cpu, cpu-bf16 or cuda (default: cuda when a GPU is visible)");
   cmd->add_option("--json", args->json_out, "Also write the results as JSON");
   cmd->add_option("--page-size", args->page_size, "KV cache page size")->capture_default_str();
   add_reduction_plan_flag(cmd, args->reduction_plan);

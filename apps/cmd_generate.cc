@@ -142,7 +142,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--prompt", args->prompts, "Prompt text (the model's tokenizer); repeat for a batch");
   cmd->add_option("--chat", args->chat, "A conversation as OpenAI-style messages JSON, rendered by the chat template");
   cmd->add_option("--chat-template", args->chat_template, "Chat template name (kimi-k2, kimi-k2-thinking, deepseek-v3)");
-  cmd->add_option("--backend", args->backend, "Where ranks run: cpu (fp32 reference) or cuda (rank r on GPU r)")
+  cmd->add_option("--backend", args->backend, "Where ranks run: cpu (fp32 reference), cpu-bf16 (the CUDA backend's bf16 rounding on the host) or cuda (rank r on GPU r)")
       ->capture_default_str();
   cmd->add_flag("--no-cuda-graph", args->no_cuda_graph, "Run decode steps op by op instead of replaying CUDA graphs");
   cmd->add_option("-n,--max-new-tokens", args->max_new_tokens, "Tokens to generate per prompt")->capture_default_str();

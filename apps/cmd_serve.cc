@@ -191,7 +191,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--host", args->host, "Address to bind (loopback by default)")->capture_default_str();
   cmd->add_option("--port", args->port, "Port (0: any free port; the chosen one is printed)")->capture_default_str();
   cmd->add_option("--api-key", args->api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
-  cmd->add_option("--backend", args->backend, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--backend", args->backend, "cpu, cpu-bf16 (the CUDA backend's bf16 rounding on the host) or cuda")->capture_default_str();
   cmd->add_option("--plan", args->plan.preset, "Parallel plan preset (single, tp2, ep2, pp2, ep2-dp, ...)");
   add_plan_flags(cmd, args->plan);  // also --max-running-requests and --context-length
   add_engine_flags(cmd, args->engine);

@@ -159,7 +159,8 @@ Json replan(const bench::HttpUrl& url, const std::string& plan) {
 
 void run_sweep(const SweepArgs& args) {
   MS_CHECK(!args.out_dir.empty(), "--out: required (a directory)");
-  MS_CHECK(args.backend == "cpu" || args.backend == "cuda", "--backend '{}': expected cpu or cuda", args.backend);
+  MS_CHECK(args.backend == "cpu" || args.backend == "cpu-bf16" || args.backend == "cuda",
+           "--backend '{}': expected cpu, cpu-bf16 or cuda", args.backend);
   const std::vector<std::string> plans = split_list(args.plans, "--plans");
   std::vector<int64_t> levels;
   for (const std::string& c : split_list(args.concurrency, "--concurrency")) {
@@ -323,7 +324,7 @@ void add_sweep_command(CLI::App& app) {
   cmd->add_option("--model,-m", args->model, "synthetic:NAME[...], a model directory")->capture_default_str();
   cmd->add_option("--plans", args->plans, "Plans to measure, comma-separated (tp2,ep2,pp2,ep2-dp,...)")->required();
   cmd->add_option("--concurrency", args->concurrency, "Concurrency levels, comma-separated")->capture_default_str();
-  cmd->add_option("--backend", args->backend, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--backend", args->backend, "cpu, cpu-bf16 or cuda")->capture_default_str();
   cmd->add_option("--out", args->out_dir, "Directory for sweep.json, sweep.md, sweep.html, bench.jsonl")->required();
   cmd->add_option("--num-prompts", args->num_prompts, "Requests per point (0: 4 x its concurrency)")
       ->capture_default_str();

@@ -47,6 +47,9 @@ inline uint16_t f32_to_bf16(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
+// f rounded to the nearest bf16 value (as a GPU kernel stores it), kept as a float.
+inline float round_to_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+
 float f16_to_f32(uint16_t bits);
 uint16_t f32_to_f16(float f);
 

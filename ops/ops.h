@@ -74,12 +74,14 @@ struct AddRmsNormParams {
 };
 
 // y[t, n] (+)= sum_k x[t, k] * weight[n, k]   (x @ weight^T, torch's F.linear)
+// Accumulation is into fp32 outputs only (y_f32): one fp32 addition, the same on every backend
+// (cuBLAS's beta = 1 into a bf16 output would round the product before the addition).
 struct LinearParams {
   const void* x;       // [rows, x_stride]
   const void* weight;  // [out_features, in_features]
   void* y;             // [rows, y_stride]; fp32 when y_f32
   int64_t rows, in_features, out_features, x_stride, y_stride;
-  bool accumulate = false;
+  bool accumulate = false;  // requires y_f32
   bool y_f32 = false;  // logits are produced in fp32 on every backend
 };
 

@@ -18,9 +18,9 @@ namespace moeserve::runtime {
 
 std::vector<std::string> available_backends() {
 #ifdef MOESERVE_WITH_CUDA
-  return {"cpu", "cuda"};
+  return {"cpu", "cpu-bf16", "cuda"};
 #else
-  return {"cpu"};
+  return {"cpu", "cpu-bf16"};
 #endif
 }
 
@@ -34,6 +34,7 @@ int visible_gpus() {
 
 std::unique_ptr<ops::Backend> make_rank_backend(const std::string& kind, int rank) {
   if (kind == "cpu") return cpu::make_cpu_backend();
+  if (kind == "cpu-bf16") return cpu::make_cpu_backend(cpu::CpuNumerics::kBf16);
 #ifdef MOESERVE_WITH_CUDA
   if (kind == "cuda") {
     const int gpus = cuda::device_count();
@@ -41,9 +42,9 @@ std::unique_ptr<ops::Backend> make_rank_backend(const std::string& kind, int ran
     // Wrapped so that benchmarks can time ops; a disabled timer passes calls straight through.
     return std::make_unique<cuda::OpTimingBackend>(cuda::make_cuda_backend(rank));
   }
-  fail("--backend '{}': unknown backend (cpu, cuda)", kind);
+  fail("--backend '{}': unknown backend (cpu, cpu-bf16, cuda)", kind);
 #else
-  fail("--backend '{}': this build has only the cpu backend (build with nvcc for cuda)", kind);
+  fail("--backend '{}': this build has only the cpu and cpu-bf16 backends (build with nvcc for cuda)", kind);
 #endif
 }
 

@@ -1,4 +1,5 @@
-// Where each rank runs: its backend ("cpu": the fp32 reference; "cuda": GPU `rank`) and,
+// Where each rank runs: its backend ("cpu": the fp32 reference; "cpu-bf16": the CUDA backend's
+// bf16 numerics on the host, backend/cpu/cpu_backend.h; "cuda": GPU `rank`) and,
 // on GPUs, its NCCL communicators. CPU ranks talk through the in-process world
 // (runtime/rank_comms.h); GPU ranks of one process through NCCL: the world communicators are
 // made on the leader thread, then every rank splits its own into the plan's groups on its
@@ -15,7 +16,7 @@
 
 namespace moeserve::runtime {
 
-// Backends this build can run ("cpu", and "cuda" in the CUDA flavour).
+// Backends this build can run ("cpu", "cpu-bf16", and "cuda" in the CUDA flavour).
 std::vector<std::string> available_backends();
 // GPUs visible to this process (0 without the CUDA flavour or a driver).
 int visible_gpus();

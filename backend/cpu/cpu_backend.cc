@@ -47,7 +47,8 @@ void matvec(const float* w, const float* x, float* y, int64_t rows, int64_t cols
 
 class CpuBackend final : public Backend {
  public:
-  std::string name() const override { return "cpu"; }
+  explicit CpuBackend(CpuNumerics numerics) : bf16_(numerics == CpuNumerics::kBf16) {}
+  std::string name() const override { return bf16_ ? "cpu-bf16" : "cpu"; }
   DType activation_dtype() const override { return DType::F32; }
 
   BufferPtr alloc(size_t nbytes) override { return std::make_unique<HostBuffer>(nbytes); }
@@ -61,8 +62,12 @@ class CpuBackend final : public Backend {
              offset, src.nbytes());
     std::memcpy(dst, static_cast<const std::byte*>(const_cast<Buffer&>(src).data()) + offset, nbytes);
   }
-  void upload_weight_into(Buffer& dst, size_t offset, const Tensor& host_f32, bool /*keep_f32*/) override {
+  void upload_weight_into(Buffer& dst, size_t offset, const Tensor& host_f32, bool keep_f32) override {
     upload(dst, offset, host_f32.raw(), host_f32.nbytes());
+    if (bf16_ && !keep_f32) {
+      float* w = reinterpret_cast<float*>(static_cast<std::byte*>(dst.data()) + offset);
+      for (size_t i = 0; i < host_f32.nbytes() / sizeof(float); ++i) w[i] = round_to_bf16(w[i]);
+    }
   }
   void synchronize() override {}
 
@@ -85,7 +90,8 @@ class CpuBackend final : public Backend {
         float* y = F(p.y) + r * p.y_stride;
         const float mean_square = dot(x, x, p.dim) / static_cast<float>(p.dim);
         const float inv = 1.0f / std::sqrt(mean_square + p.eps);
-        for (int64_t i = 0; i < p.dim; ++i) y[i] = F(p.weight)[i] * (x[i] * inv);
+        // bf16: weight * (x * inv).to(bf16), rounded (transformers' DeepseekV3RMSNorm).
+        for (int64_t i = 0; i < p.dim; ++i) y[i] = store(F(p.weight)[i] * store(x[i] * inv));
       }
     });
   }
@@ -93,10 +99,15 @@ class CpuBackend final : public Backend {
   void add(const AddParams& p) override {
     float* acc = F(p.acc);
     const float* x = F(p.x);
-    for (int64_t i = 0; i < p.count; ++i) acc[i] += x[i];
+    if (p.acc_f32 || !bf16_) {
+      for (int64_t i = 0; i < p.count; ++i) acc[i] += x[i];
+      return;
+    }
+    for (int64_t i = 0; i < p.count; ++i) acc[i] = store(acc[i] + (p.x_f32 ? store(x[i]) : x[i]));
   }
 
   void linear(const LinearParams& p) override {
+    MS_CHECK(!p.accumulate || p.y_f32, "linear: accumulate needs an fp32 output (y_f32)");
     // Parallel over (row, output block) so that both decode (1 row) and prefill use all cores.
     constexpr int64_t kBlock = 64;
     const int64_t blocks = (p.out_features + kBlock - 1) / kBlock;
@@ -109,7 +120,8 @@ class CpuBackend final : public Backend {
         float* y = F(p.y) + r * p.y_stride;
         for (int64_t n = n0; n < n1; ++n) {
           const float v = dot(F(p.weight) + n * p.in_features, x, p.in_features);
-          y[n] = p.accumulate ? y[n] + v : v;
+          const float sum = p.accumulate ? y[n] + v : v;
+          y[n] = p.y_f32 ? sum : store(sum);
         }
       }
     });
@@ -129,8 +141,8 @@ class CpuBackend final : public Backend {
           const int64_t a = p.interleaved ? 2 * i : i;
           const int64_t b = p.interleaved ? 2 * i + 1 : i + half;
           const float x1 = v[a], x2 = v[b];
-          v[a] = x1 * c - x2 * s;
-          v[b] = x2 * c + x1 * s;
+          v[a] = store(x1 * c - x2 * s);
+          v[b] = store(x2 * c + x1 * s);
         }
       }
     }
@@ -140,7 +152,7 @@ class CpuBackend final : public Backend {
     for (int64_t t = 0; t < p.tokens; ++t) {
       const float* gu = F(p.gate_up) + t * 2 * p.inter;
       float* out = F(p.out) + t * p.inter;
-      for (int64_t n = 0; n < p.inter; ++n) out[n] = silu(gu[n]) * gu[p.inter + n];
+      for (int64_t n = 0; n < p.inter; ++n) out[n] = silu_times(gu[n], gu[p.inter + n]);
     }
   }
 
@@ -157,6 +169,7 @@ class CpuBackend final : public Backend {
           const float* row = w_uk + d * p.latent;
           for (int64_t l = 0; l < p.latent; ++l) out[l] += q * row[l];
         }
+        for (int64_t l = 0; l < p.latent; ++l) out[l] = store(out[l]);
       }
     });
   }
@@ -168,7 +181,7 @@ class CpuBackend final : public Backend {
         const float* lat = F(p.attn_latent) + (t * p.heads + h) * p.latent;
         const float* w_uv = F(p.kv_b) + (h * (p.nope + p.v) + p.nope) * p.latent;  // [v, latent]
         float* out = F(p.out) + (t * p.heads + h) * p.v;
-        for (int64_t j = 0; j < p.v; ++j) out[j] = dot(w_uv + j * p.latent, lat, p.latent);
+        for (int64_t j = 0; j < p.v; ++j) out[j] = store(dot(w_uv + j * p.latent, lat, p.latent));
       }
     });
   }
@@ -208,6 +221,7 @@ class CpuBackend final : public Backend {
           const float w = scores[j] / denom;
           for (int64_t l = 0; l < p.latent; ++l) out[l] += w * entry[l];
         }
+        for (int64_t l = 0; l < p.latent; ++l) out[l] = store(out[l]);
       }
     });
   }
@@ -276,20 +290,27 @@ class CpuBackend final : public Backend {
         if (e < p.expert_begin || e >= p.expert_end) continue;
         const float* w13 = F(p.w13[e - p.expert_begin]);
         const float* w2 = F(p.w2[e - p.expert_begin]);
+        // bf16: gate, up and the down projection are bf16 linear outputs, silu(gate) is rounded
+        // too (transformers' DeepseekV3MLP; the CUDA expert kernels round at the same points).
         if (parallel_tokens) {
-          for (int64_t n = 0; n < 2 * p.inter; ++n) gate_up[n] = dot(w13 + n * p.hidden, x, p.hidden);
-          for (int64_t n = 0; n < p.inter; ++n) act[n] = silu(gate_up[n]) * gate_up[p.inter + n];
-          for (int64_t n = 0; n < p.hidden; ++n) down[n] = dot(w2 + n * p.inter, act.data(), p.inter);
+          for (int64_t n = 0; n < 2 * p.inter; ++n) gate_up[n] = store(dot(w13 + n * p.hidden, x, p.hidden));
+          for (int64_t n = 0; n < p.inter; ++n) act[n] = silu_times(gate_up[n], gate_up[p.inter + n]);
+          for (int64_t n = 0; n < p.hidden; ++n) down[n] = store(dot(w2 + n * p.inter, act.data(), p.inter));
         } else {
           matvec(w13, x, gate_up.data(), 2 * p.inter, p.hidden, false);
-          for (int64_t n = 0; n < p.inter; ++n) act[n] = silu(gate_up[n]) * gate_up[p.inter + n];
+          if (bf16_) for (float& v : gate_up) v = round_to_bf16(v);
+          for (int64_t n = 0; n < p.inter; ++n) act[n] = silu_times(gate_up[n], gate_up[p.inter + n]);
           matvec(w2, act.data(), down.data(), p.hidden, p.inter, false);
+          if (bf16_) for (float& v : down) v = round_to_bf16(v);
         }
         const float w = p.topk_weights[t * p.top_k + k];
         for (int64_t n = 0; n < p.hidden; ++n) routed[n] += w * down[n];
       }
       // The routed sum is added to what `out` holds in one addition (out = out + routed).
-      for (int64_t n = 0; n < p.hidden; ++n) out[n] = p.accumulate ? out[n] + routed[n] : routed[n];
+      for (int64_t n = 0; n < p.hidden; ++n) {
+        const float sum = p.accumulate ? out[n] + routed[n] : routed[n];
+        out[n] = p.out_f32 ? sum : store(sum);
+      }
     };
     if (parallel_tokens) {
       pool().parallel_for(p.tokens, 1, [&](size_t begin, size_t end) {
@@ -305,9 +326,11 @@ class CpuBackend final : public Backend {
   void fill_uniform(const FillUniformParams& p) override {
     pool().parallel_for(static_cast<size_t>(p.rows), 64, [&](size_t begin, size_t end) {
       for (size_t r = begin; r < end; ++r)
-        for (int64_t c = 0; c < p.cols; ++c)
-          F(p.out)[r * p.cols + c] =
+        for (int64_t c = 0; c < p.cols; ++c) {
+          const float v =
               p.offset + p.amplitude * uniform_pm1(p.seed, static_cast<uint64_t>((p.row0 + r) * p.full_cols + p.col0 + c));
+          F(p.out)[r * p.cols + c] = p.out_f32 ? v : store(v);
+        }
     });
   }
 
@@ -326,6 +349,8 @@ class CpuBackend final : public Backend {
           const float* row = F(p.src) + static_cast<int64_t>(p.src_rows[i]) * p.width;
           for (int64_t n = 0; n < p.width; ++n) out[n] += w * row[n];
         }
+        if (!p.out_f32)
+          for (int64_t n = 0; n < p.width; ++n) out[n] = store(out[n]);
       }
     });
   }
@@ -366,6 +391,14 @@ class CpuBackend final : public Backend {
       }
     });
   }
+
+ private:
+  // A value the CUDA kernels store in bf16: rounded under kBf16, as is under kFp32.
+  float store(float v) const { return bf16_ ? round_to_bf16(v) : v; }
+  // silu(gate) * up; under kBf16 silu(gate) is rounded first and the product after.
+  float silu_times(float gate, float up) const { return store(store(silu(gate)) * up); }
+
+  const bool bf16_;
 };
 
 }  // namespace
@@ -381,6 +414,6 @@ float dot(const float* a, const float* b, int64_t n) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
 }
 
-std::unique_ptr<ops::Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<ops::Backend> make_cpu_backend(CpuNumerics numerics) { return std::make_unique<CpuBackend>(numerics); }
 
 }  // namespace moeserve::cpu

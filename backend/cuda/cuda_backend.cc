@@ -232,6 +232,7 @@ class CudaBackend final : public Backend {
   }
 
   void linear(const LinearParams& p) override {
+    MS_CHECK(!p.accumulate || p.y_f32, "linear: accumulate needs an fp32 output (y_f32)");
     if (p.rows == 0) return;
     if (small_linear_supported(p.rows, p.in_features, p.x, p.weight, p.x_stride)) {
       launch_small_linear(p.x, p.weight, p.y, p.rows, p.in_features, p.out_features, p.x_stride, p.y_stride,
@@ -410,7 +411,9 @@ class CudaBackend final : public Backend {
   // Per active expert e with rows [o, o + n) in expert order:
   //   gate_up[o:o+n] = x_sorted[o:o+n] @ W13_e^T   [n, 2 * inter]
   //   act = silu(gate) * up                         [n, inter]  (one launch over all rows)
-  //   partial[o:o+n] = act[o:o+n] @ W2_e^T          [n, hidden] fp32
+  //   partial[o:o+n] = act[o:o+n] @ W2_e^T          [n, hidden] fp32, rounded to bf16 values
+  //                                                 (a bf16 linear output, as the streaming and
+  //                                                 tensor-core expert kernels store it)
   void expert_gemms(const MoeExpertsParams& p, void* ws, int64_t pairs, int64_t local) {
     const MoeGemmBuffers b = moe_gemm_buffers(ws, pairs, local, p.hidden, p.inter);
     std::vector<int32_t> offsets(local + 1);
@@ -438,6 +441,7 @@ class CudaBackend final : public Backend {
                              &beta, b.partial + o * p.hidden, CUDA_R_32F, static_cast<int>(p.hidden),
                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
+    launch_round_to_bf16(b.partial, rows * p.hidden, cur_);
   }
 
   // Grow-only scratch of one op. Growing waits for the stream (the old block may be in use);

@@ -220,6 +220,12 @@ __global__ void bf16_to_f32_kernel(const bf16* src, float* dst, int64_t count) {
   if (i < count) dst[i] = to_f(src[i]);
 }
 
+__global__ void round_to_bf16_kernel(float* x, int64_t count) {
+  pdl_enter();
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < count) x[i] = to_f(to_bf(x[i]));
+}
+
 }  // namespace
 
 void launch_embedding(const int32_t* ids, const void* table, void* out, int64_t tokens, int64_t hidden,
@@ -318,6 +324,11 @@ void launch_f32_to_bf16(const float* src, void* dst, int64_t count, cudaStream_t
 void launch_bf16_to_f32(const void* src, float* dst, int64_t count, cudaStream_t stream) {
   if (count == 0) return;
   launch_pdl(bf16_to_f32_kernel, blocks_for(count, 256), 256, 0, stream, static_cast<const bf16*>(src), dst, count);
+}
+
+void launch_round_to_bf16(float* x, int64_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  launch_pdl(round_to_bf16_kernel, blocks_for(count, 256), 256, 0, stream, x, count);
 }
 
 }  // namespace moeserve::cuda

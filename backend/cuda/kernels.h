@@ -41,6 +41,8 @@ void launch_fill_uniform(void* out, bool out_f32, int64_t rows, int64_t cols, in
                          int64_t col0, uint64_t stream_seed, float offset, float amplitude, cudaStream_t stream);
 void launch_f32_to_bf16(const float* src, void* dst, int64_t count, cudaStream_t stream);
 void launch_bf16_to_f32(const void* src, float* dst, int64_t count, cudaStream_t stream);
+// x[i] = float(bf16(x[i])): fp32 values rounded to bf16 where they are stored as fp32.
+void launch_round_to_bf16(float* x, int64_t count, cudaStream_t stream);
 
 // The absorbed query of a decode-sized batch (tokens <= 4, latent % 8 == 0, latent <= 2048,
 // kv_b 16-byte aligned): q_latent[t, h, :] = q_nope[t, h, :] @ W_uk[h] (mla_attention.cu).

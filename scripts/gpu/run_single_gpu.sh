@@ -16,7 +16,7 @@ if [[ $phase == kernels || $phase == smoke || $phase == all ]]; then
   [[ $tests_rc == 0 ]] || exit 1
 fi
 if [[ $phase == smoke || $phase == all ]]; then
-  timeout 300 python3 scripts/gpu/parity_vs_transformers.py --moeserve "$BIN" --out "$OUT/gpu_parity.json" 2>&1 | tail -8
+  timeout 300 python3 scripts/gpu/parity_vs_transformers.py --moeserve "$BIN" --out "$OUT/gpu_parity.json" 2>&1 | grep -v "Writing model" | tail -12
 fi
 if [[ $phase == kernels || $phase == smoke || $phase == all ]]; then
   timeout 240 "$BIN" bench-step --model synthetic:kimi-k2.6 --layers 3 --batch 1,64 --context 256 --iterations 10 \

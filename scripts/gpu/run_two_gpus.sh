@@ -12,7 +12,7 @@ phase=${1:-all}  # all | exact (tests, parity, plans equal, tp2 bench) | plans (
 if [[ $phase == all || $phase == exact ]]; then
 timeout 120 carry/cuda_backend_tests > "$OUT/cuda_tests.txt" 2>&1; echo "cuda tests rc=$?"; tail -3 "$OUT/cuda_tests.txt"
 timeout 300 python3 scripts/gpu/parity_vs_transformers.py --moeserve "$BIN" --out "$OUT/gpu_parity.json" 2>&1 \
-  | grep -v "Writing model" | tail -8
+  | grep -v "Writing model" | tail -12
 fi
 if [[ $phase == all || $phase == exact || $phase == plans ]]; then
 timeout 120 carry/nccl_comm_tests > "$OUT/nccl_tests.txt" 2>&1; echo "nccl tests rc=$?"; tail -1 "$OUT/nccl_tests.txt"
