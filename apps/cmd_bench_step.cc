@@ -34,6 +34,7 @@ struct BenchStepArgs {
   std::string json_out;
   int64_t page_size = 64;
   std::string reduction_plan = "single";
+  bool batch_invariant = false;
 };
 
 void run_bench_step(const BenchStepArgs& args) {
@@ -52,6 +53,7 @@ void run_bench_step(const BenchStepArgs& args) {
   options.plan = plan_for_model(args.plan, model.config, options.backend == "cuda" ? 2 : 4);
   options.page_size = args.page_size;
   options.run = run_options_for(args.reduction_plan);
+  options.batch_invariant = args.batch_invariant;
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
   const int64_t per_replica = (max_batch + options.plan.attn_dp - 1) / options.plan.attn_dp;
   // Pipeline plans also run one group of the batch per stage in flight (pp times the sequences).
@@ -73,10 +75,10 @@ void run_bench_step(const BenchStepArgs& args) {
   bench.breakdown = args.breakdown;
   const auto results = runtime::benchmark_decode_steps(engine, batches, bench);
 
-  std::printf("model %s, plan %s (%d rank%s, %s), context %lld, CUDA graphs %s, reduction plan %s\n",
+  std::printf("model %s, plan %s (%d rank%s, %s), context %lld, CUDA graphs %s, reduction plan %s%s\n",
               spec.c_str(), options.plan.name.c_str(), options.plan.world(), options.plan.world() > 1 ? "s" : "",
               options.backend.c_str(), (long long)args.context, options.graphs ? "on" : "off",
-              options.run.reduction_plan.name.c_str());
+              options.run.reduction_plan.name.c_str(), options.batch_invariant ? ", batch-invariant kernels" : "");
   if (copy_gbs > 0)
     std::printf("ceilings (GPU 0, measured now): copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n", copy_gbs, bf16_tflops);
   std::printf("%6s %10s %11s %12s %10s %8s %10s %8s %12s\n", "batch", "step ms", "tok/s", "GB/GPU/step", "GB/s/GPU",
@@ -131,6 +133,7 @@ void run_bench_step(const BenchStepArgs& args) {
   if (!args.json_out.empty()) {
     nlohmann::json doc = {{"model", spec}, {"plan", options.plan.name}, {"world", options.plan.world()},
                           {"backend", options.backend}, {"context", args.context}, {"graphs", options.graphs},
+                          {"batch_invariant", options.batch_invariant},
                           {"copy_gbs", copy_gbs}, {"bf16_tflops", bf16_tflops}, {"rows", rows}};
     std::ofstream(args.json_out) << doc.dump(2) << "\n";
   }
@@ -155,6 +158,7 @@ void add_bench_step_command(CLI::App& app) {
   cmd->add_option("--json", args->json_out, "Also write the results as JSON");
   cmd->add_option("--page-size", args->page_size, "KV cache page size")->capture_default_str();
   add_reduction_plan_flag(cmd, args->reduction_plan);
+  add_batch_invariant_flag(cmd, args->batch_invariant);
   cmd->callback([args] { run_bench_step(*args); });
 }
 

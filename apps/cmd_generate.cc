@@ -59,6 +59,7 @@ void run_generate(const GenerateArgs& args) {
   options.pp_max_micro_batch_size = args.engine.pp_max_micro_batch_size;
   options.pp_async_batch_depth = args.engine.pp_async_batch_depth;
   options.run = run_options_for(args.engine.reduction_plan);
+  options.batch_invariant = args.engine.batch_invariant;
   const bool text_mode = !args.prompts.empty() || !args.chat.empty();
   MS_CHECK(!text_mode || args.prompt_ids.empty(), "generate: give --prompt-ids, or --prompt / --chat, not both");
   std::unique_ptr<tokenizer::Tokenizer> tok;

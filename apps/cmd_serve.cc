@@ -89,6 +89,7 @@ void run_serve(ServeArgs args) {
     engine_options.pp_max_micro_batch_size = args.engine.pp_max_micro_batch_size;
     engine_options.pp_async_batch_depth = args.engine.pp_async_batch_depth;
     engine_options.run = run;
+    engine_options.batch_invariant = args.engine.batch_invariant;
     serve::ReplanTarget target;
     target.plan_name = plan.name;
     sched::SchedulerOptions& so = target.scheduler;

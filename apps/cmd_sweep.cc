@@ -45,6 +45,7 @@ struct SweepArgs {
   int64_t num_prompts = 0;        // 0: 4 x the concurrency of the point
   double startup_timeout_s = 600;
   std::string reduction_plan = "single";  // the server's --reduction-plan
+  bool batch_invariant = false;           // the server's --batch-invariant
   bench::DatasetOptions dataset;
 };
 
@@ -180,6 +181,7 @@ void run_sweep(const SweepArgs& args) {
   result.model = args.model;
   result.backend = args.backend;
   result.reduction_plan = args.reduction_plan;
+  result.batch_invariant = args.batch_invariant;
   result.plans = plans;
   result.concurrency = levels;
   result.workload = {{"dataset_name", dataset.name},
@@ -226,6 +228,7 @@ void run_sweep(const SweepArgs& args) {
       std::vector<std::string> serve = {"serve", "--model", args.model, "--backend", args.backend, "--port", "0",
                                         "--plan", plan, "--max-running-requests", std::to_string(max_running),
                                         "--reduction-plan", args.reduction_plan};
+      if (args.batch_invariant) serve.push_back("--batch-invariant");
       if (!args.mem_per_rank.empty()) serve.insert(serve.end(), {"--mem-per-rank", args.mem_per_rank});
       if (args.context_length > 0) serve.insert(serve.end(), {"--context-length", std::to_string(args.context_length)});
       if (args.kv_pages > 0) serve.insert(serve.end(), {"--kv-pages", std::to_string(args.kv_pages)});
@@ -345,6 +348,7 @@ void add_sweep_command(CLI::App& app) {
   cmd->add_option("--startup-timeout", args->startup_timeout_s, "Seconds to wait for the server to serve")
       ->capture_default_str();
   add_reduction_plan_flag(cmd, args->reduction_plan);
+  add_batch_invariant_flag(cmd, args->batch_invariant);
   cmd->callback([args] { run_sweep(*args); });
 }
 

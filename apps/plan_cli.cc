@@ -23,6 +23,12 @@ ModelRunOptions run_options_for(const std::string& reduction_plan) {
   return run;
 }
 
+void add_batch_invariant_flag(CLI::App* cmd, bool& batch_invariant) {
+  cmd->add_flag("--batch-invariant", batch_invariant,
+                "GPU kernels whose result for a row does not depend on its batch (size, other rows, micro-batches, "
+                "prefill chunks): with --reduction-plan, identical outputs under any load; slower at large batches");
+}
+
 void add_engine_flags(CLI::App* cmd, EngineCliArgs& args) {
   cmd->add_option("--page-size", args.page_size, "KV cache page size in tokens")->capture_default_str();
   cmd->add_option("--pp-max-micro-batch-size", args.pp_max_micro_batch_size,
@@ -32,6 +38,7 @@ void add_engine_flags(CLI::App* cmd, EngineCliArgs& args) {
                   "Micro-batches a pipeline stage may run ahead of the next, beyond one")
       ->capture_default_str();
   add_reduction_plan_flag(cmd, args.reduction_plan);
+  add_batch_invariant_flag(cmd, args.batch_invariant);
 }
 
 void add_plan_flags(CLI::App* cmd, PlanCliArgs& args) {

@@ -30,13 +30,18 @@ struct EngineCliArgs {
   int64_t pp_max_micro_batch_size = 0;
   int64_t pp_async_batch_depth = 0;
   std::string reduction_plan = "single";
+  bool batch_invariant = false;
 };
 
 // Adds --reduction-plan (ModelRunOptions), and parses it.
 void add_reduction_plan_flag(CLI::App* cmd, std::string& reduction_plan);
 ModelRunOptions run_options_for(const std::string& reduction_plan);
 
-// Adds --page-size, --pp-max-micro-batch-size, --pp-async-batch-depth and --reduction-plan.
+// Adds --batch-invariant (EngineOptions::batch_invariant).
+void add_batch_invariant_flag(CLI::App* cmd, bool& batch_invariant);
+
+// Adds --page-size, --pp-max-micro-batch-size, --pp-async-batch-depth, --reduction-plan and
+// --batch-invariant.
 void add_engine_flags(CLI::App* cmd, EngineCliArgs& args);
 
 // Adds --tp-size, --ep-size, --pp-size, --dp-size, --enable-dp-attention and the memory

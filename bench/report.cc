@@ -30,6 +30,7 @@ Json sweep_json(const SweepResult& r) {
   out["model"] = r.model;
   out["backend"] = r.backend;
   out["reduction_plan"] = r.reduction_plan;
+  out["batch_invariant"] = r.batch_invariant;
   out["reference_plan"] = r.reference_plan;
   out["plans"] = r.plans;
   out["concurrency"] = r.concurrency;
@@ -61,6 +62,7 @@ SweepResult sweep_from_json(const Json& in) {
   r.model = in.at("model").get<std::string>();
   r.backend = in.at("backend").get<std::string>();
   r.reduction_plan = in.value("reduction_plan", "single");  // absent in sweeps of earlier builds
+  r.batch_invariant = in.value("batch_invariant", false);
   r.reference_plan = in.value("reference_plan", "");
   r.plans = in.at("plans").get<std::vector<std::string>>();
   r.concurrency = in.at("concurrency").get<std::vector<int64_t>>();
@@ -211,7 +213,8 @@ std::string workload_line(const SweepResult& r) {
   for (const auto& [key, value] : r.workload.items())
     items += fmt::format("{}{} {}", items.empty() ? "" : ", ", key, value.is_string() ? value.get<std::string>() : value.dump());
   const std::string reduction =
-      r.reduction_plan == "single" ? std::string() : fmt::format(", reduction plan {}", r.reduction_plan);
+      (r.reduction_plan == "single" ? std::string() : fmt::format(", reduction plan {}", r.reduction_plan)) +
+      (r.batch_invariant ? ", batch-invariant kernels" : "");
   return fmt::format("Model {}, backend {}{}; workload: {}.", r.model, r.backend, reduction, items);
 }
 

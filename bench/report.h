@@ -31,6 +31,7 @@ struct SweepSkip {
 struct SweepResult {
   std::string model, backend;
   std::string reduction_plan = "single";  // the servers' --reduction-plan
+  bool batch_invariant = false;           // the servers' --batch-invariant
   std::string reference_plan;             // the first plan measured: outputs are compared with its
   std::vector<std::string> plans;     // as asked
   std::vector<int64_t> concurrency;   // as asked

@@ -185,7 +185,7 @@ Engine::Engine(const ModelSource& model, EngineOptions options)
   for (int r = 0; r < world; ++r) {
     Rank& rank = impl_->ranks[r];
     rank.coord = parallel::rank_coord(plan, r);
-    rank.backend = make_rank_backend(options_.backend, r);
+    rank.backend = make_rank_backend(options_.backend, r, options_.batch_invariant);
     rank.weights = model.weights();
   }
   const bool on_gpus = options_.backend == "cuda";

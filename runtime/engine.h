@@ -35,6 +35,7 @@ struct EngineOptions {
   int64_t pp_max_micro_batch_size = 0;
   int64_t pp_async_batch_depth = 0;
   ModelRunOptions run;  // reduction_plan: the same logits under every plan that nests in it
+  bool batch_invariant = false;  // every row's logits independent of its batch (rank_devices.h)
 };
 
 struct GenerateRequest {

@@ -32,7 +32,7 @@ int visible_gpus() {
 #endif
 }
 
-std::unique_ptr<ops::Backend> make_rank_backend(const std::string& kind, int rank) {
+std::unique_ptr<ops::Backend> make_rank_backend(const std::string& kind, int rank, bool batch_invariant) {
   if (kind == "cpu") return cpu::make_cpu_backend();
   if (kind == "cpu-bf16") return cpu::make_cpu_backend(cpu::CpuNumerics::kBf16);
 #ifdef MOESERVE_WITH_CUDA
@@ -40,7 +40,7 @@ std::unique_ptr<ops::Backend> make_rank_backend(const std::string& kind, int ran
     const int gpus = cuda::device_count();
     MS_CHECK(rank < gpus, "--backend cuda: rank {} needs GPU {}, but {} GPU(s) are visible", rank, rank, gpus);
     // Wrapped so that benchmarks can time ops; a disabled timer passes calls straight through.
-    return std::make_unique<cuda::OpTimingBackend>(cuda::make_cuda_backend(rank));
+    return std::make_unique<cuda::OpTimingBackend>(cuda::make_cuda_backend(rank, {batch_invariant}));
   }
   fail("--backend '{}': unknown backend (cpu, cpu-bf16, cuda)", kind);
 #else

@@ -21,7 +21,9 @@ std::vector<std::string> available_backends();
 // GPUs visible to this process (0 without the CUDA flavour or a driver).
 int visible_gpus();
 
-std::unique_ptr<ops::Backend> make_rank_backend(const std::string& kind, int rank);
+// batch_invariant: cuda::CudaBackendOptions::batch_invariant (CPU ranks are batch-invariant
+// already: every row's sums run in the same order whatever the batch).
+std::unique_ptr<ops::Backend> make_rank_backend(const std::string& kind, int rank, bool batch_invariant = false);
 
 // The NCCL world of a GPU run: one communicator per rank, bound to that rank's backend stream.
 class NcclWorld {

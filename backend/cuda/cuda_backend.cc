@@ -107,7 +107,8 @@ struct CudaGraph final : Graph {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device) : device_(device), cache_(std::make_shared<BlockCache>(device)) {
+  CudaBackend(int device, const CudaBackendOptions& options)
+      : device_(device), invariant_(options.batch_invariant), cache_(std::make_shared<BlockCache>(device)) {
     const int count = device_count();
     MS_CHECK(device >= 0 && device < count, "CUDA device {} requested, {} visible", device, count);
     MS_CUDA(cudaSetDevice(device));
@@ -234,11 +235,18 @@ class CudaBackend final : public Backend {
   void linear(const LinearParams& p) override {
     MS_CHECK(!p.accumulate || p.y_f32, "linear: accumulate needs an fp32 output (y_f32)");
     if (p.rows == 0) return;
-    if (small_linear_supported(p.rows, p.in_features, p.x, p.weight, p.x_stride)) {
+    if (invariant_ && linear_mma_supported(p.in_features, p.out_features, p.x, p.weight, p.x_stride)) {
+      launch_linear_mma(p.x, p.weight, p.y, p.rows, p.in_features, p.out_features, p.x_stride, p.y_stride,
+                        p.accumulate, p.y_f32, cur_);
+      return;
+    }
+    if (small_linear_supported(p.rows, p.in_features, p.x, p.weight, p.x_stride) ||
+        (invariant_ && streaming_linear_supported(p.in_features, p.x, p.weight, p.x_stride))) {
       launch_small_linear(p.x, p.weight, p.y, p.rows, p.in_features, p.out_features, p.x_stride, p.y_stride,
                           p.accumulate, p.y_f32, cur_);
       return;
     }
+    refuse_in_invariant_mode("linear", p.in_features);
     // Row-major y[T, N] = x[T, K] W[N, K]^T is column-major y^T = W^T^T x^T: A = W (K x N,
     // transposed), B = x (K x T), C = y (N x T).
     const float alpha = 1.0f, beta = p.accumulate ? 1.0f : 0.0f;
@@ -257,11 +265,13 @@ class CudaBackend final : public Backend {
 
   void mla_q_absorb(const MlaQAbsorbParams& p) override {
     if (p.tokens == 0) return;
-    if (mla_q_absorb_small_supported(p.tokens, p.latent, p.kv_b)) {
+    if (mla_q_absorb_small_supported(p.tokens, p.latent, p.kv_b) ||
+        (invariant_ && mla_q_absorb_streaming_supported(p.latent, p.kv_b))) {
       launch_mla_q_absorb_small(p.q, p.kv_b, p.q_latent, p.tokens, p.heads, p.q_head_stride, p.nope, p.v, p.latent,
                                 cur_);
       return;
     }
+    refuse_in_invariant_mode("mla_q_absorb", p.latent);
     // Per head h: q_latent_h [T, L] = q_nope_h [T, nope] @ W_uk_h [nope, L]; column-major
     // q_latent_h^T [L, T] = W_uk_h^T [L, nope] (W_uk_h row-major is col-major L x nope) x q_nope_h^T.
     const float alpha = 1.0f, beta = 0.0f;
@@ -276,7 +286,8 @@ class CudaBackend final : public Backend {
   void mla_v_up(const MlaVUpParams& p) override {
     if (p.tokens == 0) return;
     const void* w_uv = static_cast<const char*>(p.kv_b) + p.nope * p.latent * 2;  // head 0's W_uv [v, latent]
-    if (small_linear_supported(p.tokens, p.latent, p.attn_latent, w_uv, p.heads * p.latent) &&
+    if ((small_linear_supported(p.tokens, p.latent, p.attn_latent, w_uv, p.heads * p.latent) ||
+         (invariant_ && streaming_linear_supported(p.latent, p.attn_latent, w_uv, p.heads * p.latent))) &&
         ((p.nope + p.v) * p.latent) % 8 == 0) {
       // Per head h: out[:, h, :] = attn_latent[:, h, :] @ W_uv[h]^T, one streaming launch for all heads.
       launch_small_linear_batched(p.attn_latent, w_uv, p.out, p.tokens, p.latent, p.v, p.heads * p.latent,
@@ -284,6 +295,7 @@ class CudaBackend final : public Backend {
                                   /*accumulate=*/false, /*y_f32=*/false, cur_);
       return;
     }
+    refuse_in_invariant_mode("mla_v_up", p.latent);
     // Per head h: out_h [T, v] = latent_h [T, L] @ W_uv_h^T; column-major out_h^T [v, T] =
     // W_uv_h [v, L] (col-major L x v, transposed) x latent_h^T [L, T].
     const float alpha = 1.0f, beta = 0.0f;
@@ -299,16 +311,16 @@ class CudaBackend final : public Backend {
 
   void mla_attention(const MlaAttentionParams& p) override {
     void* ws = workspace(mla_workspace_, mla_workspace_bytes(p.tokens, p.heads, p.latent,
-                                                             p.max_pages_per_seq * p.page_size));
+                                                             p.max_pages_per_seq * p.page_size, invariant_));
     launch_mla_attention(p.q_latent, p.q_rope, p.cache, p.block_tables, p.seq_of_token, p.positions, p.out, p.tokens,
                          p.heads, p.latent, p.rope, p.q_head_stride, p.rope_offset, p.page_size, p.max_pages_per_seq,
-                         p.scale, ws, cur_);
+                         p.scale, invariant_, ws, cur_);
   }
 
   void moe_route(const MoeRouteParams& p) override {
     void* ws = workspace(route_workspace_, route_workspace_bytes(p.tokens, p.experts));
     launch_moe_route(p.x, p.weight, p.bias, p.topk_ids, p.topk_weights, p.tokens, p.hidden, p.experts, p.n_group,
-                     p.topk_group, p.top_k, p.norm_topk_prob, p.routed_scaling_factor, ws, cur_);
+                     p.topk_group, p.top_k, p.norm_topk_prob, p.routed_scaling_factor, invariant_, ws, cur_);
   }
 
   void moe_experts(const MoeExpertsParams& p) override {
@@ -320,14 +332,15 @@ class CudaBackend final : public Backend {
     MS_CUDA(cudaStreamIsCapturing(cur_, &capture));
     // Many rows per expert (prefill): tensor-core GEMMs per active expert, which needs the row
     // counts on the host. Few rows (decode): the streaming kernels, no synchronisation.
-    const bool gemm_path = capture == cudaStreamCaptureStatusNone && p.w13_host != nullptr &&
+    const bool gemm_path = !invariant_ && capture == cudaStreamCaptureStatusNone && p.w13_host != nullptr &&
                            pairs >= kGemmRowsPerExpert * local;
     if (gemm_path) {
       expert_gemms(p, ws, pairs, local);
     } else {
       // Pairs expected on this rank's experts (routing is uniform in expectation).
       const int64_t local_pairs = p.routed_experts > 0 ? pairs * local / p.routed_experts : pairs;
-      launch_moe_expert_kernels(p.x, p.w13, p.w2, pairs, local_pairs, p.top_k, local, p.hidden, p.inter, ws, cur_);
+      launch_moe_expert_kernels(p.x, p.w13, p.w2, pairs, local_pairs, p.top_k, local, p.hidden, p.inter, invariant_,
+                                ws, cur_);
     }
     launch_moe_combine(p.topk_weights, p.out, p.out_f32, p.tokens, p.top_k, local, p.hidden, p.inter, p.accumulate,
                        ws, cur_);
@@ -397,6 +410,7 @@ class CudaBackend final : public Backend {
   char* staging_ = nullptr;
   size_t staging_used_ = 0;
   int device_;
+  bool invariant_;  // CudaBackendOptions::batch_invariant
   std::shared_ptr<BlockCache> cache_;
   cudaStream_t stream_ = nullptr;       // main: every op, copy and collective by default
   cudaStream_t side_stream_ = nullptr;  // between side_begin() and side_end()
@@ -444,6 +458,13 @@ class CudaBackend final : public Backend {
     launch_round_to_bf16(b.partial, rows * p.hidden, cur_);
   }
 
+  // cuBLAS picks its kernel by shape, so a row's result depends on the batch: batch-invariant
+  // mode takes the streaming kernels, which need 16-byte rows (inner dimension % 8 == 0).
+  void refuse_in_invariant_mode(const char* op, int64_t inner) const {
+    MS_CHECK(!invariant_, "--batch-invariant: {} with an inner dimension of {} (or unaligned rows) has no "
+             "batch-invariant kernel (it needs a multiple of 8)", op, inner);
+  }
+
   // Grow-only scratch of one op. Growing waits for the stream (the old block may be in use);
   // the first run of each shape grows it, so a graph captured afterwards never does.
   void* workspace(BufferPtr& slot, int64_t bytes) {
@@ -457,7 +478,9 @@ class CudaBackend final : public Backend {
   BufferPtr moe_workspace_, route_workspace_, mla_workspace_, candidates_workspace_, sample_workspace_;
 };
 
-std::unique_ptr<ops::Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+std::unique_ptr<ops::Backend> make_cuda_backend(int device, const CudaBackendOptions& options) {
+  return std::make_unique<CudaBackend>(device, options);
+}
 
 cudaStream_t stream_of(ops::Backend& backend) {
   if (auto* timing = dynamic_cast<OpTimingBackend*>(&backend)) return stream_of(timing->inner());

@@ -13,8 +13,18 @@ namespace moeserve::cuda {
 // Number of visible CUDA devices (0 when there is no driver or no GPU).
 int device_count();
 
+struct CudaBackendOptions {
+  // Every row's result independent of the batch it runs in (its size, its other rows, how it
+  // is split into micro-batches or prefill chunks): projections take one kernel per shape
+  // whatever the batch (tensor cores for wide ones, else streamed in groups of 4 rows; no
+  // cuBLAS), the experts always take one kernel pair, the router one
+  // selection kernel, and attention splits each token's context by its own length. Costs
+  // speed at large batches; `--batch-invariant`.
+  bool batch_invariant = false;
+};
+
 class CudaBackend;
-std::unique_ptr<ops::Backend> make_cuda_backend(int device);
+std::unique_ptr<ops::Backend> make_cuda_backend(int device, const CudaBackendOptions& options = {});
 // The stream a CUDA backend runs on (for NCCL and graph capture).
 cudaStream_t stream_of(ops::Backend& backend);
 

@@ -1,10 +1,15 @@
 // Dense projections of a decode-sized batch (at most kTokensPerPass rows): y[T, N] (+)=
 // x[T, K] W[N, K]^T with warps over pairs of weight rows (and chunks of K), each row streamed
-// once with 16-byte loads and multiplied with every input row. cuBLAS's GEMV-shaped kernels reach
+// once with 16-byte loads and multiplied with every input row. More rows run as groups of
+// kTokensPerPass, each group's blocks next to the other groups' blocks of the same weight rows
+// (which they then mostly find in L2): every row gets the arithmetic of a run of its own, the
+// batch-invariant mode's projection at any batch size. cuBLAS's GEMV-shaped kernels reach
 // about half the HBM rate on the 8-60 MB attention and shared-expert matrices of a decode
 // step; this is the same streaming loop as the grouped experts' (row_dot.cuh).
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/mma.cuh"
 #include "backend/cuda/row_dot.cuh"
+#include "core/env.h"
 
 namespace moeserve::cuda {
 
@@ -21,16 +26,19 @@ constexpr int kGemvMaxSplits = kGemvWarps;
 __global__ void __launch_bounds__(kGemvWarps * 32)
 small_linear_kernel(const bf16* x, const bf16* weight, void* y, int tokens, int in, int out, int64_t x_stride,
                     int64_t y_stride, bool accumulate, bool y_f32, int k_splits, int64_t x_batch, int64_t w_batch,
-                    int64_t y_batch) {
+                    int64_t y_batch, int token_groups) {
   // Batch blockIdx.y: its own input columns, weight matrix and output columns (MLA's per-head
-  // value up-projection); one batch for a plain projection.
-  x += blockIdx.y * x_batch;
+  // value up-projection); one batch for a plain projection. blockIdx.x: the group of input
+  // rows (fastest) and the block of weight rows.
+  const int group = blockIdx.x % token_groups, row_block = blockIdx.x / token_groups;
+  tokens = min(kTokensPerPass, tokens - group * kTokensPerPass);
+  x += blockIdx.y * x_batch + static_cast<int64_t>(group) * kTokensPerPass * x_stride;
   weight += blockIdx.y * w_batch;
-  y = static_cast<char*>(y) + blockIdx.y * y_batch * (y_f32 ? 4 : 2);
+  y = static_cast<char*>(y) + (blockIdx.y * y_batch + static_cast<int64_t>(group) * kTokensPerPass * y_stride) * (y_f32 ? 4 : 2);
   __shared__ float partial[kGemvWarps][kGemvRowsPerWarp][kTokensPerPass];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int pair = warp / k_splits, split = warp % k_splits;
-  const int n0 = (blockIdx.x * (kGemvWarps / k_splits) + pair) * kGemvRowsPerWarp;
+  const int n0 = (row_block * (kGemvWarps / k_splits) + pair) * kGemvRowsPerWarp;
   const int chunk = (in / 8 + k_splits - 1) / k_splits * 8;  // multiple of 8: 16-byte aligned chunks
   const int k0 = min(in, split * chunk), k1 = min(in, k0 + chunk);
   float acc[kGemvRowsPerWarp][kTokensPerPass] = {};
@@ -93,10 +101,135 @@ int k_splits_for(int64_t in, int64_t out) {
   return k;
 }
 
+// The batch-invariant mode's projection of wide matrices on tensor cores ("swap AB", as the
+// grouped experts' expert_mma_kernel in moe.cu): a block takes 16 weight rows and every input
+// row in passes of 32 (four MMA tiles of 8); its warps split K into fixed contiguous ranges of
+// 32-element chunks (lane quad owns elements 8 quad .. 8 quad + 7 of a chunk, the same
+// permutation of k for weights and inputs), and their fp32 partial sums are added in warp
+// order. A row's arithmetic depends on K and the warp count only, never on how many rows run.
+constexpr int kLinearMmaWarps = 8;
+constexpr int kLinearMmaTileRows = 8;  // the MMA's N
+constexpr int kLinearMmaTiles = 4;     // input-row tiles per pass over the weights
+constexpr int kLinearMmaChunk = 32;    // K elements per lane-quad step
+// Chunks per warp in flight: with every tile's input fragments loaded ahead of the MMAs, 2 was
+// faster than 4 (K2.6 x3 on one H200, batch 1 / 128: 1.867 / 25.3 against 1.919 / 26.6 ms).
+constexpr int kLinearMmaUnroll = 2;
+
+__global__ void __launch_bounds__(kLinearMmaWarps * 32)
+linear_mma_kernel(const bf16* x, const bf16* weight, void* y, int tokens, int in, int out, int64_t x_stride,
+                  int64_t y_stride, bool accumulate, bool y_f32) {
+  __shared__ float partial[kLinearMmaWarps][kLinearMmaTiles][4][32];  // 16 KB
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lane >> 2, quad = lane & 3;
+  const int n0 = blockIdx.x * 16;
+  const bf16* rows[2];
+  bool row_ok[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int n = n0 + group + 8 * half;
+    row_ok[half] = n < out;
+    rows[half] = weight + static_cast<int64_t>(row_ok[half] ? n : 0) * in + 8 * quad;
+  }
+  const int chunks = in / kLinearMmaChunk;
+  const int per_warp = (chunks + kLinearMmaWarps - 1) / kLinearMmaWarps;
+  const int chunk_begin = min(chunks, warp * per_warp), chunk_end = min(chunks, chunk_begin + per_warp);
+  pdl_enter();
+  for (int first = 0; first < tokens; first += kLinearMmaTileRows * kLinearMmaTiles) {
+    const int tiles = min(kLinearMmaTiles, (tokens - first + kLinearMmaTileRows - 1) / kLinearMmaTileRows);
+    const bf16* token_row[kLinearMmaTiles];  // this lane's input row of each tile (null past the last)
+#pragma unroll
+    for (int tile = 0; tile < kLinearMmaTiles; ++tile) {
+      const int t = first + tile * kLinearMmaTileRows + group;
+      token_row[tile] = tile < tiles && t < tokens ? x + static_cast<int64_t>(t) * x_stride + 8 * quad : nullptr;
+    }
+    float acc[kLinearMmaTiles][4] = {};
+    for (int c0 = chunk_begin; c0 < chunk_end; c0 += kLinearMmaUnroll) {
+      uint4 w[kLinearMmaUnroll][2];
+#pragma unroll
+      for (int u = 0; u < kLinearMmaUnroll; ++u)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+          w[u][half] = c0 + u < chunk_end && row_ok[half]
+                           ? *reinterpret_cast<const uint4*>(rows[half] + (c0 + u) * kLinearMmaChunk)
+                           : make_uint4(0, 0, 0, 0);
+      // Every tile's input fragments of these chunks in flight before the first MMA.
+      uint4 b[kLinearMmaTiles][kLinearMmaUnroll];
+#pragma unroll
+      for (int tile = 0; tile < kLinearMmaTiles; ++tile)
+#pragma unroll
+        for (int u = 0; u < kLinearMmaUnroll; ++u)
+          b[tile][u] = token_row[tile] != nullptr && c0 + u < chunk_end
+                           ? *reinterpret_cast<const uint4*>(token_row[tile] + (c0 + u) * kLinearMmaChunk)
+                           : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int tile = 0; tile < kLinearMmaTiles; ++tile) {
+        if (tile >= tiles) break;
+#pragma unroll
+        for (int u = 0; u < kLinearMmaUnroll; ++u) {
+          if (c0 + u >= chunk_end) break;
+          const uint32_t a0[4] = {w[u][0].x, w[u][1].x, w[u][0].y, w[u][1].y};
+          const uint32_t a1[4] = {w[u][0].z, w[u][1].z, w[u][0].w, w[u][1].w};
+          mma_16x8x16(acc[tile], a0, b[tile][u].x, b[tile][u].y);
+          mma_16x8x16(acc[tile], a1, b[tile][u].z, b[tile][u].w);
+        }
+      }
+    }
+#pragma unroll
+    for (int tile = 0; tile < kLinearMmaTiles; ++tile)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) partial[warp][tile][i][lane] = acc[tile][i];
+    __syncthreads();
+    if (warp == 0) {
+#pragma unroll
+      for (int tile = 0; tile < kLinearMmaTiles; ++tile) {
+        if (tile >= tiles) break;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int n = n0 + group + 8 * (i >> 1);
+          const int t = first + tile * kLinearMmaTileRows + 2 * quad + (i & 1);
+          float sum = 0.0f;
+          for (int wp = 0; wp < kLinearMmaWarps; ++wp) sum += partial[wp][tile][i][lane];
+          if (n >= out || t >= tokens) continue;
+          const int64_t o = static_cast<int64_t>(t) * y_stride + n;
+          if (y_f32) {
+            float* y32 = static_cast<float*>(y);
+            y32[o] = accumulate ? y32[o] + sum : sum;
+          } else {
+            static_cast<bf16*>(y)[o] = to_bf(sum);  // accumulation is into fp32 outputs only (ops.h)
+          }
+        }
+      }
+    }
+    __syncthreads();  // partial[] is rewritten by the next pass
+  }
+}
+
 }  // namespace
 
+// A measurement switch (not for serving): MOESERVE_LINEAR_MMA_MIN_ROWS moves the width from which
+// batch-invariant projections take tensor cores (docs/benchmarks.md, "Batch-invariant mode").
+int64_t linear_mma_min_rows() {
+  static const int64_t rows = env_int("MOESERVE_LINEAR_MMA_MIN_ROWS", static_cast<int>(kLinearMmaMinRows));
+  return rows;
+}
+
+bool linear_mma_supported(int64_t in, int64_t out, const void* x, const void* weight, int64_t x_stride) {
+  return in % kLinearMmaChunk == 0 && out >= linear_mma_min_rows() && x_stride % 8 == 0 && aligned16({x, weight});
+}
+
+void launch_linear_mma(const void* x, const void* weight, void* y, int64_t rows, int64_t in, int64_t out,
+                       int64_t x_stride, int64_t y_stride, bool accumulate, bool y_f32, cudaStream_t stream) {
+  if (rows == 0) return;
+  launch_pdl(linear_mma_kernel, static_cast<unsigned>((out + 15) / 16), kLinearMmaWarps * 32, 0, stream,
+             static_cast<const bf16*>(x), static_cast<const bf16*>(weight), y, static_cast<int>(rows),
+             static_cast<int>(in), static_cast<int>(out), x_stride, y_stride, accumulate, y_f32);
+}
+
+bool streaming_linear_supported(int64_t in, const void* x, const void* weight, int64_t x_stride) {
+  return in % 8 == 0 && x_stride % 8 == 0 && aligned16({x, weight});
+}
+
 bool small_linear_supported(int64_t rows, int64_t in, const void* x, const void* weight, int64_t x_stride) {
-  return rows >= 1 && rows <= kTokensPerPass && in % 8 == 0 && x_stride % 8 == 0 && aligned16({x, weight});
+  return rows >= 1 && rows <= kTokensPerPass && streaming_linear_supported(in, x, weight, x_stride);
 }
 
 void launch_small_linear(const void* x, const void* weight, void* y, int64_t rows, int64_t in, int64_t out,
@@ -107,13 +240,16 @@ void launch_small_linear(const void* x, const void* weight, void* y, int64_t row
 void launch_small_linear_batched(const void* x, const void* weight, void* y, int64_t rows, int64_t in, int64_t out,
                                  int64_t x_stride, int64_t y_stride, int64_t batches, int64_t x_batch,
                                  int64_t w_batch, int64_t y_batch, bool accumulate, bool y_f32, cudaStream_t stream) {
-  const int k_splits = k_splits_for(in, out * batches);
+  if (rows == 0) return;
+  const int k_splits = k_splits_for(in, out * batches);  // never depends on rows
   const int64_t rows_per_block = (kGemvWarps / k_splits) * kGemvRowsPerWarp;
+  const int64_t token_groups = (rows + kTokensPerPass - 1) / kTokensPerPass;
   launch_pdl(small_linear_kernel,
-             dim3(static_cast<unsigned>((out + rows_per_block - 1) / rows_per_block), static_cast<unsigned>(batches)),
+             dim3(static_cast<unsigned>((out + rows_per_block - 1) / rows_per_block * token_groups),
+                  static_cast<unsigned>(batches)),
              kGemvWarps * 32, 0, stream, static_cast<const bf16*>(x), static_cast<const bf16*>(weight), y,
              static_cast<int>(rows), static_cast<int>(in), static_cast<int>(out), x_stride, y_stride, accumulate,
-             y_f32, k_splits, x_batch, w_batch, y_batch);
+             y_f32, k_splits, x_batch, w_batch, y_batch, static_cast<int>(token_groups));
 }
 
 }  // namespace moeserve::cuda

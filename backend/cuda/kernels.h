@@ -13,8 +13,18 @@ void launch_embedding(const int32_t* ids, const void* table, void* out, int64_t 
                       int64_t vocab_begin, int64_t vocab_end, cudaStream_t stream);
 void launch_rms_norm(const void* x, const void* weight, void* y, int64_t rows, int64_t dim, int64_t x_stride,
                      int64_t y_stride, float eps, cudaStream_t stream);
-// Decode-sized dense projection (gemv.cu): rows <= 4, 16-byte aligned x and weight, in % 8 == 0.
+// Streamed dense projection (gemv.cu): 16-byte aligned x and weight, in % 8 == 0. Decode-sized
+// (rows <= 4: small_linear_supported) it is the fastest; any rows run as groups of 4, each row
+// with the arithmetic of a run of its own (the batch-invariant mode's projection).
+bool streaming_linear_supported(int64_t in, const void* x, const void* weight, int64_t x_stride);
 bool small_linear_supported(int64_t rows, int64_t in, const void* x, const void* weight, int64_t x_stride);
+// The batch-invariant mode's projection of wide matrices (out >= kLinearMmaMinRows, in % 32 == 0,
+// aligned rows) on tensor cores: any rows, each with the arithmetic of a run of its own
+// (gemv.cu). Narrower ones stream (the batch-invariant choice depends on the shape only).
+constexpr int64_t kLinearMmaMinRows = 2048;
+bool linear_mma_supported(int64_t in, int64_t out, const void* x, const void* weight, int64_t x_stride);
+void launch_linear_mma(const void* x, const void* weight, void* y, int64_t rows, int64_t in, int64_t out,
+                       int64_t x_stride, int64_t y_stride, bool accumulate, bool y_f32, cudaStream_t stream);
 void launch_small_linear(const void* x, const void* weight, void* y, int64_t rows, int64_t in, int64_t out,
                          int64_t x_stride, int64_t y_stride, bool accumulate, bool y_f32, cudaStream_t stream);
 // `batches` such projections at once: batch b reads x + b * x_batch and weight + b * w_batch
@@ -45,27 +55,32 @@ void launch_bf16_to_f32(const void* src, float* dst, int64_t count, cudaStream_t
 void launch_round_to_bf16(float* x, int64_t count, cudaStream_t stream);
 
 // The absorbed query of a decode-sized batch (tokens <= 4, latent % 8 == 0, latent <= 2048,
-// kv_b 16-byte aligned): q_latent[t, h, :] = q_nope[t, h, :] @ W_uk[h] (mla_attention.cu).
+// kv_b 16-byte aligned): q_latent[t, h, :] = q_nope[t, h, :] @ W_uk[h] (mla_attention.cu). Any
+// tokens run as groups of 4 with the arithmetic of a run of their own (batch-invariant mode;
+// mla_q_absorb_streaming_supported).
+bool mla_q_absorb_streaming_supported(int64_t latent, const void* kv_b);
 bool mla_q_absorb_small_supported(int64_t tokens, int64_t latent, const void* kv_b);
 void launch_mla_q_absorb_small(const void* q, const void* kv_b, void* q_latent, int64_t tokens, int64_t heads,
                                int64_t q_head_stride, int64_t nope, int64_t v, int64_t latent, cudaStream_t stream);
 
 // MLA attention over the paged latent cache (mla_attention.cu).
 // Workspace: per (token, head, context split) partial softmax state (mla_workspace_bytes).
-int64_t mla_workspace_bytes(int64_t tokens, int64_t heads, int64_t latent, int64_t max_context);
+// batch_invariant: each token's context is split by its own length only (the same arithmetic in
+// any batch); otherwise the splits fill the GPU for this launch's tokens.
+int64_t mla_workspace_bytes(int64_t tokens, int64_t heads, int64_t latent, int64_t max_context, bool batch_invariant);
 void launch_mla_attention(const void* q_latent, const void* q_rope, const void* cache, const int32_t* block_tables,
                           const int32_t* seq_of_token, const int32_t* positions, void* out, int64_t tokens,
                           int64_t heads, int64_t latent, int64_t rope, int64_t q_head_stride, int64_t rope_offset,
-                          int64_t page_size, int64_t max_pages_per_seq, float scale, void* workspace,
-                          cudaStream_t stream);
+                          int64_t page_size, int64_t max_pages_per_seq, float scale, bool batch_invariant,
+                          void* workspace, cudaStream_t stream);
 
 // MoE (moe.cu).
 // Workspace: the [tokens, experts] fp32 router logits (route_workspace_bytes).
 int64_t route_workspace_bytes(int64_t tokens, int64_t experts);
 void launch_moe_route(const void* x, const float* weight, const float* bias, int32_t* topk_ids, float* topk_weights,
                       int64_t tokens, int64_t hidden, int64_t experts, int64_t n_group, int64_t topk_group,
-                      int64_t top_k, bool norm_topk_prob, float routed_scaling_factor, void* workspace,
-                      cudaStream_t stream);
+                      int64_t top_k, bool norm_topk_prob, float routed_scaling_factor, bool batch_invariant,
+                      void* workspace, cudaStream_t stream);
 
 // Workspace of the grouped expert computation; sized by moe_workspace_bytes().
 int64_t moe_workspace_bytes(int64_t tokens, int64_t top_k, int64_t local_experts, int64_t hidden, int64_t inter);
@@ -77,9 +92,11 @@ int64_t moe_workspace_bytes(int64_t tokens, int64_t top_k, int64_t local_experts
 void launch_moe_sort(const int32_t* topk_ids, int64_t pairs, int64_t expert_begin, int64_t expert_end,
                      int64_t hidden, int64_t inter, void* workspace, cudaStream_t stream);
 // `local_pairs`: the pairs expected to be routed to the local experts (picks the kernels).
+// batch_invariant: one kernel pair whatever the rows per expert (tensor cores where the shapes
+// allow), so a row's arithmetic does not depend on the batch.
 void launch_moe_expert_kernels(const void* x, const void* const* w13, const void* const* w2, int64_t pairs,
                                int64_t local_pairs, int64_t top_k, int64_t local_experts, int64_t hidden, int64_t inter,
-                               void* workspace, cudaStream_t stream);
+                               bool batch_invariant, void* workspace, cudaStream_t stream);
 // GEMM path: buffers inside the workspace.
 struct MoeGemmBuffers {
   int32_t* offsets;  // [local_experts + 1] (device)

@@ -35,6 +35,19 @@ constexpr int kMinSplitLength = 16;
 // (many blocks) matter more than the merge's extra partials.
 constexpr int kMaxSplits = 64;
 constexpr int kTargetBlocks = 2048;
+// Batch-invariant mode: a token's context is split in runs of kInvariantSplitRows cache rows
+// (doubled until at most kMaxSplits runs hold it), whatever the batch, so its partial states
+// and their merge are the same arithmetic in any batch (a multiple of the tensor-core tile).
+constexpr int kInvariantSplitRows = 256;
+
+// Rows per split of a token with `context` positions: `split_length` when positive; 0 asks for
+// the batch-invariant length, which depends on the token's own context only.
+__host__ __device__ __forceinline__ int token_split_length(int split_length, int context) {
+  if (split_length > 0) return split_length;
+  int length = kInvariantSplitRows;
+  while (static_cast<int64_t>(length) * kMaxSplits < context) length *= 2;
+  return length;
+}
 
 // Splits of the context for a launch: enough blocks to fill the GPU, none shorter than
 // kMinSplitLength positions.
@@ -51,10 +64,13 @@ struct Partials {
   float* acc;  // [tokens, heads, splits, latent]
 };
 
+// acc starts on a 16-byte boundary (the kernels store it four floats at a time).
+int64_t acc_offset(int64_t partial_states) { return (2 * partial_states + 3) / 4 * 4; }
+
 Partials carve(void* workspace, int64_t tokens, int64_t heads, int64_t splits, int64_t latent) {
   auto* f = static_cast<float*>(workspace);
   const int64_t n = tokens * heads * splits;
-  return {f, f + n, f + 2 * n};
+  return {f, f + n, f + acc_offset(n)};
 }
 
 // What a warp of a split kernel works on: token t, head h, context positions [begin, end)
@@ -70,8 +86,9 @@ __device__ __forceinline__ SplitTask split_task(const int32_t* positions, int he
   w.split = blockIdx.z;
   w.lane = threadIdx.x & 31;
   w.h = blockIdx.y * kHeadsPerBlock + (threadIdx.x >> 5);
-  w.begin = w.split * split_length;
-  w.end = min(positions[w.t] + 1, w.begin + split_length);
+  const int length = token_split_length(split_length, positions[w.t] + 1);
+  w.begin = w.split * length;
+  w.end = min(positions[w.t] + 1, w.begin + length);
   w.slot = (static_cast<int64_t>(w.t) * heads + w.h) * gridDim.z + w.split;
   return w;
 }
@@ -328,8 +345,9 @@ mla_split_mma_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache
   pdl_enter();
   const int t = blockIdx.x, h0 = blockIdx.y * kMmaHeads, split = blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lane >> 2, quad = lane & 3;
-  const int begin = split * split_length;
-  const int end = min(positions[t] + 1, begin + split_length);
+  const int length = token_split_length(split_length, positions[t] + 1);
+  const int begin = split * length;
+  const int end = min(positions[t] + 1, begin + length);
   const int32_t* table = block_tables + static_cast<int64_t>(seq_of_token[t]) * max_pages_per_seq;
   constexpr int kChunks = kMmaWidth / 8;  // 16-byte chunks per row
 
@@ -490,6 +508,18 @@ int mma_splits_for(int64_t tokens, int64_t heads, int64_t max_context) {
   return static_cast<int>(std::min<int64_t>({kMaxSplits, by_length, by_occupancy}));
 }
 
+// The tensor-core kernel's dynamic shared memory, set once per device (one thread per GPU).
+void configure_mma_kernel() {
+  static thread_local int configured_device = -1;
+  int device = 0;
+  cudaGetDevice(&device);
+  if (configured_device != device) {
+    cudaFuncSetAttribute(mla_split_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(kMmaSharedBytes));
+    configured_device = device;
+  }
+}
+
 bool vec_shapes(int64_t latent, int64_t rope, const void* q_latent, const void* cache) {
   return latent % 8 == 0 && rope % 2 == 0 && rope <= 64 && (latent + rope) % 8 == 0 && aligned16({q_latent, cache});
 }
@@ -543,8 +573,13 @@ constexpr int kAbsorbRowsInFlight = 8;
 
 __global__ void __launch_bounds__(kAbsorbThreads)
 mla_q_absorb_small_kernel(const bf16* q, const bf16* kv_b, bf16* q_latent, int tokens, int heads,
-                          int64_t q_head_stride, int nope, int v, int latent) {
-  const int h = blockIdx.x;
+                          int64_t q_head_stride, int nope, int v, int latent, int token_groups) {
+  // blockIdx.x: the group of kAbsorbTokens tokens (fastest: the groups of one head's columns
+  // read the same weights, mostly from L2) and the head.
+  const int token_group = blockIdx.x % token_groups, h = blockIdx.x / token_groups;
+  tokens = min(kAbsorbTokens, tokens - token_group * kAbsorbTokens);
+  q += static_cast<int64_t>(token_group) * kAbsorbTokens * heads * q_head_stride;
+  q_latent += static_cast<int64_t>(token_group) * kAbsorbTokens * heads * latent;
   const int col0 = blockIdx.y * kAbsorbColumns;
   const int columns = min(kAbsorbColumns, latent - col0);
   const int lanes = columns / 8, groups = kAbsorbThreads / lanes;
@@ -599,30 +634,44 @@ mla_q_absorb_small_kernel(const bf16* q, const bf16* kv_b, bf16* q_latent, int t
 
 }  // namespace
 
+bool mla_q_absorb_streaming_supported(int64_t latent, const void* kv_b) {
+  return latent % 8 == 0 && aligned16({kv_b});
+}
+
 bool mla_q_absorb_small_supported(int64_t tokens, int64_t latent, const void* kv_b) {
-  return tokens >= 1 && tokens <= kAbsorbTokens && latent % 8 == 0 && aligned16({kv_b});
+  return tokens >= 1 && tokens <= kAbsorbTokens && mla_q_absorb_streaming_supported(latent, kv_b);
 }
 
 void launch_mla_q_absorb_small(const void* q, const void* kv_b, void* q_latent, int64_t tokens, int64_t heads,
                                int64_t q_head_stride, int64_t nope, int64_t v, int64_t latent, cudaStream_t stream) {
+  if (tokens == 0) return;
+  const int64_t token_groups = (tokens + kAbsorbTokens - 1) / kAbsorbTokens;
   launch_pdl(mla_q_absorb_small_kernel,
-             dim3(static_cast<unsigned>(heads), static_cast<unsigned>((latent + kAbsorbColumns - 1) / kAbsorbColumns)),
+             dim3(static_cast<unsigned>(heads * token_groups),
+                  static_cast<unsigned>((latent + kAbsorbColumns - 1) / kAbsorbColumns)),
              kAbsorbThreads, 0, stream,
              static_cast<const bf16*>(q), static_cast<const bf16*>(kv_b), static_cast<bf16*>(q_latent),
              static_cast<int>(tokens), static_cast<int>(heads), q_head_stride, static_cast<int>(nope),
-             static_cast<int>(v), static_cast<int>(latent));
+             static_cast<int>(v), static_cast<int>(latent), static_cast<int>(token_groups));
 }
 
-int64_t mla_workspace_bytes(int64_t tokens, int64_t heads, int64_t latent, int64_t max_context) {
-  const int64_t splits = splits_for(tokens, heads, max_context);
-  return 4 * tokens * heads * splits * (latent + 2);
+// Splits of a batch-invariant launch: enough for the longest context's invariant runs.
+int invariant_splits_for(int64_t max_context) {
+  const int64_t length = token_split_length(0, static_cast<int>(std::min<int64_t>(max_context, 1 << 30)));
+  return static_cast<int>(std::min<int64_t>(kMaxSplits, (max_context + length - 1) / length));
+}
+
+int64_t mla_workspace_bytes(int64_t tokens, int64_t heads, int64_t latent, int64_t max_context, bool batch_invariant) {
+  const int64_t splits = batch_invariant ? invariant_splits_for(max_context) : splits_for(tokens, heads, max_context);
+  const int64_t n = tokens * heads * splits;
+  return 4 * (acc_offset(n) + n * latent);
 }
 
 void launch_mla_attention(const void* q_latent, const void* q_rope, const void* cache, const int32_t* block_tables,
                           const int32_t* seq_of_token, const int32_t* positions, void* out, int64_t tokens,
                           int64_t heads, int64_t latent, int64_t rope, int64_t q_head_stride, int64_t rope_offset,
-                          int64_t page_size, int64_t max_pages_per_seq, float scale, void* workspace,
-                          cudaStream_t stream) {
+                          int64_t page_size, int64_t max_pages_per_seq, float scale, bool batch_invariant,
+                          void* workspace, cudaStream_t stream) {
   if (latent > kMaxLatent || rope > kMaxRope)
     throw std::invalid_argument("mla_attention: unsupported kv_lora_rank " + std::to_string(latent) +
                                 " / qk_rope_head_dim " + std::to_string(rope) + " (max 512 / 128)");
@@ -632,21 +681,23 @@ void launch_mla_attention(const void* q_latent, const void* q_rope, const void* 
   const auto* q_r = static_cast<const bf16*>(q_rope);
   const auto* rows = static_cast<const bf16*>(cache);
   // Kernel 1 (one of three) writes the splits' partial states; the merge kernel combines them.
+  const bool on_tensor_cores =
+      mma_shapes(heads, latent, rope, q_head_stride, rope_offset, q_latent, q_rope, cache) && !mla_on_cuda_cores();
   int splits = splits_for(tokens, heads, max_context);  // the workspace holds this many
-  if (mma_shapes(heads, latent, rope, q_head_stride, rope_offset, q_latent, q_rope, cache) && !mla_on_cuda_cores()) {
+  int split_length = 0;  // 0: each token's own runs (token_split_length), batch-invariant
+  if (batch_invariant) {
+    splits = invariant_splits_for(max_context);  // blocks past a token's own runs stay empty
+  } else if (on_tensor_cores) {
     // Whole tiles per split; as many splits as that takes to hold the context.
     const int64_t wanted = std::min(splits, mma_splits_for(tokens, heads, max_context));
     const int64_t rows_per_split = (max_context + wanted - 1) / wanted;
-    const int split_length = static_cast<int>((rows_per_split + kMmaRows - 1) / kMmaRows * kMmaRows);
+    split_length = static_cast<int>((rows_per_split + kMmaRows - 1) / kMmaRows * kMmaRows);
     splits = static_cast<int>((max_context + split_length - 1) / split_length);
-    static thread_local int configured_device = -1;  // the attribute is per device; one thread per GPU
-    int device = 0;
-    cudaGetDevice(&device);
-    if (configured_device != device) {
-      cudaFuncSetAttribute(mla_split_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(kMmaSharedBytes));
-      configured_device = device;
-    }
+  } else {
+    split_length = static_cast<int>((max_context + splits - 1) / splits);
+  }
+  if (on_tensor_cores) {
+    configure_mma_kernel();
     launch_pdl(mla_split_mma_kernel,
                dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(head_blocks(heads)),
                     static_cast<unsigned>(splits)),
@@ -654,7 +705,6 @@ void launch_mla_attention(const void* q_latent, const void* q_rope, const void* 
                carve(workspace, tokens, heads, splits, latent), static_cast<int>(heads), q_head_stride, rope_offset,
                static_cast<int>(page_size), max_pages_per_seq, scale, split_length);
   } else {
-    const int split_length = static_cast<int>((max_context + splits - 1) / splits);
     const dim3 grid(static_cast<unsigned>(tokens),
                     static_cast<unsigned>((heads + kHeadsPerBlock - 1) / kHeadsPerBlock), static_cast<unsigned>(splits));
     auto* kernel = vec_shapes(latent, rope, q_latent, cache) ? mla_split_vec_kernel : mla_split_kernel;

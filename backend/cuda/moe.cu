@@ -627,8 +627,8 @@ int64_t route_workspace_bytes(int64_t tokens, int64_t experts) { return align256
 
 void launch_moe_route(const void* x, const float* weight, const float* bias, int32_t* topk_ids, float* topk_weights,
                       int64_t tokens, int64_t hidden, int64_t experts, int64_t n_group, int64_t topk_group,
-                      int64_t top_k, bool norm_topk_prob, float routed_scaling_factor, void* workspace,
-                      cudaStream_t stream) {
+                      int64_t top_k, bool norm_topk_prob, float routed_scaling_factor, bool batch_invariant,
+                      void* workspace, cudaStream_t stream) {
   if (n_group > 64) throw std::invalid_argument("moe_route: n_group " + std::to_string(n_group) + " > 64");
   if (hidden % 4 != 0) throw std::invalid_argument("moe_route: hidden " + std::to_string(hidden) + " is not a multiple of 4");
   if (tokens == 0) return;
@@ -636,8 +636,10 @@ void launch_moe_route(const void* x, const float* weight, const float* bias, int
   const dim3 grid(static_cast<unsigned>(experts), static_cast<unsigned>((tokens + kRouteTokens - 1) / kRouteTokens));
   launch_pdl(router_logits_kernel, grid, kRouteWarps * 32, 0, stream, static_cast<const bf16*>(x), weight, logits,
              static_cast<int>(tokens), static_cast<int>(hidden), static_cast<int>(experts));
-  if (topk_group >= n_group && tokens <= kBlockSelectTokens && experts <= kSelectThreads * kSelectPerThread &&
-      top_k <= 32) {
+  // Up to kBlockSelectTokens tokens, a block per token (not in batch-invariant mode: the warp
+  // kernel below sums a token's chosen scores in another order).
+  if (!batch_invariant && topk_group >= n_group && tokens <= kBlockSelectTokens &&
+      experts <= kSelectThreads * kSelectPerThread && top_k <= 32) {
     launch_pdl(route_select_register_kernel<kSelectThreads, kSelectPerThread>, tokens, kSelectThreads, 0, stream,
                logits, bias, topk_ids, topk_weights, static_cast<int>(experts), static_cast<int>(top_k),
                norm_topk_prob, routed_scaling_factor);
@@ -692,7 +694,7 @@ bool experts_on_cuda_cores() {
 
 void launch_moe_expert_kernels(const void* x, const void* const* w13, const void* const* w2, int64_t pairs,
                                int64_t local_pairs, int64_t top_k, int64_t local_experts, int64_t hidden, int64_t inter,
-                               void* workspace, cudaStream_t stream) {
+                               bool batch_invariant, void* workspace, cudaStream_t stream) {
   const MoeWorkspace ws = carve(workspace, pairs, local_experts, hidden, inter);
   const int64_t max_active = std::min(local_experts, pairs);
   // Tensor cores from one row per local expert on average (weight rows are 16-byte
@@ -702,7 +704,7 @@ void launch_moe_expert_kernels(const void* x, const void* const* w13, const void
   // cores; from batch 64 (1.33 rows per expert) the tensor cores are as fast or faster
   // (batch 128 17.25 against 22.5 ms; docs/benchmarks.md).
   const bool mma_shapes = hidden % kExpertMmaChunk == 0 && inter % kExpertMmaChunk == 0 && aligned16({x});
-  if (mma_shapes && local_pairs >= local_experts && !experts_on_cuda_cores()) {
+  if (mma_shapes && (batch_invariant || local_pairs >= local_experts) && !experts_on_cuda_cores()) {
     launch_pdl(expert_mma_kernel<2, 2>, dim3(static_cast<unsigned>(max_active), static_cast<unsigned>((inter + 15) / 16)),
                kExpertMmaWarps * 32, 0, stream, static_cast<const bf16*>(x), w13, ws, static_cast<int>(top_k),
                static_cast<int>(hidden), static_cast<int>(inter), static_cast<int>(inter));

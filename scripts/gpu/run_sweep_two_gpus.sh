@@ -2,8 +2,9 @@
 # Issue 7 acceptance 5 on two H200s: one server driven through tp2, ep2 and pp2 by live
 # re-plan, bench at every concurrency; sweep.md records each re-plan's time to ready beside
 # the cold start, and how many greedy outputs equal the first plan's. Then the same under
-# --reduction-plan tp2 for one GPU, tp2 and pp2 (REDUCTION=0 skips it). Output in
-# $OUT/sweep and $OUT/sweep_reduction_tp2.
+# --reduction-plan tp2 for one GPU, tp2 and pp2 (REDUCTION=0 skips it), and with INVARIANT=1
+# also with --batch-invariant (outputs equal one GPU's under any load). PLAIN=0 skips the first.
+# Output in $OUT/sweep, $OUT/sweep_reduction_tp2 and $OUT/sweep_invariant_tp2.
 set -u
 export NCCL_NVLS_ENABLE=0
 BIN=${MOESERVE_BIN:-carry/moeserve}
@@ -19,5 +20,6 @@ sweep() {  # name plans extra-flags...
   tail -3 "$OUT/$name.log"
   cat "$OUT/$name/sweep.md" 2>/dev/null
 }
-sweep sweep tp2,ep2,pp2
+[[ ${PLAIN:-1} == 1 ]] && sweep sweep tp2,ep2,pp2
 [[ ${REDUCTION:-1} == 1 ]] && sweep sweep_reduction_tp2 single,tp2,pp2 --reduction-plan tp2
+[[ ${INVARIANT:-0} == 1 ]] && sweep sweep_invariant_tp2 single,tp2,pp2 --reduction-plan tp2 --batch-invariant
