@@ -2,8 +2,8 @@
 // x[T, K] W[N, K]^T with warps over pairs of weight rows (and chunks of K), each row streamed
 // once with 16-byte loads and multiplied with every input row. More rows run as groups of
 // kTokensPerPass, each group's blocks next to the other groups' blocks of the same weight rows
-// (which they then mostly find in L2): every row gets the arithmetic of a run of its own, the
-// batch-invariant mode's projection at any batch size. cuBLAS's GEMV-shaped kernels reach
+// in launch order (so that they can share those rows through L2): every row gets the
+// arithmetic of a run of its own, the batch-invariant mode's projection of narrow matrices. cuBLAS's GEMV-shaped kernels reach
 // about half the HBM rate on the 8-60 MB attention and shared-expert matrices of a decode
 // step; this is the same streaming loop as the grouped experts' (row_dot.cuh).
 #include "backend/cuda/kernels.h"
