@@ -242,8 +242,8 @@ class CudaBackend final : public Backend {
     }
     if (small_linear_supported(p.rows, p.in_features, p.x, p.weight, p.x_stride) ||
         (invariant_ && streaming_linear_supported(p.in_features, p.x, p.weight, p.x_stride))) {
-      launch_small_linear(p.x, p.weight, p.y, p.rows, p.in_features, p.out_features, p.x_stride, p.y_stride,
-                          p.accumulate, p.y_f32, cur_);
+      launch_streaming_linear(p.x, p.weight, p.y, p.rows, p.in_features, p.out_features, p.x_stride, p.y_stride,
+                              p.accumulate, p.y_f32, cur_);
       return;
     }
     refuse_in_invariant_mode("linear", p.in_features);
@@ -290,9 +290,9 @@ class CudaBackend final : public Backend {
          (invariant_ && streaming_linear_supported(p.latent, p.attn_latent, w_uv, p.heads * p.latent))) &&
         ((p.nope + p.v) * p.latent) % 8 == 0) {
       // Per head h: out[:, h, :] = attn_latent[:, h, :] @ W_uv[h]^T, one streaming launch for all heads.
-      launch_small_linear_batched(p.attn_latent, w_uv, p.out, p.tokens, p.latent, p.v, p.heads * p.latent,
-                                  p.heads * p.v, p.heads, p.latent, (p.nope + p.v) * p.latent, p.v,
-                                  /*accumulate=*/false, /*y_f32=*/false, cur_);
+      launch_streaming_linear_batched(p.attn_latent, w_uv, p.out, p.tokens, p.latent, p.v, p.heads * p.latent,
+                                      p.heads * p.v, p.heads, p.latent, (p.nope + p.v) * p.latent, p.v,
+                                      /*accumulate=*/false, /*y_f32=*/false, cur_);
       return;
     }
     refuse_in_invariant_mode("mla_v_up", p.latent);

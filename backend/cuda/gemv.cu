@@ -3,9 +3,10 @@
 // once with 16-byte loads and multiplied with every input row. More rows run as groups of
 // kTokensPerPass, each group's blocks next to the other groups' blocks of the same weight rows
 // in launch order (so that they can share those rows through L2): every row gets the
-// arithmetic of a run of its own, the batch-invariant mode's projection of narrow matrices. cuBLAS's GEMV-shaped kernels reach
-// about half the HBM rate on the 8-60 MB attention and shared-expert matrices of a decode
-// step; this is the same streaming loop as the grouped experts' (row_dot.cuh).
+// arithmetic of a run of its own, the batch-invariant mode's projection of narrow matrices.
+// cuBLAS's GEMV-shaped kernels reach about half the HBM rate on the 8-60 MB attention and
+// shared-expert matrices of a decode step; this is the same streaming loop as the grouped
+// experts' (row_dot.cuh).
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/row_dot.cuh"
@@ -24,7 +25,7 @@ constexpr int kGemvMaxSplits = kGemvWarps;
 // (o_proj, down_proj) get enough warps, each with enough bytes in flight, to stream at HBM
 // rate. The chunks' partial sums are added in chunk order through shared memory.
 __global__ void __launch_bounds__(kGemvWarps * 32)
-small_linear_kernel(const bf16* x, const bf16* weight, void* y, int tokens, int in, int out, int64_t x_stride,
+streaming_linear_kernel(const bf16* x, const bf16* weight, void* y, int tokens, int in, int out, int64_t x_stride,
                     int64_t y_stride, bool accumulate, bool y_f32, int k_splits, int64_t x_batch, int64_t w_batch,
                     int64_t y_batch, int token_groups) {
   // Batch blockIdx.y: its own input columns, weight matrix and output columns (MLA's per-head
@@ -34,7 +35,8 @@ small_linear_kernel(const bf16* x, const bf16* weight, void* y, int tokens, int 
   tokens = min(kTokensPerPass, tokens - group * kTokensPerPass);
   x += blockIdx.y * x_batch + static_cast<int64_t>(group) * kTokensPerPass * x_stride;
   weight += blockIdx.y * w_batch;
-  y = static_cast<char*>(y) + (blockIdx.y * y_batch + static_cast<int64_t>(group) * kTokensPerPass * y_stride) * (y_f32 ? 4 : 2);
+  const int64_t y_offset = blockIdx.y * y_batch + static_cast<int64_t>(group) * kTokensPerPass * y_stride;
+  y = static_cast<char*>(y) + y_offset * (y_f32 ? 4 : 2);
   __shared__ float partial[kGemvWarps][kGemvRowsPerWarp][kTokensPerPass];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int pair = warp / k_splits, split = warp % k_splits;
@@ -232,19 +234,22 @@ bool small_linear_supported(int64_t rows, int64_t in, const void* x, const void*
   return rows >= 1 && rows <= kTokensPerPass && streaming_linear_supported(in, x, weight, x_stride);
 }
 
-void launch_small_linear(const void* x, const void* weight, void* y, int64_t rows, int64_t in, int64_t out,
-                         int64_t x_stride, int64_t y_stride, bool accumulate, bool y_f32, cudaStream_t stream) {
-  launch_small_linear_batched(x, weight, y, rows, in, out, x_stride, y_stride, 1, 0, 0, 0, accumulate, y_f32, stream);
+void launch_streaming_linear(const void* x, const void* weight, void* y, int64_t rows, int64_t in, int64_t out,
+                             int64_t x_stride, int64_t y_stride, bool accumulate, bool y_f32,
+                             cudaStream_t stream) {
+  launch_streaming_linear_batched(x, weight, y, rows, in, out, x_stride, y_stride, 1, 0, 0, 0, accumulate, y_f32,
+                                  stream);
 }
 
-void launch_small_linear_batched(const void* x, const void* weight, void* y, int64_t rows, int64_t in, int64_t out,
-                                 int64_t x_stride, int64_t y_stride, int64_t batches, int64_t x_batch,
-                                 int64_t w_batch, int64_t y_batch, bool accumulate, bool y_f32, cudaStream_t stream) {
+void launch_streaming_linear_batched(const void* x, const void* weight, void* y, int64_t rows, int64_t in,
+                                     int64_t out, int64_t x_stride, int64_t y_stride, int64_t batches,
+                                     int64_t x_batch, int64_t w_batch, int64_t y_batch, bool accumulate, bool y_f32,
+                                     cudaStream_t stream) {
   if (rows == 0) return;
   const int k_splits = k_splits_for(in, out * batches);  // never depends on rows
   const int64_t rows_per_block = (kGemvWarps / k_splits) * kGemvRowsPerWarp;
   const int64_t token_groups = (rows + kTokensPerPass - 1) / kTokensPerPass;
-  launch_pdl(small_linear_kernel,
+  launch_pdl(streaming_linear_kernel,
              dim3(static_cast<unsigned>((out + rows_per_block - 1) / rows_per_block * token_groups),
                   static_cast<unsigned>(batches)),
              kGemvWarps * 32, 0, stream, static_cast<const bf16*>(x), static_cast<const bf16*>(weight), y,

@@ -25,13 +25,14 @@ constexpr int64_t kLinearMmaMinRows = 2048;
 bool linear_mma_supported(int64_t in, int64_t out, const void* x, const void* weight, int64_t x_stride);
 void launch_linear_mma(const void* x, const void* weight, void* y, int64_t rows, int64_t in, int64_t out,
                        int64_t x_stride, int64_t y_stride, bool accumulate, bool y_f32, cudaStream_t stream);
-void launch_small_linear(const void* x, const void* weight, void* y, int64_t rows, int64_t in, int64_t out,
-                         int64_t x_stride, int64_t y_stride, bool accumulate, bool y_f32, cudaStream_t stream);
+void launch_streaming_linear(const void* x, const void* weight, void* y, int64_t rows, int64_t in, int64_t out,
+                             int64_t x_stride, int64_t y_stride, bool accumulate, bool y_f32, cudaStream_t stream);
 // `batches` such projections at once: batch b reads x + b * x_batch and weight + b * w_batch
 // and writes y + b * y_batch (elements); each batch's pointers must meet the same conditions.
-void launch_small_linear_batched(const void* x, const void* weight, void* y, int64_t rows, int64_t in, int64_t out,
-                                 int64_t x_stride, int64_t y_stride, int64_t batches, int64_t x_batch,
-                                 int64_t w_batch, int64_t y_batch, bool accumulate, bool y_f32, cudaStream_t stream);
+void launch_streaming_linear_batched(const void* x, const void* weight, void* y, int64_t rows, int64_t in,
+                                     int64_t out, int64_t x_stride, int64_t y_stride, int64_t batches,
+                                     int64_t x_batch, int64_t w_batch, int64_t y_batch, bool accumulate, bool y_f32,
+                                     cudaStream_t stream);
 // acc_f32: acc and x are fp32 (no rounding); otherwise acc is bf16 and an fp32 x is rounded first.
 void launch_add(void* acc, const void* x, bool x_f32, bool acc_f32, int64_t count, cudaStream_t stream);
 void launch_add_rms_norm(void* hidden, const void* x, bool x_f32, const void* weight, void* normed, int64_t rows,
