@@ -54,6 +54,7 @@ def test_sweep_writes_three_files_that_agree_with_its_bench_runs(sweep):
         assert result["best_plan_by_concurrency"][str(level)] == best
     assert "skipping tp3" in proc.stdout
     assert result["reference_plan"] == "tp2" and result["reduction_plan"] == "single"
+    assert result["batch_invariant"] is False
     for point in result["points"]:
         expected = 0 if point["plan"] == "tp2" else 4 * point["max_concurrency"]
         assert point["outputs_compared"] == expected, (point["plan"], point["max_concurrency"])
@@ -87,11 +88,13 @@ def test_sweep_html_is_self_contained_with_two_charts(sweep):
 
 
 def test_sweep_under_a_reduction_plan_gives_the_first_plans_outputs(tmp_path):
+    # --batch-invariant reaches the servers (CPU ranks are batch-invariant with or without it).
     proc = run_moeserve("sweep", "--model", "synthetic:tiny", "--plans", "single,tp2,ep2,pp2,tp2pp2",
                         "--concurrency", "1,4", "--backend", "cpu", "--out", tmp_path, "--reduction-plan", "tp2",
-                        "--random-input-len", 32, "--random-output-len", 12, timeout=600)
+                        "--batch-invariant", "--random-input-len", 32, "--random-output-len", 12, timeout=600)
     result = json.loads((tmp_path / "sweep.json").read_text())
     assert result["reduction_plan"] == "tp2" and result["reference_plan"] == "single"
+    assert result["batch_invariant"] is True
     assert [s["plan"] for s in result["skipped"]] == ["ep2"]
     assert "--reduction-plan tp2" in result["skipped"][0]["reason"]
     assert sorted({p["plan"] for p in result["points"]}) == ["pp2", "single", "tp2", "tp2pp2"]
@@ -102,4 +105,4 @@ def test_sweep_under_a_reduction_plan_gives_the_first_plans_outputs(tmp_path):
     assert "sweep: 60 of 60 greedy outputs equal single's (reduction plan tp2)" in proc.stdout
     md = (tmp_path / "sweep.md").read_text()
     assert "## Greedy outputs equal to single's (requests)" in md and "| tp2pp2 | 4 / 4 | 16 / 16 |" in md
-    assert "reduction plan tp2" in md
+    assert "reduction plan tp2, batch-invariant kernels" in md
