@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import pathlib
-import subprocess
 import sys
 import tempfile
 
@@ -21,6 +20,7 @@ import numpy as np
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "python"))
 from checkpoints import CONFIGS, build_checkpoint  # noqa: E402
+from moeserve_cli import generate_tokens  # noqa: E402
 
 PROMPTS = [[5, 17, 42, 99, 3, 250, 7, 1, 64, 128, 33, 2, 91, 8, 19, 77, 140], [200, 4], [11, 12, 13, 14, 15, 16, 17],
            [9, 9, 9], [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5]]
@@ -28,24 +28,20 @@ GREEDY = 32
 
 
 def generate(binary, model, prompts, flags, logits_path):
-    args = [binary, "generate", "--model", str(model), "-n", str(GREEDY), "--ignore-eos", "--backend", "cuda",
-            "--dump-logits", str(logits_path), *flags]
-    for p in prompts:
-        args += ["--prompt-ids", ",".join(map(str, p))]
-    out = subprocess.run(args, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)}: {out.stderr.strip()}")
-    return [list(map(int, line.split(","))) for line in out.stdout.strip().splitlines()], np.load(logits_path)
+    tokens, err = generate_tokens(binary, model, prompts,
+                                  ["--backend", "cuda", "--dump-logits", logits_path, *flags], GREEDY)
+    if tokens is None:
+        raise RuntimeError(f"moeserve generate {' '.join(map(str, flags))} on {model}: {err}")
+    return tokens, np.load(logits_path)
 
 
 def compare(binary, model, flags, tmp):
     together, logits = generate(binary, model, PROMPTS, flags, tmp / "together.npy")
-    rows, alone_tokens, alone_logits = 0, [], []
+    alone_tokens, alone_logits = [], []
     for i, p in enumerate(PROMPTS):
         tokens, own = generate(binary, model, [p], flags, tmp / f"alone{i}.npy")
         alone_tokens += tokens
         alone_logits.append(own)
-        rows += len(p)
     alone_logits = np.concatenate(alone_logits)
     assert logits.shape == alone_logits.shape, (logits.shape, alone_logits.shape)
     return {"tokens_equal": together == alone_tokens,

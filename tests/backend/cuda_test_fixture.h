@@ -55,7 +55,7 @@ class CudaOps : public ::testing::Test {
   // Random values in [-scale, scale), rounded to bf16 (what the GPU will see).
   std::vector<float> random(size_t n, float scale = 1.0f) {
     std::vector<float> v(n);
-    for (size_t i = 0; i < n; ++i) v[i] = bf16_to_f32(f32_to_bf16(scale * uniform_pm1(seed_, counter_++)));
+    for (size_t i = 0; i < n; ++i) v[i] = round_to_bf16(scale * uniform_pm1(seed_, counter_++));
     ++seed_;
     return v;
   }

@@ -10,18 +10,13 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from conftest import run_moeserve  # noqa: E402
+from conftest import generate_with_logits  # noqa: E402
 
 PROMPTS = [[5, 17, 42, 99, 3, 250, 7, 1, 64], [200, 4], [11, 12, 13, 14, 15]]
 
 
 def generate(tmp_path, name, prompts, *flags):
-    path = tmp_path / f"{name}.npy"
-    args = ["generate", "--model", "synthetic:tiny", "-n", 8, "--ignore-eos", "--dump-logits", path, *flags]
-    for p in prompts:
-        args += ["--prompt-ids", ",".join(map(str, p))]
-    tokens = run_moeserve(*args).stdout.strip().splitlines()
-    return tokens, np.load(path)
+    return generate_with_logits("synthetic:tiny", prompts, tmp_path / f"{name}.npy", *flags)
 
 
 @pytest.mark.parametrize("backend", ["cpu", "cpu-bf16"])

@@ -9,16 +9,13 @@ import sys
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from conftest import run_moeserve  # noqa: E402
+from conftest import generate_with_logits, run_moeserve  # noqa: E402
 
-PROMPTS = ["--prompt-ids", "5,17,42,99,3,250", "--prompt-ids", "7,8"]
+PROMPTS = [[5, 17, 42, 99, 3, 250], [7, 8]]
 
 
 def logits(tmp_path, name, *flags):
-    path = tmp_path / f"{name}.npy"
-    run_moeserve("generate", "--model", "synthetic:tiny", "-n", 4, "--ignore-eos", *PROMPTS, "--dump-logits", path,
-                 *flags)
-    return np.load(path)
+    return generate_with_logits("synthetic:tiny", PROMPTS, tmp_path / f"{name}.npy", *flags, new_tokens=4)[1]
 
 
 def test_bf16_numerics_round_and_keep_their_bits_under_nested_plans(tmp_path):

@@ -20,7 +20,7 @@ import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from checkpoints import build_checkpoint  # noqa: E402
-from conftest import run_moeserve  # noqa: E402
+from conftest import generate_with_logits, run_moeserve  # noqa: E402
 
 PROMPTS = [[5, 17, 42, 99, 3, 250, 7, 1, 64, 128, 33, 2, 91], [200, 4], [11, 12, 13, 14, 15, 16, 17]]
 GREEDY_TOKENS = 32
@@ -48,15 +48,11 @@ def checkpoint_dir(tmp_path_factory):
 
 def generate(model, plan, out_dir, reduction_plan="single"):
     logits_path = pathlib.Path(out_dir) / f"logits-{plan}-{reduction_plan}.npy"
-    args = ["generate", "--model", model, "--plan", plan, "-n", GREEDY_TOKENS, "--ignore-eos",
-            "--dump-logits", logits_path, "--pp-max-micro-batch-size", 1, "--pp-async-batch-depth", 1,
-            "--reduction-plan", reduction_plan]
-    for p in PROMPTS:
-        args += ["--prompt-ids", ",".join(map(str, p))]
-    out = run_moeserve(*args)
-    tokens = [list(map(int, line.split(","))) for line in out.stdout.strip().splitlines()]
+    tokens, logits = generate_with_logits(model, PROMPTS, logits_path, "--plan", plan, "--pp-max-micro-batch-size", 1,
+                                          "--pp-async-batch-depth", 1, "--reduction-plan", reduction_plan,
+                                          new_tokens=GREEDY_TOKENS)
     assert len(tokens) == len(PROMPTS) and all(len(t) == GREEDY_TOKENS for t in tokens)
-    return tokens, np.load(logits_path)
+    return tokens, logits
 
 
 def check_plan(model, plan, reference, out_dir):
