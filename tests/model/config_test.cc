@@ -10,7 +10,8 @@
 namespace moeserve {
 
 namespace {
-const std::string kConfigs = "../shared/reference/configs/";  // tests run from the repo root
+// The repo's copies of the published configs (tests run from the repo root and never read ../shared).
+const std::string kConfigs = "tests/data/configs/";
 
 std::string error_of(const nlohmann::json& j) {
   try {

@@ -6,7 +6,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from conftest import REPO, run_moeserve  # noqa: E402
 
-CONFIGS = REPO.parent / "shared" / "reference" / "configs"
+CONFIGS = REPO / "tests" / "data" / "configs"  # copies of the published configs
 
 
 def counts(spec):

@@ -10,7 +10,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from conftest import REPO, run_moeserve  # noqa: E402
 
 KIMI = "synthetic:kimi-k2.6"
-# Kimi K2.6's architecture (../shared/reference/configs/kimi-k2.6.config.json).
+# Kimi K2.6's architecture (tests/data/configs/kimi-k2.6.config.json).
 K26 = dict(vocab=163840, hidden=7168, inter=18432, moe_inter=2048, layers=61, heads=64, q_lora=1536, kv_lora=512,
            nope=128, rope=64, v=128, experts=384, shared=1, dense=1)
 
