@@ -37,16 +37,18 @@ struct BenchStepArgs {
   bool batch_invariant = false;
 };
 
-void run_bench_step(const BenchStepArgs& args) {
+std::string model_spec(const BenchStepArgs& args) {
   std::string spec = args.model;
   if (args.layers > 0) {
     MS_CHECK(spec.rfind("synthetic:", 0) == 0, "--layers: only synthetic models take a layer override (got '{}')",
              spec);
     spec += ":layers=" + std::to_string(args.layers);
   }
-  const ModelSource model = open_model(spec);
-  const std::vector<int32_t> batch_ids = parse_id_list(args.batches, "--batch");
-  std::vector<int64_t> batches(batch_ids.begin(), batch_ids.end());
+  return spec;
+}
+
+runtime::EngineOptions engine_options(const BenchStepArgs& args, const ModelSource& model,
+                                      const std::vector<int64_t>& batches) {
   runtime::EngineOptions options;
   options.backend = !args.backend.empty() ? args.backend : (runtime::visible_gpus() > 0 ? "cuda" : "cpu");
   options.graphs = !args.no_cuda_graph;
@@ -58,15 +60,92 @@ void run_bench_step(const BenchStepArgs& args) {
   const int64_t per_replica = (max_batch + options.plan.attn_dp - 1) / options.plan.attn_dp;
   // Pipeline plans also run one group of the batch per stage in flight (pp times the sequences).
   options.num_pages = per_replica * options.plan.pp * ((args.context + 1 + args.page_size - 1) / args.page_size);
+  return options;
+}
 
-  double copy_gbs = 0, bf16_tflops = 0;
+// The hardware ceilings each row is compared with (zero: not measured, e.g. on the CPU).
+struct Ceilings {
+  double copy_gbs = 0;
+  double bf16_tflops = 0;
+};
+
+Ceilings measured_ceilings(const std::string& backend) {
+  Ceilings ceilings;
 #ifdef MOESERVE_WITH_CUDA
-  if (options.backend == "cuda") {
+  if (backend == "cuda") {
     const cuda::Ceilings c = cuda::measure_ceilings(0);
-    copy_gbs = c.copy_gbs;
-    bf16_tflops = c.bf16_tflops;
+    ceilings.copy_gbs = c.copy_gbs;
+    ceilings.bf16_tflops = c.bf16_tflops;
   }
 #endif
+  return ceilings;
+}
+
+double fraction(double value, double ceiling) { return ceiling > 0 ? value / ceiling : 0.0; }
+
+// Asynchronous pipelining: each stage runs one group's step while the next runs another's.
+nlohmann::json report_pipelined(const runtime::StepBenchResult& r, const Ceilings& ceilings) {
+  const runtime::PipelinedResult& p = *r.pipelined;
+  const double p_bytes = p.max_rank_bytes();
+  const double p_gbs = p_bytes / (p.group_step_ms() * 1e-3) / 1e9;
+  std::printf("  pipelined, %d groups of %lld in flight: %.3f ms per group step (%.3f per round), %.1f tok/s, "
+              "%.3f GB/GPU/group step, %.1f GB/s/GPU, %.1f%% of copy\n",
+              p.groups, (long long)r.batch, p.group_step_ms(), p.round_ms, p.tokens_per_s, p_bytes / 1e9, p_gbs,
+              100 * fraction(p_gbs, ceilings.copy_gbs));
+  return {{"groups", p.groups}, {"group_step_ms", p.group_step_ms()}, {"round_ms", p.round_ms},
+          {"tokens_per_s", p.tokens_per_s}, {"bytes_per_gpu", p_bytes}, {"gbs_per_gpu", p_gbs},
+          {"copy_fraction", fraction(p_gbs, ceilings.copy_gbs)}};
+}
+
+void report_ops(const runtime::StepBenchResult& r, nlohmann::json& row) {
+  std::printf("  per op (rank 0, graphs off): ");
+  double total = 0;
+  for (const auto& [op, t] : r.op_ms_per_step) total += t.second;
+  for (const auto& [op, t] : r.op_ms_per_step) {
+    std::printf("%s %.3f ms (%lld calls, %.0f%%); ", op.c_str(), t.second, (long long)t.first, 100 * t.second / total);
+    row["ops"][op] = {{"calls", t.first}, {"ms", t.second}};
+  }
+  std::printf("\n");
+}
+
+void report_comm(const runtime::StepBenchResult& r, nlohmann::json& row) {
+  for (const auto& c : r.comm) {
+    std::printf("  comm %-8s %-14s %3lld calls x %10.0f B: %.3f ms/step in the step, %.3f ms/step alone\n",
+                c.group.c_str(), c.collective.c_str(), (long long)c.calls_per_step, c.bytes_per_call, c.ms_per_step,
+                c.ms_alone_per_step);
+    row["comm"].push_back({{"group", c.group}, {"collective", c.collective}, {"calls_per_step", c.calls_per_step},
+                           {"bytes_per_call", c.bytes_per_call}, {"ms_per_step", c.ms_per_step},
+                           {"ms_alone_per_step", c.ms_alone_per_step}});
+  }
+}
+
+// One batch size: its table line (and the pipelined, per-op and communication lines) and its JSON row.
+nlohmann::json report_row(const runtime::StepBenchResult& r, int world, const Ceilings& ceilings) {
+  const double bytes = r.max_rank_bytes();
+  const double gbs = bytes / (r.step_ms * 1e-3) / 1e9;
+  const double tflops = r.total_flops() / world / (r.step_ms * 1e-3) / 1e12;
+  std::string hit;
+  for (int64_t h : r.experts_hit_per_rank[0]) hit += (hit.empty() ? "" : ",") + std::to_string(h);
+  std::printf("%6lld %10.3f %11.1f %12.3f %10.1f %7.1f%% %10.2f %7.1f%% %12s\n", (long long)r.batch, r.step_ms,
+              r.tokens_per_s, bytes / 1e9, gbs, 100 * fraction(gbs, ceilings.copy_gbs), tflops,
+              100 * fraction(tflops, ceilings.bf16_tflops), hit.c_str());
+  nlohmann::json row = {{"batch", r.batch}, {"step_ms", r.step_ms}, {"tokens_per_s", r.tokens_per_s},
+                        {"bytes_per_gpu", bytes}, {"gbs_per_gpu", gbs}, {"copy_fraction", fraction(gbs, ceilings.copy_gbs)},
+                        {"tflops_per_gpu", tflops}, {"gemm_fraction", fraction(tflops, ceilings.bf16_tflops)},
+                        {"experts_hit_rank0", r.experts_hit_per_rank[0]}};
+  if (r.pipelined) row["pipelined"] = report_pipelined(r, ceilings);
+  if (!r.op_ms_per_step.empty()) report_ops(r, row);
+  report_comm(r, row);
+  return row;
+}
+
+void run_bench_step(const BenchStepArgs& args) {
+  const std::string spec = model_spec(args);
+  const ModelSource model = open_model(spec);
+  const std::vector<int32_t> batch_ids = parse_id_list(args.batches, "--batch");
+  const std::vector<int64_t> batches(batch_ids.begin(), batch_ids.end());
+  const runtime::EngineOptions options = engine_options(args, model, batches);
+  const Ceilings ceilings = measured_ceilings(options.backend);  // before the engine takes the GPU's memory
   runtime::Engine engine(model, options);
   runtime::StepBenchOptions bench;
   bench.context = args.context;
@@ -79,62 +158,18 @@ void run_bench_step(const BenchStepArgs& args) {
               spec.c_str(), options.plan.name.c_str(), options.plan.world(), options.plan.world() > 1 ? "s" : "",
               options.backend.c_str(), (long long)args.context, options.graphs ? "on" : "off",
               options.run.reduction_plan.name.c_str(), options.batch_invariant ? ", batch-invariant kernels" : "");
-  if (copy_gbs > 0)
-    std::printf("ceilings (GPU 0, measured now): copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n", copy_gbs, bf16_tflops);
+  if (ceilings.copy_gbs > 0)
+    std::printf("ceilings (GPU 0, measured now): copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n", ceilings.copy_gbs,
+                ceilings.bf16_tflops);
   std::printf("%6s %10s %11s %12s %10s %8s %10s %8s %12s\n", "batch", "step ms", "tok/s", "GB/GPU/step", "GB/s/GPU",
               "of copy", "TFLOP/s", "of GEMM", "experts hit");
   nlohmann::json rows = nlohmann::json::array();
-  for (const auto& r : results) {
-    const double bytes = r.max_rank_bytes();
-    const double gbs = bytes / (r.step_ms * 1e-3) / 1e9;
-    const double tflops = r.total_flops() / options.plan.world() / (r.step_ms * 1e-3) / 1e12;
-    std::string hit;
-    for (int64_t h : r.experts_hit_per_rank[0]) hit += (hit.empty() ? "" : ",") + std::to_string(h);
-    std::printf("%6lld %10.3f %11.1f %12.3f %10.1f %7.1f%% %10.2f %7.1f%% %12s\n", (long long)r.batch, r.step_ms,
-                r.tokens_per_s, bytes / 1e9, gbs, copy_gbs > 0 ? 100 * gbs / copy_gbs : 0.0, tflops,
-                bf16_tflops > 0 ? 100 * tflops / bf16_tflops : 0.0, hit.c_str());
-    nlohmann::json row = {{"batch", r.batch}, {"step_ms", r.step_ms}, {"tokens_per_s", r.tokens_per_s},
-                          {"bytes_per_gpu", bytes}, {"gbs_per_gpu", gbs}, {"copy_fraction", copy_gbs > 0 ? gbs / copy_gbs : 0},
-                          {"tflops_per_gpu", tflops}, {"gemm_fraction", bf16_tflops > 0 ? tflops / bf16_tflops : 0},
-                          {"experts_hit_rank0", r.experts_hit_per_rank[0]}};
-    if (r.pipelined) {
-      // Asynchronous pipelining: each stage runs one group's step while the next runs another's.
-      const runtime::PipelinedResult& p = *r.pipelined;
-      const double p_bytes = p.max_rank_bytes();
-      const double p_gbs = p_bytes / (p.group_step_ms() * 1e-3) / 1e9;
-      std::printf("  pipelined, %d groups of %lld in flight: %.3f ms per group step (%.3f per round), %.1f tok/s, "
-                  "%.3f GB/GPU/group step, %.1f GB/s/GPU, %.1f%% of copy\n",
-                  p.groups, (long long)r.batch, p.group_step_ms(), p.round_ms, p.tokens_per_s, p_bytes / 1e9, p_gbs,
-                  copy_gbs > 0 ? 100 * p_gbs / copy_gbs : 0.0);
-      row["pipelined"] = {{"groups", p.groups}, {"group_step_ms", p.group_step_ms()}, {"round_ms", p.round_ms},
-                          {"tokens_per_s", p.tokens_per_s}, {"bytes_per_gpu", p_bytes}, {"gbs_per_gpu", p_gbs},
-                          {"copy_fraction", copy_gbs > 0 ? p_gbs / copy_gbs : 0}};
-    }
-    if (!r.op_ms_per_step.empty()) {
-      std::printf("  per op (rank 0, graphs off): ");
-      double total = 0;
-      for (const auto& [op, t] : r.op_ms_per_step) total += t.second;
-      for (const auto& [op, t] : r.op_ms_per_step) {
-        std::printf("%s %.3f ms (%lld calls, %.0f%%); ", op.c_str(), t.second, (long long)t.first, 100 * t.second / total);
-        row["ops"][op] = {{"calls", t.first}, {"ms", t.second}};
-      }
-      std::printf("\n");
-    }
-    for (const auto& c : r.comm) {
-      std::printf("  comm %-8s %-14s %3lld calls x %10.0f B: %.3f ms/step in the step, %.3f ms/step alone\n",
-                  c.group.c_str(), c.collective.c_str(), (long long)c.calls_per_step, c.bytes_per_call, c.ms_per_step,
-                  c.ms_alone_per_step);
-      row["comm"].push_back({{"group", c.group}, {"collective", c.collective}, {"calls_per_step", c.calls_per_step},
-                             {"bytes_per_call", c.bytes_per_call}, {"ms_per_step", c.ms_per_step},
-                             {"ms_alone_per_step", c.ms_alone_per_step}});
-    }
-    rows.push_back(row);
-  }
+  for (const auto& r : results) rows.push_back(report_row(r, options.plan.world(), ceilings));
   if (!args.json_out.empty()) {
     nlohmann::json doc = {{"model", spec}, {"plan", options.plan.name}, {"world", options.plan.world()},
                           {"backend", options.backend}, {"context", args.context}, {"graphs", options.graphs},
                           {"batch_invariant", options.batch_invariant},
-                          {"copy_gbs", copy_gbs}, {"bf16_tflops", bf16_tflops}, {"rows", rows}};
+                          {"copy_gbs", ceilings.copy_gbs}, {"bf16_tflops", ceilings.bf16_tflops}, {"rows", rows}};
     std::ofstream(args.json_out) << doc.dump(2) << "\n";
   }
 }

@@ -158,32 +158,50 @@ Json replan(const bench::HttpUrl& url, const std::string& plan) {
   return body;
 }
 
-void run_sweep(const SweepArgs& args) {
+std::vector<int64_t> concurrency_levels(const std::string& text) {
+  std::vector<int64_t> levels;
+  for (const std::string& c : split_list(text, "--concurrency")) {
+    char* end = nullptr;
+    const long long v = std::strtoll(c.c_str(), &end, 10);
+    MS_CHECK(end && *end == '\0' && v > 0, "--concurrency '{}': expected positive integers", text);
+    levels.push_back(v);
+  }
+  return levels;
+}
+
+// The sweep's arguments checked and expanded: what every step below reads.
+struct SweepPlan {
+  std::vector<std::string> plans;
+  std::vector<int64_t> levels;
+  int64_t max_running = 0;
+  bench::DatasetOptions dataset;  // num_prompts set per point
+};
+
+SweepPlan plan_sweep(const SweepArgs& args) {
   MS_CHECK(!args.out_dir.empty(), "--out: required (a directory)");
   MS_CHECK(args.backend == "cpu" || args.backend == "cpu-bf16" || args.backend == "cuda",
            "--backend '{}': expected cpu, cpu-bf16 or cuda", args.backend);
-  const std::vector<std::string> plans = split_list(args.plans, "--plans");
-  std::vector<int64_t> levels;
-  for (const std::string& c : split_list(args.concurrency, "--concurrency")) {
-    char* end = nullptr;
-    const long long v = std::strtoll(c.c_str(), &end, 10);
-    MS_CHECK(end && *end == '\0' && v > 0, "--concurrency '{}': expected positive integers", args.concurrency);
-    levels.push_back(v);
-  }
+  SweepPlan sweep;
+  sweep.plans = split_list(args.plans, "--plans");
+  sweep.levels = concurrency_levels(args.concurrency);
   MS_CHECK(args.num_prompts >= 0, "--num-prompts must be >= 0 (got {})", args.num_prompts);
-  const int64_t max_running =
-      args.max_running_requests > 0 ? args.max_running_requests : *std::max_element(levels.begin(), levels.end());
-  bench::DatasetOptions dataset = args.dataset;
-  dataset.num_prompts = 1;
-  bench::make_prompts(dataset);  // checks the dataset flags before anything starts
+  sweep.max_running = args.max_running_requests > 0 ? args.max_running_requests
+                                                    : *std::max_element(sweep.levels.begin(), sweep.levels.end());
+  sweep.dataset = args.dataset;
+  sweep.dataset.num_prompts = 1;
+  bench::make_prompts(sweep.dataset);  // checks the dataset flags before anything starts
+  return sweep;
+}
 
+bench::SweepResult new_result(const SweepArgs& args, const SweepPlan& sweep) {
   bench::SweepResult result;
   result.model = args.model;
   result.backend = args.backend;
   result.reduction_plan = args.reduction_plan;
   result.batch_invariant = args.batch_invariant;
-  result.plans = plans;
-  result.concurrency = levels;
+  result.plans = sweep.plans;
+  result.concurrency = sweep.levels;
+  const bench::DatasetOptions& dataset = sweep.dataset;
   result.workload = {{"dataset_name", dataset.name},
                      {"num_prompts", args.num_prompts > 0 ? Json(args.num_prompts) : Json("4 x concurrency")},
                      {"random_input_len", dataset.input_len},
@@ -191,106 +209,147 @@ void run_sweep(const SweepArgs& args) {
                      {"random_range_ratio", dataset.range_ratio},
                      {"request_rate", "inf"},
                      {"seed", dataset.seed}};
+  return result;
+}
 
-  // The same checks the server makes, so that plans the model, the memory or the reduction
-  // plan cannot hold are skipped without a round trip.
+void skip_plan(bench::SweepResult& result, const std::string& plan, const std::string& reason) {
+  result.skipped.push_back({plan, reason});
+  std::printf("sweep: skipping %s: %s\n", plan.c_str(), reason.c_str());
+}
+
+// The same checks the server makes, so that plans the model, the memory or the reduction
+// plan cannot hold are skipped without a round trip.
+std::vector<std::string> runnable_plans(const SweepArgs& args, const SweepPlan& sweep, bench::SweepResult& result) {
   const ModelSource model = open_model(args.model);
   const ModelRunOptions run_options = run_options_for(args.reduction_plan);
   PlanCliArgs plan_args;
   plan_args.mem_per_rank = args.mem_per_rank;
   plan_args.context_length = args.context_length;
-  plan_args.max_running_requests = max_running;
+  plan_args.max_running_requests = sweep.max_running;
   std::vector<std::string> runnable;
-  for (const std::string& plan : plans) {
+  for (const std::string& plan : sweep.plans) {
     plan_args.preset = plan;
     try {
       check_reduction_plan(model.config, plan_for_model(plan_args, model.config, args.backend == "cuda" ? 2 : 4),
                            run_options);
       runnable.push_back(plan);
     } catch (const std::exception& e) {
-      result.skipped.push_back({plan, e.what()});
-      std::printf("sweep: skipping %s: %s\n", plan.c_str(), e.what());
+      skip_plan(result, plan, e.what());
     }
   }
+  return runnable;
+}
 
-  const std::filesystem::path dir(args.out_dir);
-  std::filesystem::create_directories(dir);
-  std::ofstream runs_file(dir / "bench.jsonl", std::ios::trunc);
-  MS_CHECK(runs_file.good(), "--out '{}': cannot write bench.jsonl", args.out_dir);
+std::vector<std::string> serve_command(const SweepArgs& args, const std::string& plan, int64_t max_running) {
+  std::vector<std::string> serve = {"serve", "--model", args.model, "--backend", args.backend, "--port", "0",
+                                    "--plan", plan, "--max-running-requests", std::to_string(max_running),
+                                    "--reduction-plan", args.reduction_plan};
+  if (args.batch_invariant) serve.push_back("--batch-invariant");
+  if (!args.mem_per_rank.empty()) serve.insert(serve.end(), {"--mem-per-rank", args.mem_per_rank});
+  if (args.context_length > 0) serve.insert(serve.end(), {"--context-length", std::to_string(args.context_length)});
+  if (args.kv_pages > 0) serve.insert(serve.end(), {"--kv-pages", std::to_string(args.kv_pages)});
+  return serve;
+}
+
+void print_point(const std::string& plan, int64_t c, const bench::RunResult& measured) {
+  const auto& m = measured.metrics;
+  std::printf("sweep: %-8s c=%-4lld %9.1f output tok/s  %7.1f tok/s per request  TTFT %8.2f ms  TPOT %7.2f ms%s\n",
+              plan.c_str(), static_cast<long long>(c), m.output_throughput, bench::per_request_tok_s(m), m.ttft_ms.mean,
+              m.tpot_ms.mean, m.failed ? fmt::format("  ({} FAILED)", m.failed).c_str() : "");
+  std::fflush(stdout);
+}
+
+// One server taken through the runnable plans (a cold start, then live re-plans), every
+// concurrency level measured on each.
+class SweepRun {
+ public:
+  SweepRun(const SweepArgs& args, const SweepPlan& sweep, bench::SweepResult& result)
+      : args_(args), sweep_(sweep), result_(result), dir_(args.out_dir) {
+    std::filesystem::create_directories(dir_);
+    runs_file_.open(dir_ / "bench.jsonl", std::ios::trunc);
+    MS_CHECK(runs_file_.good(), "--out '{}': cannot write bench.jsonl", args.out_dir);
+  }
+
+  void measure(const std::string& plan) {
+    if (!switch_to(plan)) return;
+    std::fflush(stdout);
+    bench::RunOptions run;
+    run.url = bench::parse_http_url(server_->url(), "server url");
+    run.progress = false;
+    run.seed = sweep_.dataset.seed;
+    for (int64_t c : sweep_.levels) measure_point(plan, c, run);
+  }
+
+  void stop() {
+    if (server_) server_->stop();
+  }
+
+ private:
+  // Serves `plan`: starts the server on it, or re-plans the running one. False: skipped.
+  bool switch_to(const std::string& plan) {
+    const auto switch_start = Clock::now();
+    try {
+      if (!server_) {
+        server_ = std::make_unique<ServerProcess>(serve_command(args_, plan, sweep_.max_running), dir_ / "server.log",
+                                                  args_.startup_timeout_s);
+        const double ready = std::chrono::duration<double>(Clock::now() - switch_start).count();
+        result_.switches.push_back({{"plan", plan}, {"how", "cold start"}, {"time_to_ready_s", ready}});
+        std::printf("sweep: %s: cold start, serving in %.2f s on %s\n", plan.c_str(), ready, server_->url().c_str());
+      } else {
+        Json report = replan(bench::parse_http_url(server_->url(), "server url"), plan);
+        report["how"] = "re-plan";
+        result_.switches.push_back(report);
+        std::printf("sweep: %s: re-plan ready in %.2f s\n", plan.c_str(), report.value("time_to_ready_s", 0.0));
+      }
+    } catch (const std::exception& e) {
+      skip_plan(result_, plan, e.what());
+      return false;
+    }
+    return true;
+  }
+
+  void measure_point(const std::string& plan, int64_t c, bench::RunOptions& run) {
+    bench::DatasetOptions point = sweep_.dataset;
+    point.num_prompts = args_.num_prompts > 0 ? args_.num_prompts : 4 * c;
+    run.max_concurrency = c;
+    const bench::RunResult measured = bench::run_benchmark(run, bench::make_prompts(point));
+    Json line = bench::run_json(run, point, measured, false);
+    line["plan"] = plan;
+    runs_file_ << line.dump() << "\n";
+    runs_file_.flush();
+    bench::SweepPoint measured_point{plan, c, measured.metrics};
+    compare_with_reference(measured, measured_point);
+    result_.points.push_back(std::move(measured_point));
+    print_point(plan, c, measured);
+  }
 
   // The first measured plan's greedy outputs per concurrency: every later plan's are compared
   // with them (the same prompts), request by request.
-  std::map<int64_t, std::vector<std::vector<int32_t>>> reference_outputs;
-  std::unique_ptr<ServerProcess> server;
-  for (const std::string& plan : runnable) {
-    const auto switch_start = Clock::now();
-    if (!server) {
-      std::vector<std::string> serve = {"serve", "--model", args.model, "--backend", args.backend, "--port", "0",
-                                        "--plan", plan, "--max-running-requests", std::to_string(max_running),
-                                        "--reduction-plan", args.reduction_plan};
-      if (args.batch_invariant) serve.push_back("--batch-invariant");
-      if (!args.mem_per_rank.empty()) serve.insert(serve.end(), {"--mem-per-rank", args.mem_per_rank});
-      if (args.context_length > 0) serve.insert(serve.end(), {"--context-length", std::to_string(args.context_length)});
-      if (args.kv_pages > 0) serve.insert(serve.end(), {"--kv-pages", std::to_string(args.kv_pages)});
-      try {
-        server = std::make_unique<ServerProcess>(serve, dir / "server.log", args.startup_timeout_s);
-      } catch (const std::exception& e) {
-        result.skipped.push_back({plan, e.what()});
-        std::printf("sweep: skipping %s: %s\n", plan.c_str(), e.what());
-        continue;
+  void compare_with_reference(const bench::RunResult& measured, bench::SweepPoint& point) {
+    std::vector<std::vector<int32_t>> outputs;
+    for (const bench::RequestOutcome& o : measured.outcomes) outputs.push_back(o.output_ids);
+    if (result_.reference_plan.empty()) result_.reference_plan = point.plan;
+    if (point.plan == result_.reference_plan) {
+      reference_outputs_[point.concurrency] = std::move(outputs);
+    } else if (auto ref = reference_outputs_.find(point.concurrency); ref != reference_outputs_.end()) {
+      for (size_t i = 0; i < outputs.size() && i < ref->second.size(); ++i) {
+        point.compared += 1;
+        point.same_outputs += outputs[i] == ref->second[i] ? 1 : 0;
       }
-      const double ready = std::chrono::duration<double>(Clock::now() - switch_start).count();
-      result.switches.push_back({{"plan", plan}, {"how", "cold start"}, {"time_to_ready_s", ready}});
-      std::printf("sweep: %s: cold start, serving in %.2f s on %s\n", plan.c_str(), ready, server->url().c_str());
-    } else {
-      try {
-        Json report = replan(bench::parse_http_url(server->url(), "server url"), plan);
-        report["how"] = "re-plan";
-        result.switches.push_back(report);
-        std::printf("sweep: %s: re-plan ready in %.2f s\n", plan.c_str(), report.value("time_to_ready_s", 0.0));
-      } catch (const std::exception& e) {
-        result.skipped.push_back({plan, e.what()});
-        std::printf("sweep: skipping %s: %s\n", plan.c_str(), e.what());
-        continue;
-      }
-    }
-    std::fflush(stdout);
-    bench::RunOptions run;
-    run.url = bench::parse_http_url(server->url(), "server url");
-    run.progress = false;
-    run.seed = dataset.seed;
-    for (int64_t c : levels) {
-      bench::DatasetOptions point = dataset;
-      point.num_prompts = args.num_prompts > 0 ? args.num_prompts : 4 * c;
-      run.max_concurrency = c;
-      const bench::RunResult measured = bench::run_benchmark(run, bench::make_prompts(point));
-      Json line = bench::run_json(run, point, measured, false);
-      line["plan"] = plan;
-      runs_file << line.dump() << "\n";
-      runs_file.flush();
-      bench::SweepPoint measured_point{plan, c, measured.metrics};
-      std::vector<std::vector<int32_t>> outputs;
-      for (const bench::RequestOutcome& o : measured.outcomes) outputs.push_back(o.output_ids);
-      if (result.reference_plan.empty()) result.reference_plan = plan;
-      if (plan == result.reference_plan) {
-        reference_outputs[c] = std::move(outputs);
-      } else if (auto ref = reference_outputs.find(c); ref != reference_outputs.end()) {
-        for (size_t i = 0; i < outputs.size() && i < ref->second.size(); ++i) {
-          measured_point.compared += 1;
-          measured_point.same_outputs += outputs[i] == ref->second[i] ? 1 : 0;
-        }
-      }
-      result.points.push_back(std::move(measured_point));
-      std::printf("sweep: %-8s c=%-4lld %9.1f output tok/s  %7.1f tok/s per request  TTFT %8.2f ms  TPOT %7.2f ms%s\n",
-                  plan.c_str(), static_cast<long long>(c), measured.metrics.output_throughput,
-                  bench::per_request_tok_s(measured.metrics), measured.metrics.ttft_ms.mean,
-                  measured.metrics.tpot_ms.mean,
-                  measured.metrics.failed ? fmt::format("  ({} FAILED)", measured.metrics.failed).c_str() : "");
-      std::fflush(stdout);
     }
   }
-  if (server) server->stop();
 
+  const SweepArgs& args_;
+  const SweepPlan& sweep_;
+  bench::SweepResult& result_;
+  const std::filesystem::path dir_;
+  std::ofstream runs_file_;
+  std::map<int64_t, std::vector<std::vector<int32_t>>> reference_outputs_;
+  std::unique_ptr<ServerProcess> server_;
+};
+
+void write_reports(const SweepArgs& args, const bench::SweepResult& result) {
+  const std::filesystem::path dir(args.out_dir);
   auto write = [&](const char* name, const std::string& text) {
     std::ofstream f(dir / name, std::ios::trunc);
     f << text;
@@ -301,19 +360,34 @@ void run_sweep(const SweepArgs& args) {
   write("sweep.html", bench::sweep_html(result));
   std::printf("sweep: wrote %s/sweep.{json,md,html} (%zu points, %zu plans skipped)\n", args.out_dir.c_str(),
               result.points.size(), result.skipped.size());
-  int64_t compared = 0, same = 0;
+}
+
+// The summary line of the output comparison, then the sweep fails if nothing was measured or
+// any request failed.
+void check_outcome(const SweepArgs& args, const bench::SweepResult& result) {
+  int64_t compared = 0, same = 0, failed = 0;
   for (const auto& p : result.points) {
     compared += p.compared;
     same += p.same_outputs;
+    failed += p.metrics.failed;
   }
   if (compared > 0)
     std::printf("sweep: %lld of %lld greedy outputs equal %s's%s\n", static_cast<long long>(same),
                 static_cast<long long>(compared), result.reference_plan.c_str(),
                 args.reduction_plan == "single" ? "" : fmt::format(" (reduction plan {})", args.reduction_plan).c_str());
   MS_CHECK(!result.points.empty(), "sweep: no plan could be measured");
-  int64_t failed = 0;
-  for (const auto& p : result.points) failed += p.metrics.failed;
   MS_CHECK(failed == 0, "sweep: {} requests failed (see {}/bench.jsonl and server.log)", failed, args.out_dir);
+}
+
+void run_sweep(const SweepArgs& args) {
+  const SweepPlan sweep = plan_sweep(args);
+  bench::SweepResult result = new_result(args, sweep);
+  const std::vector<std::string> runnable = runnable_plans(args, sweep, result);
+  SweepRun run(args, sweep, result);
+  for (const std::string& plan : runnable) run.measure(plan);
+  run.stop();
+  write_reports(args, result);
+  check_outcome(args, result);
 }
 
 }  // namespace

@@ -61,6 +61,121 @@ Submission submit_all(EngineLoop& loop, const CompletionRequest& request) {
   return sub;
 }
 
+// One completion request in flight: its engine requests, what each choice has so far, the usage.
+struct Completion {
+  Completion(const CompletionRequest& request, ResponseContext context, Submission submission)
+      : request(request), ctx(std::move(context)), sub(std::move(submission)), choices(sub.streams.size()),
+        cached_counted(request.prompts.size(), false) {
+    for (auto& c : choices) c.logprobs_requested = request.params.top_logprobs >= 0;
+    for (const auto& ids : request.prompts) usage.prompt_tokens += static_cast<int64_t>(ids.size());
+  }
+
+  size_t size() const { return choices.size(); }
+  size_t prompt_of(size_t choice) const { return choice / static_cast<size_t>(request.params.n); }
+  std::string echo_text(size_t choice) const {
+    return request.params.echo ? request.prompt_texts[prompt_of(choice)] : std::string();
+  }
+
+  // Choice i's last event: it is done, and its tokens count in the usage (a prompt's cached
+  // tokens once, however many choices share it).
+  void finish(size_t i, const OutputEvent& e) {
+    sub.done[i] = true;
+    usage.completion_tokens += e.completion_tokens;
+    if (!cached_counted[prompt_of(i)]) {
+      usage.cached_tokens += e.cached_tokens;
+      cached_counted[prompt_of(i)] = true;
+    }
+  }
+
+  const CompletionRequest& request;
+  ResponseContext ctx;
+  Submission sub;
+  std::vector<ChoiceOutput> choices;
+  Usage usage;
+  std::vector<bool> cached_counted;  // per prompt
+};
+
+// A choice's first chunk (the echoed prompt; for chat, the role). False: the client is gone.
+bool send_stream_head(const Completion& c, size_t i, HttpExchange& exchange) {
+  ChoiceOutput head;
+  head.text = c.echo_text(i);
+  head.logprobs_requested = c.choices[i].logprobs_requested;
+  return !(c.ctx.chat || !head.text.empty()) || exchange.send_chunk(stream_chunk(c.ctx, static_cast<int>(i), head, true));
+}
+
+// One engine event of choice i as a chunk, when it carries anything. False: the client is gone.
+bool send_stream_event(Completion& c, size_t i, const OutputEvent& e, HttpExchange& exchange) {
+  ChoiceOutput delta;
+  delta.logprobs_requested = c.choices[i].logprobs_requested;
+  delta.append(e);
+  if (e.last()) c.finish(i, e);
+  const bool worth_sending = !delta.text.empty() || e.last() || c.ctx.return_token_ids || delta.logprobs_requested;
+  return !worth_sending || exchange.send_chunk(stream_chunk(c.ctx, static_cast<int>(i), delta, false));
+}
+
+// An engine error ends the whole stream: the other choices are cancelled, the error is the last event.
+void end_stream_with_error(Completion& c, size_t i, const OutputEvent& e, HttpExchange& exchange) {
+  c.sub.done[i] = true;
+  c.sub.cancel_unfinished();
+  exchange.send_chunk(stream_error_event(ApiError(e.error_status, e.error).json()));
+  exchange.send_chunk(kStreamDone);
+  exchange.end_stream();
+}
+
+// "stream": true: every choice's events as SSE chunks, interleaved, as they come.
+void stream_choices(Completion& c, HttpExchange& exchange) {
+  if (!exchange.begin_stream(200, "text/event-stream")) return c.sub.cancel_unfinished();
+  const size_t n = c.size();
+  std::vector<bool> started(n, false);
+  size_t remaining = n;
+  while (remaining > 0) {
+    for (size_t i = 0; i < n; ++i) {
+      if (c.sub.done[i]) continue;
+      if (!started[i] && !send_stream_head(c, i, exchange)) return c.sub.cancel_unfinished();
+      started[i] = true;
+      std::vector<OutputEvent> events;
+      c.sub.streams[i]->wait(events, n == 1 ? kPollInterval : std::chrono::milliseconds(1));
+      for (const OutputEvent& e : events) {
+        if (e.error_status != 0) return end_stream_with_error(c, i, e, exchange);
+        if (!send_stream_event(c, i, e, exchange)) return c.sub.cancel_unfinished();
+        if (e.last()) --remaining;
+      }
+      if (exchange.client_gone()) return c.sub.cancel_unfinished();
+    }
+  }
+  if (c.request.params.include_usage) exchange.send_chunk(stream_usage_chunk(c.ctx, c.usage));
+  exchange.send_chunk(kStreamDone);
+  exchange.end_stream();
+}
+
+// No streaming: every choice whole, then one response (an engine error answers instead).
+void collect_choices(Completion& c, HttpExchange& exchange) {
+  const size_t n = c.size();
+  size_t remaining = n;
+  for (size_t i = 0; i < n; ++i) c.choices[i].text = c.echo_text(i);
+  while (remaining > 0) {
+    for (size_t i = 0; i < n; ++i) {
+      if (c.sub.done[i]) continue;
+      std::vector<OutputEvent> events;
+      c.sub.streams[i]->wait(events, kPollInterval);
+      for (const OutputEvent& e : events) {
+        if (e.error_status != 0) {
+          c.sub.done[i] = true;
+          c.sub.cancel_unfinished();
+          throw ApiError(e.error_status, e.error);
+        }
+        c.choices[i].append(e);
+        if (e.last()) {
+          c.finish(i, e);
+          --remaining;
+        }
+      }
+      if (exchange.client_gone()) return c.sub.cancel_unfinished();
+    }
+  }
+  exchange.respond(200, "application/json", response_json(c.ctx, c.choices, c.sub.prompt_ids, c.usage));
+}
+
 }  // namespace
 
 ApiServer::ApiServer(EngineLoop& loop, ServedModel model, std::string api_key)
@@ -167,106 +282,18 @@ void ApiServer::completions(const HttpRequest& request, HttpExchange& exchange, 
   if (const size_t bad = tokenizer::first_invalid_utf8(request.body); bad != std::string::npos)
     throw ApiError(400, "the request body is not valid UTF-8 (byte " + std::to_string(bad) + ")");
   const CompletionRequest parsed = parse_completion_request(request.body, chat, model_);
-  const GenerationParams& p = parsed.params;
   ResponseContext ctx;
   ctx.chat = chat;
   ctx.id = new_response_id(chat);
   ctx.created = std::time(nullptr);
   ctx.model = model_.name;
-  ctx.return_token_ids = p.return_token_ids;
+  ctx.return_token_ids = parsed.params.return_token_ids;
   ctx.tokenizer = model_.tokenizer;
-
-  Submission sub = submit_all(loop_, parsed);
-  const size_t n = sub.streams.size();
-  std::vector<ChoiceOutput> choices(n);
-  for (auto& c : choices) c.logprobs_requested = p.top_logprobs >= 0;
-  Usage usage;
-  for (const auto& ids : parsed.prompts) usage.prompt_tokens += static_cast<int64_t>(ids.size());
-  std::vector<bool> cached_counted(parsed.prompts.size(), false);
-  auto account = [&](size_t i, const OutputEvent& e) {
-    usage.completion_tokens += e.completion_tokens;
-    const size_t prompt = i / static_cast<size_t>(p.n);
-    if (!cached_counted[prompt]) {
-      usage.cached_tokens += e.cached_tokens;
-      cached_counted[prompt] = true;
-    }
-  };
-  std::string prompt_echo;
-  auto echo_text = [&](size_t i) { return p.echo ? parsed.prompt_texts[i / static_cast<size_t>(p.n)] : std::string(); };
-
-  if (p.stream) {
-    if (!exchange.begin_stream(200, "text/event-stream")) return sub.cancel_unfinished();
-    std::vector<bool> started(n, false);
-    size_t remaining = n;
-    while (remaining > 0) {
-      for (size_t i = 0; i < n; ++i) {
-        if (sub.done[i]) continue;
-        if (!started[i]) {
-          ChoiceOutput head;
-          head.text = echo_text(i);
-          head.logprobs_requested = choices[i].logprobs_requested;
-          if ((chat || !head.text.empty()) && !exchange.send_chunk(stream_chunk(ctx, static_cast<int>(i), head, true)))
-            return sub.cancel_unfinished();
-          started[i] = true;
-        }
-        std::vector<OutputEvent> events;
-        sub.streams[i]->wait(events, n == 1 ? kPollInterval : std::chrono::milliseconds(1));
-        for (const OutputEvent& e : events) {
-          if (e.error_status != 0) {
-            sub.done[i] = true;
-            sub.cancel_unfinished();
-            exchange.send_chunk(stream_error_event(ApiError(e.error_status, e.error).json()));
-            exchange.send_chunk(kStreamDone);
-            exchange.end_stream();
-            return;
-          }
-          ChoiceOutput delta;
-          delta.logprobs_requested = choices[i].logprobs_requested;
-          delta.append(e);
-          if (e.last()) {
-            sub.done[i] = true;
-            --remaining;
-            account(i, e);
-          }
-          const bool worth_sending =
-              !delta.text.empty() || e.last() || ctx.return_token_ids || delta.logprobs_requested;
-          if (worth_sending &&
-              !exchange.send_chunk(stream_chunk(ctx, static_cast<int>(i), delta, false)))
-            return sub.cancel_unfinished();
-        }
-        if (exchange.client_gone()) return sub.cancel_unfinished();
-      }
-    }
-    if (p.include_usage) exchange.send_chunk(stream_usage_chunk(ctx, usage));
-    exchange.send_chunk(kStreamDone);
-    exchange.end_stream();
-    return;
-  }
-
-  size_t remaining = n;
-  for (size_t i = 0; i < n; ++i) choices[i].text = echo_text(i);
-  while (remaining > 0) {
-    for (size_t i = 0; i < n; ++i) {
-      if (sub.done[i]) continue;
-      std::vector<OutputEvent> events;
-      sub.streams[i]->wait(events, kPollInterval);
-      for (const OutputEvent& e : events) {
-        if (e.error_status != 0) {
-          sub.done[i] = true;
-          sub.cancel_unfinished();
-          throw ApiError(e.error_status, e.error);
-        }
-        choices[i].append(e);
-        if (e.last()) {
-          sub.done[i] = true;
-          --remaining;
-          account(i, e);
-        }
-      }
-      if (exchange.client_gone()) return sub.cancel_unfinished();
-    }
-  }
-  exchange.respond(200, "application/json", response_json(ctx, choices, sub.prompt_ids, usage));
+  Completion completion(parsed, std::move(ctx), submit_all(loop_, parsed));
+  if (parsed.params.stream)
+    stream_choices(completion, exchange);
+  else
+    collect_choices(completion, exchange);
 }
 
 }  // namespace moeserve::serve

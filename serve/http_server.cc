@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "core/error.h"
 
@@ -185,6 +186,170 @@ class SocketExchange final : public HttpExchange {
   State state_ = State::kFresh;
 };
 
+// Why a request was not read whole: an error to answer (status > 0), or nothing to send
+// (status 0: the client closed or stalled, or the server stops).
+struct RequestFailure {
+  int status = 0;
+  std::string message;
+};
+using MaybeFailure = std::optional<RequestFailure>;
+const RequestFailure kClosed{};
+
+RequestFailure headers_too_large(const HttpServerOptions& options) {
+  return {431, "request headers exceed " + std::to_string(options.max_header_bytes) + " bytes"};
+}
+
+RequestFailure body_too_large(const HttpServerOptions& options) {
+  return {413, "request body exceeds " + std::to_string(options.max_body_bytes) + " bytes"};
+}
+
+// The head: request line and headers, up to the blank line (which is consumed, not returned).
+MaybeFailure read_head(SocketReader& reader, const HttpServerOptions& options, std::string& head) {
+  size_t head_end;
+  bool idle = reader.buffer().empty();
+  for (;;) {
+    head_end = reader.buffer().find("\r\n\r\n");
+    if (head_end != std::string::npos) break;
+    if (reader.buffer().size() > options.max_header_bytes) return headers_too_large(options);
+    const ReadResult r = reader.fill(idle ? options.idle_timeout_ms : options.io_timeout_ms, idle);
+    if (r != ReadResult::kOk) return kClosed;  // closed, idle too long, or the server stops
+    idle = false;
+  }
+  if (head_end > options.max_header_bytes) return headers_too_large(options);
+  head = reader.buffer().substr(0, head_end);
+  reader.buffer().erase(0, head_end + 4);
+  return std::nullopt;
+}
+
+// Splits the next CRLF-terminated line off `rest`.
+std::string_view next_line(std::string_view& rest) {
+  const size_t eol = rest.find("\r\n");
+  const std::string_view line = rest.substr(0, eol);
+  rest = eol == std::string_view::npos ? std::string_view() : rest.substr(eol + 2);
+  return line;
+}
+
+// The request line into request.method, .path and .query; `version` views into `line`.
+MaybeFailure parse_request_line(std::string_view line, HttpRequest& request, std::string_view& version) {
+  const size_t sp1 = line.find(' ');
+  const size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
+  if (sp2 == std::string_view::npos || line.find(' ', sp2 + 1) != std::string_view::npos)
+    return RequestFailure{400, "malformed HTTP request line"};
+  request.method = std::string(line.substr(0, sp1));
+  const std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  version = line.substr(sp2 + 1);
+  if (version != "HTTP/1.1" && version != "HTTP/1.0") return RequestFailure{505, "unsupported HTTP version"};
+  if (request.method.empty() || target.empty() || target.front() != '/')
+    return RequestFailure{400, "malformed HTTP request target"};
+  const size_t q = target.find('?');
+  request.path = std::string(target.substr(0, q));
+  if (q != std::string_view::npos) request.query = std::string(target.substr(q + 1));
+  return std::nullopt;
+}
+
+// The header lines after the request line, names lower-cased, values trimmed.
+MaybeFailure parse_headers(std::string_view rest, HttpRequest& request) {
+  while (!rest.empty()) {
+    const std::string_view line = next_line(rest);
+    const size_t colon = line.find(':');
+    if (colon == 0 || colon == std::string_view::npos || line.front() == ' ' || line.front() == '\t')
+      return RequestFailure{400, "malformed HTTP header line"};
+    request.headers.emplace_back(lower(line.substr(0, colon)), std::string(trim(line.substr(colon + 1))));
+  }
+  return std::nullopt;
+}
+
+// HTTP/1.1 keeps the connection unless told to close; HTTP/1.0 closes it unless told to keep it.
+bool keeps_alive(const HttpRequest& request, std::string_view version) {
+  const std::string* connection = request.header("connection");
+  const std::string value = connection ? lower(*connection) : "";
+  return version == "HTTP/1.1" ? value.find("close") == std::string::npos
+                               : value.find("keep-alive") != std::string::npos;
+}
+
+bool expects_continue(const HttpRequest& request) {
+  const std::string* expect = request.header("expect");
+  return expect && lower(*expect) == "100-continue";
+}
+
+// Tells a client that waits for it (Expect: 100-continue) to send the body; false: it is gone.
+bool send_continue(int fd, const HttpRequest& request) {
+  return !expects_continue(request) || write_all(fd, "HTTP/1.1 100 Continue\r\n\r\n");
+}
+
+// A Transfer-Encoding: chunked body, at most max_body_bytes, trailers skipped.
+MaybeFailure read_chunked_body(SocketReader& reader, const HttpServerOptions& options, int fd, HttpRequest& request) {
+  const int io_ms = options.io_timeout_ms;
+  if (!send_continue(fd, request)) return kClosed;
+  for (;;) {
+    std::string size_line;
+    bool too_long = false;
+    if (reader.line(size_line, 1024, io_ms, too_long) != ReadResult::kOk) return kClosed;
+    char* end = nullptr;
+    const unsigned long long size = std::strtoull(size_line.c_str(), &end, 16);
+    if (too_long || end == size_line.c_str()) return RequestFailure{400, "malformed chunked request body"};
+    if (request.body.size() + size > options.max_body_bytes) return body_too_large(options);
+    if (size == 0) {  // trailers, then the blank line
+      std::string trailer;
+      do {
+        if (reader.line(trailer, options.max_header_bytes, io_ms, too_long) != ReadResult::kOk || too_long)
+          return kClosed;
+      } while (!trailer.empty());
+      return std::nullopt;
+    }
+    if (reader.need(size + 2, io_ms) != ReadResult::kOk) return kClosed;
+    if (reader.buffer().compare(size, 2, "\r\n") != 0) return RequestFailure{400, "malformed chunked request body"};
+    request.body.append(reader.buffer(), 0, size);
+    reader.buffer().erase(0, size + 2);
+  }
+}
+
+// A Content-Length body, at most max_body_bytes.
+MaybeFailure read_sized_body(SocketReader& reader, const HttpServerOptions& options, int fd,
+                             const std::string& content_length, HttpRequest& request) {
+  const int io_ms = options.io_timeout_ms;
+  char* end = nullptr;
+  const unsigned long long length = std::strtoull(content_length.c_str(), &end, 10);
+  if (content_length.empty() || *end != '\0' || !std::isdigit(static_cast<unsigned char>(content_length[0])))
+    return RequestFailure{400, "malformed Content-Length"};
+  if (length > options.max_body_bytes) {
+    if (expects_continue(request)) return body_too_large(options);
+    // Read what the client sends (up to a cap) so that it gets to read the answer.
+    size_t left = static_cast<size_t>(std::min<unsigned long long>(length, kMaxDrainBytes));
+    while (left > 0) {
+      const size_t take = std::min(left, reader.buffer().size());
+      reader.buffer().erase(0, take);
+      left -= take;
+      if (left > 0 && reader.fill(io_ms, false) != ReadResult::kOk) break;
+    }
+    return body_too_large(options);
+  }
+  if (!send_continue(fd, request)) return kClosed;
+  if (reader.need(length, io_ms) != ReadResult::kOk) return kClosed;
+  request.body = reader.buffer().substr(0, length);
+  reader.buffer().erase(0, length);
+  return std::nullopt;
+}
+
+// One whole request off the connection: head, then the body (chunked, sized or none).
+MaybeFailure read_request(SocketReader& reader, const HttpServerOptions& options, int fd, HttpRequest& request,
+                          bool& keep_alive) {
+  std::string head;
+  if (MaybeFailure failure = read_head(reader, options, head)) return failure;
+  std::string_view rest(head);
+  std::string_view version;
+  if (MaybeFailure failure = parse_request_line(next_line(rest), request, version)) return failure;
+  if (MaybeFailure failure = parse_headers(rest, request)) return failure;
+  keep_alive = keeps_alive(request, version);
+  if (const std::string* transfer_encoding = request.header("transfer-encoding")) {
+    if (lower(*transfer_encoding) != "chunked") return RequestFailure{501, "unsupported Transfer-Encoding"};
+    return read_chunked_body(reader, options, fd, request);
+  }
+  if (const std::string* content_length = request.header("content-length"))
+    return read_sized_body(reader, options, fd, *content_length, request);
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::string_view http_status_text(int status) {
@@ -327,114 +492,16 @@ void HttpServer::stop() {
 
 void HttpServer::serve_connection(int fd) {
   SocketReader reader(fd, stopping_);
-  const int io_ms = options_.io_timeout_ms;
-  auto reply_error = [&](int status, const std::string& message) {
-    SocketExchange ex(fd, false);
-    ex.respond(status, "application/json", options_.error_body(status, message), {});
-  };
   for (;;) {
-    // The head: request line and headers, up to the blank line.
-    size_t head_end;
-    bool idle = reader.buffer().empty();
-    for (;;) {
-      head_end = reader.buffer().find("\r\n\r\n");
-      if (head_end != std::string::npos) break;
-      if (reader.buffer().size() > options_.max_header_bytes)
-        return reply_error(431, "request headers exceed " + std::to_string(options_.max_header_bytes) + " bytes");
-      const ReadResult r = reader.fill(idle ? options_.idle_timeout_ms : io_ms, idle);
-      if (r != ReadResult::kOk) return;  // closed, idle too long, or the server stops
-      idle = false;
-    }
-    if (head_end > options_.max_header_bytes)
-      return reply_error(431, "request headers exceed " + std::to_string(options_.max_header_bytes) + " bytes");
-    const std::string head = reader.buffer().substr(0, head_end);
-    reader.buffer().erase(0, head_end + 4);
-
     HttpRequest request;
-    std::string_view rest(head);
-    const size_t eol = rest.find("\r\n");
-    const std::string_view request_line = rest.substr(0, eol);
-    rest = eol == std::string_view::npos ? std::string_view() : rest.substr(eol + 2);
-    const size_t sp1 = request_line.find(' ');
-    const size_t sp2 = sp1 == std::string_view::npos ? sp1 : request_line.find(' ', sp1 + 1);
-    if (sp2 == std::string_view::npos || request_line.find(' ', sp2 + 1) != std::string_view::npos)
-      return reply_error(400, "malformed HTTP request line");
-    request.method = std::string(request_line.substr(0, sp1));
-    const std::string_view target = request_line.substr(sp1 + 1, sp2 - sp1 - 1);
-    const std::string_view version = request_line.substr(sp2 + 1);
-    if (version != "HTTP/1.1" && version != "HTTP/1.0") return reply_error(505, "unsupported HTTP version");
-    if (request.method.empty() || target.empty() || target.front() != '/')
-      return reply_error(400, "malformed HTTP request target");
-    const size_t q = target.find('?');
-    request.path = std::string(target.substr(0, q));
-    if (q != std::string_view::npos) request.query = std::string(target.substr(q + 1));
-    while (!rest.empty()) {
-      const size_t end = rest.find("\r\n");
-      const std::string_view line = rest.substr(0, end);
-      rest = end == std::string_view::npos ? std::string_view() : rest.substr(end + 2);
-      const size_t colon = line.find(':');
-      if (colon == 0 || colon == std::string_view::npos || line.front() == ' ' || line.front() == '\t')
-        return reply_error(400, "malformed HTTP header line");
-      request.headers.emplace_back(lower(line.substr(0, colon)), std::string(trim(line.substr(colon + 1))));
-    }
-
-    const std::string* connection = request.header("connection");
-    const std::string connection_value = connection ? lower(*connection) : "";
-    const bool keep_alive = version == "HTTP/1.1" ? connection_value.find("close") == std::string::npos
-                                                  : connection_value.find("keep-alive") != std::string::npos;
-
-    // The body: chunked or Content-Length, at most max_body_bytes.
-    const std::string too_large = "request body exceeds " + std::to_string(options_.max_body_bytes) + " bytes";
-    const std::string* transfer_encoding = request.header("transfer-encoding");
-    const std::string* content_length = request.header("content-length");
-    const std::string* expect = request.header("expect");
-    if (transfer_encoding != nullptr) {
-      if (lower(*transfer_encoding) != "chunked") return reply_error(501, "unsupported Transfer-Encoding");
-      if (expect && lower(*expect) == "100-continue" && !write_all(fd, "HTTP/1.1 100 Continue\r\n\r\n")) return;
-      for (;;) {
-        std::string size_line;
-        bool too_long = false;
-        if (reader.line(size_line, 1024, io_ms, too_long) != ReadResult::kOk) return;
-        char* end = nullptr;
-        const unsigned long long size = std::strtoull(size_line.c_str(), &end, 16);
-        if (too_long || end == size_line.c_str()) return reply_error(400, "malformed chunked request body");
-        if (request.body.size() + size > options_.max_body_bytes) return reply_error(413, too_large);
-        if (size == 0) {  // trailers, then the blank line
-          std::string trailer;
-          do {
-            if (reader.line(trailer, options_.max_header_bytes, io_ms, too_long) != ReadResult::kOk || too_long)
-              return;
-          } while (!trailer.empty());
-          break;
-        }
-        if (reader.need(size + 2, io_ms) != ReadResult::kOk) return;
-        if (reader.buffer().compare(size, 2, "\r\n") != 0) return reply_error(400, "malformed chunked request body");
-        request.body.append(reader.buffer(), 0, size);
-        reader.buffer().erase(0, size + 2);
+    bool keep_alive = false;
+    if (const MaybeFailure failure = read_request(reader, options_, fd, request, keep_alive)) {
+      if (failure->status != 0) {
+        SocketExchange ex(fd, false);
+        ex.respond(failure->status, "application/json", options_.error_body(failure->status, failure->message), {});
       }
-    } else if (content_length != nullptr) {
-      char* end = nullptr;
-      const unsigned long long length = std::strtoull(content_length->c_str(), &end, 10);
-      if (content_length->empty() || *end != '\0' || !std::isdigit(static_cast<unsigned char>((*content_length)[0])))
-        return reply_error(400, "malformed Content-Length");
-      if (length > options_.max_body_bytes) {
-        if (expect && lower(*expect) == "100-continue") return reply_error(413, too_large);
-        // Read what the client sends (up to a cap) so that it gets to read the answer.
-        size_t left = static_cast<size_t>(std::min<unsigned long long>(length, kMaxDrainBytes));
-        while (left > 0) {
-          const size_t take = std::min(left, reader.buffer().size());
-          reader.buffer().erase(0, take);
-          left -= take;
-          if (left > 0 && reader.fill(io_ms, false) != ReadResult::kOk) break;
-        }
-        return reply_error(413, too_large);
-      }
-      if (expect && lower(*expect) == "100-continue" && !write_all(fd, "HTTP/1.1 100 Continue\r\n\r\n")) return;
-      if (reader.need(length, io_ms) != ReadResult::kOk) return;
-      request.body = reader.buffer().substr(0, length);
-      reader.buffer().erase(0, length);
+      return;
     }
-
     SocketExchange exchange(fd, keep_alive && !stopping_.load());
     try {
       handler_(request, exchange);

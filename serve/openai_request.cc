@@ -203,9 +203,7 @@ void parse_stop(const Fields& f, const ServedModel& model, GenerationParams& p) 
   }
 }
 
-}  // namespace
-
-CompletionRequest parse_completion_request(const std::string& body, bool chat, const ServedModel& model) {
+Json parse_body_object(const std::string& body) {
   Json json;
   try {
     json = Json::parse(body);
@@ -214,20 +212,23 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat, c
   }
   if (!json.is_object())
     throw ApiError(400, fmt::format("the request body must be a JSON object, got {}", json.type_name()));
-  const Fields f(json);
-  CompletionRequest out;
-  out.chat = chat;
+  return json;
+}
 
+// The "model" field, which must name the served model (404 otherwise, as OpenAI answers).
+std::string requested_model(const Fields& f, const ServedModel& model) {
   const Json* name = f.get("model");
   if (!name) bad("model", "model: required");
   if (!name->is_string()) bad("model", fmt::format("model: expected a string, got {}", name->type_name()));
-  out.model = name->get<std::string>();
-  if (out.model != model.name)
-    throw ApiError(404, fmt::format("The model '{}' does not exist; this server serves '{}'", out.model, model.name),
+  std::string requested = name->get<std::string>();
+  if (requested != model.name)
+    throw ApiError(404, fmt::format("The model '{}' does not exist; this server serves '{}'", requested, model.name),
                    "model", "model_not_found");
+  return requested;
+}
 
-  reject_unsupported(f);
-  GenerationParams& p = out.params;
+// Sampling, choices and streaming: the fields both endpoints share.
+void parse_sampling(const Fields& f, GenerationParams& p) {
   p.sampling.temperature = static_cast<float>(f.number("temperature", 0, 2).value_or(1.0));
   p.sampling.top_p = static_cast<float>(f.number("top_p", 0, 1).value_or(1.0));
   if (p.sampling.top_p <= 0) bad("top_p", "top_p: must be greater than 0");
@@ -248,13 +249,15 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat, c
   }
   p.skip_special_tokens = f.boolean("skip_special_tokens").value_or(true);
   p.return_token_ids = f.boolean("return_token_ids").value_or(false);
-  const bool ignore_eos = f.boolean("ignore_eos").value_or(false);
-  parse_stop(f, model, p);
-  if (!ignore_eos && model.eos_id) p.stop_token_ids.push_back(*model.eos_id);
-  if (!ignore_eos && chat && model.end_of_turn_id) p.stop_token_ids.push_back(*model.end_of_turn_id);
+}
 
+// The endpoint's own fields: logprobs, the length limit and the prompts (messages for chat,
+// prompt otherwise). Returns max_tokens as asked (none: the default applies).
+std::optional<int64_t> parse_endpoint_fields(const Json& json, const Fields& f, const ServedModel& model,
+                                             CompletionRequest& out) {
+  GenerationParams& p = out.params;
   std::optional<int64_t> max_tokens;
-  if (chat) {
+  if (out.chat) {
     const bool logprobs = f.boolean("logprobs").value_or(false);
     const auto top = f.integer("top_logprobs", 0, kMaxTopLogprobs);
     if (top && !logprobs) bad("top_logprobs", "top_logprobs: requires logprobs: true");
@@ -270,12 +273,13 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat, c
     if (!prompt) bad("prompt", "prompt: required");
     parse_prompt(*prompt, model, out);
   }
-  if (static_cast<int64_t>(out.prompts.size()) * p.n > kMaxChoices)
-    bad("n", fmt::format("n: {} prompts x n = {} choices, more than {}", out.prompts.size(), out.prompts.size() * p.n,
-                         kMaxChoices));
+  return max_tokens;
+}
 
-  // Lengths: every prompt plus max_tokens must fit the context and one KV cache replica.
-  const char* prompt_param = chat ? "messages" : "prompt";
+// Lengths: every prompt plus max_tokens must fit the context and one KV cache replica. Sets
+// params.max_tokens (the default: what is left for chat, at most 16 for completions).
+void fit_lengths(const ServedModel& model, std::optional<int64_t> max_tokens, CompletionRequest& out) {
+  const char* prompt_param = out.chat ? "messages" : "prompt";
   const int64_t limit = std::min(model.context_length, model.max_request_tokens);
   int64_t longest = 0;
   for (const auto& ids : out.prompts) longest = std::max<int64_t>(longest, static_cast<int64_t>(ids.size()));
@@ -290,19 +294,41 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat, c
                                "(raise --kv-pages)",
                                longest, model.max_request_tokens),
                    prompt_param, "context_length_exceeded");
-  if (max_tokens) {
-    if (longest + *max_tokens > limit)
-      throw ApiError(400,
-                     fmt::format("max_tokens: the prompt ({} tokens) plus max_tokens ({}) is {} tokens, more than the "
-                                 "{} allowed ({})",
-                                 longest, *max_tokens, longest + *max_tokens, limit,
-                                 limit == model.context_length ? "the model's context length"
-                                                               : "what one request can hold in the KV cache"),
-                     "max_tokens", "context_length_exceeded");
-    p.max_tokens = *max_tokens;
-  } else {
-    p.max_tokens = chat ? limit - longest : std::min<int64_t>(16, limit - longest);
+  if (!max_tokens) {
+    out.params.max_tokens = out.chat ? limit - longest : std::min<int64_t>(16, limit - longest);
+    return;
   }
+  if (longest + *max_tokens > limit)
+    throw ApiError(400,
+                   fmt::format("max_tokens: the prompt ({} tokens) plus max_tokens ({}) is {} tokens, more than the "
+                               "{} allowed ({})",
+                               longest, *max_tokens, longest + *max_tokens, limit,
+                               limit == model.context_length ? "the model's context length"
+                                                             : "what one request can hold in the KV cache"),
+                   "max_tokens", "context_length_exceeded");
+  out.params.max_tokens = *max_tokens;
+}
+
+}  // namespace
+
+CompletionRequest parse_completion_request(const std::string& body, bool chat, const ServedModel& model) {
+  const Json json = parse_body_object(body);
+  const Fields f(json);
+  CompletionRequest out;
+  out.chat = chat;
+  out.model = requested_model(f, model);
+  reject_unsupported(f);
+  GenerationParams& p = out.params;
+  parse_sampling(f, p);
+  const bool ignore_eos = f.boolean("ignore_eos").value_or(false);
+  parse_stop(f, model, p);
+  if (!ignore_eos && model.eos_id) p.stop_token_ids.push_back(*model.eos_id);
+  if (!ignore_eos && chat && model.end_of_turn_id) p.stop_token_ids.push_back(*model.end_of_turn_id);
+  const std::optional<int64_t> max_tokens = parse_endpoint_fields(json, f, model, out);
+  if (static_cast<int64_t>(out.prompts.size()) * p.n > kMaxChoices)
+    bad("n", fmt::format("n: {} prompts x n = {} choices, more than {}", out.prompts.size(), out.prompts.size() * p.n,
+                         kMaxChoices));
+  fit_lengths(model, max_tokens, out);
   return out;
 }
 

@@ -169,11 +169,8 @@ void check_unsupported_model_options(const Json& model, const std::string& where
   }
 }
 
-}  // namespace
-
-TokenizerParts load_hf_tokenizer_json(const std::string& path, const TokenizerConfig& config) {
-  const Json json = read_json_file(path);
-  MS_CHECK(json.is_object(), "{}: the top level must be a JSON object", path);
+// The "model" section, which must be a BPE model without options we do not implement.
+const Json& bpe_model_of(const Json& json, const std::string& path) {
   const auto model_it = json.find("model");
   MS_CHECK(model_it != json.end(), "{}: no \"model\"", path);
   const Json& model = *model_it;
@@ -181,7 +178,11 @@ TokenizerParts load_hf_tokenizer_json(const std::string& path, const TokenizerCo
   const std::string model_type = type_of(model, model_where);
   MS_CHECK(model_type == "BPE", "{}: model type \"{}\" is not supported (only BPE)", path, model_type);
   check_unsupported_model_options(model, model_where);
+  return model;
+}
 
+// Byte-level BPE decodes with ByteLevel; a normalizer, if any, must be one we implement.
+void check_decoder_and_normalizer(const Json& json, const std::string& path) {
   const std::string decoder_where = path + ": decoder";
   const auto decoder = json.find("decoder");
   MS_CHECK(decoder != json.end() && !decoder->is_null(), "{} is missing (byte-level BPE needs ByteLevel)",
@@ -192,6 +193,91 @@ TokenizerParts load_hf_tokenizer_json(const std::string& path, const TokenizerCo
   if (const auto normalizer = json.find("normalizer"); normalizer != json.end()) {
     check_normalizer(*normalizer, path + ": normalizer");
   }
+}
+
+// "added_tokens", or null when the file has none.
+const Json* added_tokens_of(const Json& json, const std::string& path) {
+  const auto added = json.find("added_tokens");
+  if (added == json.end() || added->is_null()) return nullptr;
+  MS_CHECK(added->is_array(), "{}: \"added_tokens\" must be a list", path);
+  return &*added;
+}
+
+// Added tokens may extend the vocabulary past the model's ids.
+int32_t max_token_id(const Vocab& vocab, const Json* added) {
+  int32_t max_id = vocab.max_id;
+  if (added == nullptr) return max_id;
+  for (const Json& entry : *added) {
+    if (entry.is_object() && entry.contains("id") && entry["id"].is_number_integer()) {
+      max_id = std::max(max_id, static_cast<int32_t>(entry["id"].get<int64_t>()));
+    }
+  }
+  return max_id;
+}
+
+// What BPE needs of the vocab: the id of each single byte and of each token it can produce.
+struct BpeVocab {
+  std::array<int32_t, 256> byte_ids;
+  StringIdMap tokens;  // raw bytes -> id
+};
+
+// The model's vocab into parts.token_bytes/token_kind (sized already) and into BPE's tables.
+BpeVocab add_vocab_tokens(const Vocab& vocab, TokenizerParts& parts) {
+  BpeVocab bpe;
+  bpe.byte_ids.fill(-1);
+  for (const auto& [token, id] : vocab.id_of_token) {
+    // A token outside the byte-level alphabet stands for its own UTF-8 (Hugging Face's
+    // ByteLevel decoder does the same); BPE never produces it.
+    const auto bytes = byte_level_to_bytes(token);
+    parts.token_bytes[id] = bytes ? *bytes : token;
+    parts.token_kind[id] = TokenKind::kNormal;
+    if (!bytes) continue;
+    bpe.tokens.emplace(*bytes, id);
+    if (bytes->size() == 1) bpe.byte_ids[static_cast<uint8_t>((*bytes)[0])] = id;
+  }
+  return bpe;
+}
+
+void add_added_tokens(const Json& added, const std::string& path, TokenizerParts& parts) {
+  for (size_t i = 0; i < added.size(); ++i) {
+    const Json& entry = added[i];
+    const std::string where = path + ": added_tokens[" + std::to_string(i) + "]";
+    MS_CHECK(entry.is_object() && entry.contains("id") && entry["id"].is_number_integer() &&
+                 entry["id"].get<int64_t>() >= 0,
+             "{}: needs a non-negative integer \"id\"", where);
+    const auto id = static_cast<int32_t>(entry["id"].get<int64_t>());
+    const auto content = optional_string(entry, "content", where);
+    MS_CHECK(content && !content->empty(), "{}: needs a non-empty \"content\"", where);
+    for (const char* option : {"single_word", "lstrip", "rstrip"}) {
+      MS_CHECK(!bool_field(entry, option, false, where), "{} \"{}\": {}=true is not supported", where,
+               *content, option);
+    }
+    const bool special = bool_field(entry, "special", false, where);
+    const auto bytes = byte_level_to_bytes(*content);
+    parts.token_bytes[id] = bytes ? *bytes : *content;
+    parts.token_kind[id] = special ? TokenKind::kSpecial : TokenKind::kAdded;
+    parts.added_tokens.add(*content, id, special);
+  }
+}
+
+BpeModel::Options bpe_options(const Json& model, const Vocab& vocab, const std::string& model_where) {
+  BpeModel::Options options;
+  options.whole_piece_lookup = bool_field(model, "ignore_merges", false, model_where);
+  options.fuse_unk = bool_field(model, "fuse_unk", false, model_where);
+  if (const auto unk = optional_string(model, "unk_token", model_where)) {
+    options.unk_id = vocab_id(vocab, *unk, model_where + ".unk_token");
+  }
+  return options;
+}
+
+}  // namespace
+
+TokenizerParts load_hf_tokenizer_json(const std::string& path, const TokenizerConfig& config) {
+  const Json json = read_json_file(path);
+  MS_CHECK(json.is_object(), "{}: the top level must be a JSON object", path);
+  const Json& model = bpe_model_of(json, path);
+  const std::string model_where = path + ": model";
+  check_decoder_and_normalizer(json, path);
 
   TokenizerParts parts;
   parts.origin = path;
@@ -202,63 +288,15 @@ TokenizerParts load_hf_tokenizer_json(const std::string& path, const TokenizerCo
 
   const Vocab vocab = read_vocab(model, model_where);
   MergeTable merges = read_merges(model, vocab, model_where);
-
-  // Added tokens may extend the vocabulary past the model's ids.
-  const auto added = json.find("added_tokens");
-  int32_t max_id = vocab.max_id;
-  if (added != json.end() && !added->is_null()) {
-    MS_CHECK(added->is_array(), "{}: \"added_tokens\" must be a list", path);
-    for (const Json& entry : *added) {
-      if (entry.is_object() && entry.contains("id") && entry["id"].is_number_integer()) {
-        max_id = std::max(max_id, static_cast<int32_t>(entry["id"].get<int64_t>()));
-      }
-    }
-  }
+  const Json* added = added_tokens_of(json, path);
+  const int32_t max_id = max_token_id(vocab, added);
   parts.token_bytes.assign(max_id + 1, std::string());
   parts.token_kind.assign(max_id + 1, TokenKind::kUnused);
-  std::array<int32_t, 256> byte_ids;
-  byte_ids.fill(-1);
-  StringIdMap bpe_tokens;  // raw bytes of the tokens BPE can produce -> id
-  for (const auto& [token, id] : vocab.id_of_token) {
-    // A token outside the byte-level alphabet stands for its own UTF-8 (Hugging Face's
-    // ByteLevel decoder does the same); BPE never produces it.
-    const auto bytes = byte_level_to_bytes(token);
-    parts.token_bytes[id] = bytes ? *bytes : token;
-    parts.token_kind[id] = TokenKind::kNormal;
-    if (!bytes) continue;
-    bpe_tokens.emplace(*bytes, id);
-    if (bytes->size() == 1) byte_ids[static_cast<uint8_t>((*bytes)[0])] = id;
-  }
+  BpeVocab bpe = add_vocab_tokens(vocab, parts);
+  if (added != nullptr) add_added_tokens(*added, path, parts);
 
-  if (added != json.end() && !added->is_null()) {
-    for (size_t i = 0; i < added->size(); ++i) {
-      const Json& entry = (*added)[i];
-      const std::string where = path + ": added_tokens[" + std::to_string(i) + "]";
-      MS_CHECK(entry.is_object() && entry.contains("id") && entry["id"].is_number_integer() &&
-                   entry["id"].get<int64_t>() >= 0,
-               "{}: needs a non-negative integer \"id\"", where);
-      const auto id = static_cast<int32_t>(entry["id"].get<int64_t>());
-      const auto content = optional_string(entry, "content", where);
-      MS_CHECK(content && !content->empty(), "{}: needs a non-empty \"content\"", where);
-      for (const char* option : {"single_word", "lstrip", "rstrip"}) {
-        MS_CHECK(!bool_field(entry, option, false, where), "{} \"{}\": {}=true is not supported", where,
-                 *content, option);
-      }
-      const bool special = bool_field(entry, "special", false, where);
-      const auto bytes = byte_level_to_bytes(*content);
-      parts.token_bytes[id] = bytes ? *bytes : *content;
-      parts.token_kind[id] = special ? TokenKind::kSpecial : TokenKind::kAdded;
-      parts.added_tokens.add(*content, id, special);
-    }
-  }
-
-  BpeModel::Options options;
-  options.whole_piece_lookup = bool_field(model, "ignore_merges", false, model_where);
-  options.fuse_unk = bool_field(model, "fuse_unk", false, model_where);
-  if (const auto unk = optional_string(model, "unk_token", model_where)) {
-    options.unk_id = vocab_id(vocab, *unk, model_where + ".unk_token");
-  }
-  parts.bpe = std::make_unique<BpeModel>(byte_ids, std::move(merges), std::move(bpe_tokens), options);
+  parts.bpe = std::make_unique<BpeModel>(bpe.byte_ids, std::move(merges), std::move(bpe.tokens),
+                                         bpe_options(model, vocab, model_where));
   parts.chat_template = config.chat_template;
   resolve_bos_eos(config, parts);
   return parts;

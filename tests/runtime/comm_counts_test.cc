@@ -36,25 +36,62 @@ struct Case {
   int64_t micro_batch_size = 0;
 };
 
+EngineOptions engine_options(const Case& k) {
+  EngineOptions options;
+  options.plan = k.plan;
+  options.page_size = 16;
+  options.num_pages = 8;
+  options.pp_max_micro_batch_size = k.micro_batch_size;
+  return options;
+}
+
+std::vector<GenerateRequest> requests() {
+  std::vector<GenerateRequest> out;
+  for (const auto& p : kPrompts) {
+    GenerateRequest r;
+    r.prompt = p;
+    r.max_new_tokens = kNewTokens;
+    out.push_back(r);
+  }
+  return out;
+}
+
+// The sequences of one rank's DP replica (requests i with i % attn_dp == dp_index).
+struct ReplicaTokens {
+  int64_t prompt_tokens = 0, seqs = 0;
+  int64_t total() const { return prompt_tokens + seqs * (kNewTokens - 1); }  // every token a pass sees
+};
+
+ReplicaTokens replica_tokens(const parallel::ParallelPlan& plan, const parallel::RankShard& s) {
+  ReplicaTokens t;
+  for (size_t i = 0; i < kPrompts.size(); ++i)
+    if (static_cast<int>(i % plan.attn_dp) == s.coord.dp_index) {
+      t.prompt_tokens += static_cast<int64_t>(kPrompts[i].size());
+      ++t.seqs;
+    }
+  return t;
+}
+
+// The rank's counted sites are exactly the expected ones, with their calls and bytes.
+void expect_sites(const std::map<Key, Entry>& expected, const comm::CommStats& stats) {
+  const std::map<Key, Entry> got(stats.by_site.begin(), stats.by_site.end());
+  for (const auto& [key, entry] : expected) {
+    const auto it = got.find(key);
+    ASSERT_NE(it, got.end()) << key.first << " " << comm::collective_name(key.second) << " missing";
+    EXPECT_EQ(it->second.calls, entry.calls) << key.first << " " << comm::collective_name(key.second);
+    EXPECT_EQ(it->second.bytes, entry.bytes) << key.first << " " << comm::collective_name(key.second);
+  }
+  for (const auto& [key, entry] : got)
+    EXPECT_TRUE(expected.count(key)) << "unexpected " << key.first << " " << comm::collective_name(key.second);
+}
+
 void check_plan(const Case& k) {
   const parallel::ParallelPlan& plan = k.plan;
   SCOPED_TRACE(plan.name);
   const ModelSource model = open_model("synthetic:tiny");
   const ModelConfig& c = model.config;
-  EngineOptions options;
-  options.plan = plan;
-  options.page_size = 16;
-  options.num_pages = 8;
-  options.pp_max_micro_batch_size = k.micro_batch_size;
-  Engine engine(model, options);
-  std::vector<GenerateRequest> requests;
-  for (const auto& p : kPrompts) {
-    GenerateRequest r;
-    r.prompt = p;
-    r.max_new_tokens = kNewTokens;
-    requests.push_back(r);
-  }
-  engine.generate(requests, false);
+  Engine engine(model, engine_options(k));
+  engine.generate(requests(), false);
 
   const int64_t h = c.hidden_size, V = c.vocab_size, E = c.n_routed_experts, top_k = c.num_experts_per_tok;
   const int A = plan.attn_tp, R = plan.ranks_per_stage();
@@ -70,14 +107,8 @@ void check_plan(const Case& k) {
     SCOPED_TRACE("rank " + std::to_string(r));
     const parallel::RankShard& s = shards[r];
     EXPECT_EQ(passes[r], P);
-    // Tokens of this rank's DP replica (requests i with i % attn_dp == dp_index).
-    int64_t TT = 0, seqs = 0, prompt_tokens = 0;
-    for (size_t i = 0; i < kPrompts.size(); ++i)
-      if (static_cast<int>(i % plan.attn_dp) == s.coord.dp_index) {
-        prompt_tokens += static_cast<int64_t>(kPrompts[i].size());
-        ++seqs;
-      }
-    TT = prompt_tokens + seqs * (kNewTokens - 1);
+    const ReplicaTokens replica = replica_tokens(plan, s);
+    const int64_t seqs = replica.seqs, prompt_tokens = replica.prompt_tokens, TT = replica.total();
     const int64_t rows = seqs * kNewTokens;
     int64_t Ld = 0, Lm = 0;
     for (int64_t l = s.layers.begin; l < s.layers.end; ++l) (c.is_moe_layer(l) ? Lm : Ld)++;
@@ -112,15 +143,7 @@ void check_plan(const Case& k) {
     if (!s.last_stage) expected[{"pipeline", Collective::Send}] = {P, TT * h * 4};
     if (!s.first_stage) expected[{"pipeline", Collective::Recv}] = {P, TT * h * 4};
 
-    const std::map<Key, Entry> got(stats[r].by_site.begin(), stats[r].by_site.end());
-    for (const auto& [key, entry] : expected) {
-      const auto it = got.find(key);
-      ASSERT_NE(it, got.end()) << key.first << " " << comm::collective_name(key.second) << " missing";
-      EXPECT_EQ(it->second.calls, entry.calls) << key.first << " " << comm::collective_name(key.second);
-      EXPECT_EQ(it->second.bytes, entry.bytes) << key.first << " " << comm::collective_name(key.second);
-    }
-    for (const auto& [key, entry] : got)
-      EXPECT_TRUE(expected.count(key)) << "unexpected " << key.first << " " << comm::collective_name(key.second);
+    expect_sites(expected, stats[r]);
   }
   // Everything dispatched comes back.
   EXPECT_EQ(dispatch_total, combine_total);
