@@ -4,7 +4,10 @@
 // across arbitrary splits, and URL parsing.
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -120,14 +123,35 @@ int64_t words(const std::string& text) {
   return n;
 }
 
-std::string write_temp(const std::string& name, const std::string& text) {
-  const std::string path = testing::TempDir() + name;
-  std::ofstream(path) << text;
-  return path;
-}
+// A directory of this test's own (mkdtemp under the system temp dir), removed at exit: the
+// files it writes cannot collide with another run's, and a name it expects to be missing is.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "moeserve-bench-test-XXXXXX").string();
+    MS_CHECK(::mkdtemp(pattern.data()) != nullptr, "mkdtemp {} failed", pattern);
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(file(name)) << text;
+    return file(name);
+  }
+
+ private:
+  std::filesystem::path path_;
+};
 
 TEST(ShareGpt, PairsFilteredShuffledAndCounted) {
-  const std::string path = write_temp("sharegpt.json", R"([
+  const TempDir temp;
+  const std::string path = temp.write("sharegpt.json", R"([
     {"conversations": [{"from": "human", "value": "one two three"}, {"from": "gpt", "value": "a b c d"}]},
     {"conversations": [{"from": "human", "value": "short"}, {"from": "gpt", "value": "x y"}]},
     {"conversations": [{"from": "human", "value": "alpha beta"}]},
@@ -158,10 +182,10 @@ TEST(ShareGpt, PairsFilteredShuffledAndCounted) {
     }
     return std::string("no error");
   };
-  EXPECT_NE(message(testing::TempDir() + "missing.json").find("cannot open"), std::string::npos);
-  EXPECT_NE(message(write_temp("bad.json", "[{")).find("not JSON"), std::string::npos);
-  EXPECT_NE(message(write_temp("obj.json", "{}")).find("expected a JSON list"), std::string::npos);
-  EXPECT_NE(message(write_temp("empty.json", "[]")).find("no usable conversation"), std::string::npos);
+  EXPECT_NE(message(temp.file("missing.json")).find("cannot open"), std::string::npos);
+  EXPECT_NE(message(temp.write("bad.json", "[{")).find("not JSON"), std::string::npos);
+  EXPECT_NE(message(temp.write("obj.json", "{}")).find("expected a JSON list"), std::string::npos);
+  EXPECT_NE(message(temp.write("empty.json", "[]")).find("no usable conversation"), std::string::npos);
 }
 
 TEST(Sse, EventsSplitAnywhere) {
