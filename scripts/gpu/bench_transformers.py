@@ -16,7 +16,7 @@ import time
 import torch
 
 PRESETS = {
-    # name: DeepseekV3Config kwargs (from ../shared/reference/configs)
+    # name: DeepseekV3Config kwargs (from tests/data/configs, copies of ../shared/reference/configs)
     "kimi-k2.6": dict(vocab_size=163840, hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048,
                       num_attention_heads=64, num_key_value_heads=64, n_shared_experts=1, n_routed_experts=384,
                       routed_scaling_factor=2.827, kv_lora_rank=512, q_lora_rank=1536, qk_rope_head_dim=64,
