@@ -100,6 +100,67 @@ std::string parse_quantization(const json& object) {
   return method;
 }
 
+// The object holding the text model's fields: the root, or (Kimi K2.5 / VL) its text_config,
+// whose tensors are under language_model. and whose fields are reported under `path`.
+const json& text_model_of(const json& root, const std::string& source, const std::string& outer_type,
+                          ModelConfig& c, std::string& path) {
+  if (outer_type != "kimi_k25" && outer_type != "kimi_vl") {
+    MS_CHECK(outer_type == "deepseek_v3" || outer_type == "kimi_k2",
+             "{}: field 'model_type' is '{}'; supported: deepseek_v3, kimi_k2, kimi_k25", source, outer_type);
+    return root;
+  }
+  MS_CHECK(root.contains("text_config") && root.at("text_config").is_object(),
+           "{}: missing field 'text_config' required by model_type '{}'", source, outer_type);
+  path = "text_config.";
+  c.tensor_prefix = "language_model.";
+  const json& text = root.at("text_config");
+  const std::string inner = FieldReader(text, source, path).string_or("model_type", "deepseek_v3");
+  MS_CHECK(inner == "deepseek_v3" || inner == "kimi_k2",
+           "{}: field 'text_config.model_type' is '{}'; supported: deepseek_v3, kimi_k2", source, inner);
+  return text;
+}
+
+// The routed-expert fields: required once some layer is an MoE layer.
+void read_moe_fields(const FieldReader& f, ModelConfig& c, const std::string& source, const std::string& path) {
+  c.n_routed_experts = f.integer("n_routed_experts");
+  c.moe_intermediate_size = f.integer("moe_intermediate_size");
+  c.num_experts_per_tok = f.integer("num_experts_per_tok");
+  c.n_shared_experts = f.integer_or("n_shared_experts", 0);
+  c.n_group = f.integer_or("n_group", 1);
+  c.topk_group = f.integer_or("topk_group", 1);
+  c.norm_topk_prob = f.boolean_or("norm_topk_prob", true);
+  c.routed_scaling_factor = f.number_or("routed_scaling_factor", 1.0);
+  const std::string scoring = f.string_or("scoring_func", "sigmoid");
+  MS_CHECK(scoring == "sigmoid", "{}: field '{}scoring_func' is '{}'; only 'sigmoid' is supported", source, path,
+           scoring);
+  const std::string topk_method = f.string_or("topk_method", "noaux_tc");
+  MS_CHECK(topk_method == "noaux_tc", "{}: field '{}topk_method' is '{}'; only 'noaux_tc' is supported", source,
+           path, topk_method);
+  const int64_t moe_layer_freq = f.integer_or("moe_layer_freq", 1);
+  MS_CHECK(moe_layer_freq == 1, "{}: field '{}moe_layer_freq' is {}; only 1 is supported", source, path,
+           moe_layer_freq);
+}
+
+void read_rope_fields(const FieldReader& f, const json& text, ModelConfig& c, const std::string& source,
+                     const std::string& path) {
+  // Published checkpoints: top-level rope_theta + rope_scaling{type}; transformers 5 saves
+  // rope_parameters{rope_type, rope_theta}.
+  if (f.has("rope_parameters")) {
+    const json& rp = text.at("rope_parameters");
+    MS_CHECK(rp.is_object(), "{}: field '{}rope_parameters' must be an object", source, path);
+    c.rope_scaling = parse_rope_scaling(rp, source, path + "rope_parameters.");
+    c.rope_theta = FieldReader(rp, source, path + "rope_parameters.").number_or("rope_theta", 10000.0);
+    if (f.has("rope_theta")) c.rope_theta = f.number("rope_theta");
+  } else {
+    c.rope_theta = f.number_or("rope_theta", 10000.0);
+    if (f.has("rope_scaling")) {
+      const json& rs = text.at("rope_scaling");
+      MS_CHECK(rs.is_object(), "{}: field '{}rope_scaling' must be an object or null", source, path);
+      c.rope_scaling = parse_rope_scaling(rs, source, path + "rope_scaling.");
+    }
+  }
+}
+
 }  // namespace
 
 double ModelConfig::attention_scale() const {
@@ -174,25 +235,10 @@ ModelConfig ModelConfig::from_json(const json& root, const std::string& source) 
   FieldReader top(root, source, "");
   ModelConfig c;
   const std::string outer_type = top.string("model_type");
-  const json* text = &root;
   std::string path;
-  if (outer_type == "kimi_k25" || outer_type == "kimi_vl") {
-    MS_CHECK(root.contains("text_config") && root.at("text_config").is_object(),
-             "{}: missing field 'text_config' required by model_type '{}'", source, outer_type);
-    text = &root.at("text_config");
-    path = "text_config.";
-    c.tensor_prefix = "language_model.";
-  } else {
-    MS_CHECK(outer_type == "deepseek_v3" || outer_type == "kimi_k2",
-             "{}: field 'model_type' is '{}'; supported: deepseek_v3, kimi_k2, kimi_k25", source, outer_type);
-  }
+  const json* text = &text_model_of(root, source, outer_type, c, path);
   FieldReader f(*text, source, path);
   c.model_type = outer_type;
-  if (text != &root) {
-    const std::string inner = f.string_or("model_type", "deepseek_v3");
-    MS_CHECK(inner == "deepseek_v3" || inner == "kimi_k2",
-             "{}: field 'text_config.model_type' is '{}'; supported: deepseek_v3, kimi_k2", source, inner);
-  }
   c.vocab_size = f.integer("vocab_size");
   c.hidden_size = f.integer("hidden_size");
   c.num_hidden_layers = f.integer("num_hidden_layers");
@@ -205,26 +251,7 @@ ModelConfig ModelConfig::from_json(const json& root, const std::string& source) 
   c.first_k_dense_replace = f.integer_or("first_k_dense_replace", 0);
   c.intermediate_size = c.first_k_dense_replace > 0 ? f.integer("intermediate_size")
                                                     : f.integer_or("intermediate_size", 0);
-  const bool has_moe = c.first_k_dense_replace < c.num_hidden_layers;
-  if (has_moe) {
-    c.n_routed_experts = f.integer("n_routed_experts");
-    c.moe_intermediate_size = f.integer("moe_intermediate_size");
-    c.num_experts_per_tok = f.integer("num_experts_per_tok");
-    c.n_shared_experts = f.integer_or("n_shared_experts", 0);
-    c.n_group = f.integer_or("n_group", 1);
-    c.topk_group = f.integer_or("topk_group", 1);
-    c.norm_topk_prob = f.boolean_or("norm_topk_prob", true);
-    c.routed_scaling_factor = f.number_or("routed_scaling_factor", 1.0);
-    const std::string scoring = f.string_or("scoring_func", "sigmoid");
-    MS_CHECK(scoring == "sigmoid", "{}: field '{}scoring_func' is '{}'; only 'sigmoid' is supported", source, path,
-             scoring);
-    const std::string topk_method = f.string_or("topk_method", "noaux_tc");
-    MS_CHECK(topk_method == "noaux_tc", "{}: field '{}topk_method' is '{}'; only 'noaux_tc' is supported", source,
-             path, topk_method);
-    const int64_t moe_layer_freq = f.integer_or("moe_layer_freq", 1);
-    MS_CHECK(moe_layer_freq == 1, "{}: field '{}moe_layer_freq' is {}; only 1 is supported", source, path,
-             moe_layer_freq);
-  }
+  if (c.first_k_dense_replace < c.num_hidden_layers) read_moe_fields(f, c, source, path);
   const std::string act = f.string_or("hidden_act", "silu");
   MS_CHECK(act == "silu", "{}: field '{}hidden_act' is '{}'; only 'silu' is supported", source, path, act);
   MS_CHECK(!f.boolean_or("attention_bias", false), "{}: field '{}attention_bias' is true; not supported", source,
@@ -232,22 +259,7 @@ ModelConfig ModelConfig::from_json(const json& root, const std::string& source) 
   c.rms_norm_eps = f.number_or("rms_norm_eps", 1e-6);
   c.max_position_embeddings = f.integer("max_position_embeddings");
   c.rope_interleave = f.boolean_or("rope_interleave", true);
-  // Published checkpoints: top-level rope_theta + rope_scaling{type}; transformers 5 saves
-  // rope_parameters{rope_type, rope_theta}.
-  if (f.has("rope_parameters")) {
-    const json& rp = text->at("rope_parameters");
-    MS_CHECK(rp.is_object(), "{}: field '{}rope_parameters' must be an object", source, path);
-    c.rope_scaling = parse_rope_scaling(rp, source, path + "rope_parameters.");
-    c.rope_theta = FieldReader(rp, source, path + "rope_parameters.").number_or("rope_theta", 10000.0);
-    if (f.has("rope_theta")) c.rope_theta = f.number("rope_theta");
-  } else {
-    c.rope_theta = f.number_or("rope_theta", 10000.0);
-    if (f.has("rope_scaling")) {
-      const json& rs = text->at("rope_scaling");
-      MS_CHECK(rs.is_object(), "{}: field '{}rope_scaling' must be an object or null", source, path);
-      c.rope_scaling = parse_rope_scaling(rs, source, path + "rope_scaling.");
-    }
-  }
+  read_rope_fields(f, *text, c, source, path);
   c.tie_word_embeddings = f.boolean_or("tie_word_embeddings", top.boolean_or("tie_word_embeddings", false));
   c.num_nextn_predict_layers = f.integer_or("num_nextn_predict_layers", 0);
   if (f.has("bos_token_id") && text->at("bos_token_id").is_number_integer()) c.bos_token_id = f.integer("bos_token_id");

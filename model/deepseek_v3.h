@@ -18,6 +18,17 @@
 
 namespace moeserve {
 
+namespace comm {
+class ExpertExchange;
+}
+struct Activations;
+struct LayerPart;
+struct LayerWeights;
+struct ModelWeights;
+class GraphCache;
+class LmHead;
+class Workspace;
+
 // The groups a rank talks to. Any may be null when its group has one member.
 struct RankGroups {
   comm::Communicator* attn_tp = nullptr;   // same stage and DP replica (attention, dense, vocab)
@@ -117,7 +128,7 @@ class DeepseekV3 {
   // Decode-shaped steps (one logit row per token, in order) are captured once per
   // (tokens, max_pages_per_seq) and replayed as a graph on backends that support it.
   void set_graphs_enabled(bool enabled) { graphs_enabled_ = enabled; }
-  int64_t graphs_captured() const { return static_cast<int64_t>(graphs_.size()); }
+  int64_t graphs_captured() const;
 
   // What the last stage returns. kGreedy: each logit row's argmax id (Tensor I32 [rows])
   // instead of its logits; each vocab-parallel rank reduces its slice on the device and only
@@ -129,7 +140,7 @@ class DeepseekV3 {
   // (sample_logits_rows; greedy rows have temperature 0): nothing waits for the host, so a
   // step in flight behind it cannot overwrite the logits first. Graphs are kept per mode.
   void set_head_mode(HeadMode mode) { head_mode_ = mode; }
-  SampleCandidates take_candidates() { return std::move(candidates_); }
+  SampleCandidates take_candidates();
   // Draws logit rows `rows` of the last forward (still on the device until the next one)
   // under `options`, over the whole vocabulary (ops::SampleParams; a vocab split is first
   // gathered over attn_tp, so every rank of the split takes part and draws the same tokens):
@@ -157,23 +168,6 @@ class DeepseekV3 {
   int64_t weight_bytes() const { return weight_bytes_; }
 
  private:
-  struct Layer;
-  struct LayerPart;
-  struct Activations;
-  class ArenaLayout;
-
-  void load(WeightSource& source);
-  Activations& workspace(int64_t tokens);
-  void reserve_block_tables(Activations& a, int64_t entries);
-  void reserve_logit_rows(int64_t rows);
-  void drop_graphs_of(const Activations& a);  // after reallocating a workspace's buffers
-  // Points a's activation (head) buffers into `arena` for T tokens (rows); returns the bytes
-  // the layout needs. With a == nullptr, only measures.
-  size_t lay_out_activations(Activations* a, int64_t T, ops::Buffer* arena) const;
-  size_t lay_out_head(Activations* a, int64_t rows, ops::Buffer* arena) const;
-  void upload_metadata(Activations& a, const ForwardBatch& batch);
-  // The device work of a step: embedding (first stage), layers, and (last stage) the head.
-  void run(Activations& a, int64_t logit_rows, int64_t max_pages_per_seq);
   // A branch (attention, dense MLP, MoE) leaves this rank's partial [T, hidden] fp32 sum in
   // a.branch; summing it over `group` completes it (add_branch, fused with the residual add
   // and the next norm where the communicator can). `site` labels the all-reduce.
@@ -181,35 +175,33 @@ class DeepseekV3 {
     comm::Communicator* group;
     const char* site;
   };
-  BranchSum attention(const Layer& layer, int64_t local_layer, Activations& a, int64_t max_pages_per_seq);
-  BranchSum dense_mlp(const Layer& layer, Activations& a);
-  BranchSum moe(const Layer& layer, int64_t moe_layer, Activations& a);
-  BranchSum moe_dispatch_combine(const Layer& layer, int64_t moe_layer, Activations& a);
+  void upload_metadata(Activations& a, const ForwardBatch& batch);
+  // The device work of a step: embedding (first stage), layers, and (last stage) the head.
+  void run(Activations& a, int64_t logit_rows, int64_t max_pages_per_seq);
+  void embed(Activations& a);
+  BranchSum attention(const LayerWeights& layer, int64_t local_layer, Activations& a, int64_t max_pages_per_seq);
+  void attention_part(const LayerPart& part, int v, ops::Buffer& cache, Activations& a, int64_t max_pages_per_seq);
+  BranchSum dense_mlp(const LayerWeights& layer, Activations& a);
+  BranchSum moe(const LayerWeights& layer, int64_t moe_layer, Activations& a);
+  BranchSum moe_dispatch_combine(const LayerWeights& layer, int64_t moe_layer, Activations& a);
   // hidden += sum over the group of a.branch; then normed = rms_norm(hidden) * norm_weight, or
   // no norm with norm_weight == nullptr (the stage's last add).
   void add_branch(const BranchSum& sum, Activations& a, const void* norm_weight);
-  // With a reduction plan: the rank's partials [parts, T, hidden] fp32 added in the tree (into
-  // part 0, a.branch), then the ranks' results in the same tree; returns the branch sum.
-  const void* sum_parts(const BranchSum& sum, Activations& a);
   bool reduction_plan_on() const { return run_.reduction_plan.world() > 1; }
-  void shared_experts(const Layer& layer, const LayerPart& part, Activations& a, void* out, bool accumulate);
+  // out [T, hidden] fp32 (+)= the MLP of `inter` columns (w13, w2) on a.normed.
+  void mlp(const ops::BufferPtr& w13, const ops::BufferPtr& w2, int64_t inter, Activations& a, void* out,
+           bool accumulate);
+  void shared_experts(const LayerWeights& layer, const LayerPart& part, Activations& a, void* out, bool accumulate);
   void* branch_part(Activations& a, int v) const;  // [T, hidden] fp32: part v's partial branch
-  void lm_head(Activations& a, int64_t rows);
-  Tensor logits_to_host(Activations& a, int64_t rows);
-  Tensor greedy_to_host(Activations& a, int64_t rows);
-  void candidates_to_host(Activations& a, int64_t rows);
-  int64_t candidates_per_slice() const;
-  Tensor finish(Activations& a, int64_t rows);  // the step's result, after the device work
-  void all_reduce(comm::Communicator* group, ops::Buffer& buffer, int64_t count, const char* site, DType dtype);
+  void record_routing(int64_t moe_layer, const int32_t* ids, size_t count);
 
   ModelConfig config_;
   parallel::ParallelPlan plan_;
   parallel::RankShard shard_;
   ModelRunOptions run_;
   // Parts of each split this rank computes (the reduction plan's ranks / this plan's per
-  // stage, at least 1), and the vocab slices of the whole head.
+  // stage, at least 1).
   int parts_ = 1;
-  int vocab_slices() const { return parts_ * plan_.attn_tp; }
   ops::Backend& backend_;
   RankGroups groups_;
   KvCacheShape cache_shape_;
@@ -218,28 +210,14 @@ class DeepseekV3 {
   bool record_routing_ = false;
   bool return_logits_ = true;
   HeadMode head_mode_ = HeadMode::kLogits;
-  SampleCandidates candidates_;      // of the last kCandidates forward
-  std::vector<float> temperatures_;  // its rows' temperatures
-  std::vector<ops::SamplingOptions> sampling_;  // a kSampled forward's rows' draws
-  ops::BufferPtr sampled_tokens_;    // [rows] int32: sample_logits_rows()'s draws
-  int64_t last_logit_rows_ = 0;
   std::vector<std::vector<int32_t>> last_routing_;  // [moe layer][tokens * top_k], appended per forward
-  void record_routing(int64_t moe_layer, const int32_t* ids, size_t count);
 
-  ops::BufferPtr embed_;       // [vocab slice, hidden]
-  ops::BufferPtr final_norm_;  // [hidden]
-  std::vector<ops::BufferPtr> lm_head_;  // per part: [vocab slice / parts, hidden]
-  ops::BufferPtr inv_freq_;    // [rope / 2] fp32
-  std::vector<std::unique_ptr<Layer>> layers_;  // this stage's layers
-  std::vector<ops::BufferPtr> kv_cache_;        // per local layer
-  std::map<int64_t, std::unique_ptr<Activations>> workspaces_;                   // by token count
-  ops::BufferPtr arena_;        // activations of every step size, laid out for arena_tokens_
-  int64_t arena_tokens_ = 0;
-  ops::BufferPtr head_arena_;   // the head's buffers, for head_rows_ rows
-  int64_t head_rows_ = 0;
-  using GraphKey = std::tuple<int64_t, int64_t, HeadMode>;  // tokens, max pages per sequence, head
-  std::map<GraphKey, std::unique_ptr<ops::Graph>> graphs_;
-  std::set<GraphKey> warmed_up_;
+  std::unique_ptr<ModelWeights> weights_;
+  std::vector<ops::BufferPtr> kv_cache_;  // per local layer
+  std::unique_ptr<comm::ExpertExchange> exchange_;  // attention DP: routed tokens by all-to-all
+  std::unique_ptr<LmHead> head_;
+  std::unique_ptr<Workspace> workspace_;
+  std::unique_ptr<GraphCache> graphs_;  // last: its graphs go first, before the buffers they point at
 };
 
 }  // namespace moeserve

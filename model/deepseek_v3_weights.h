@@ -1,6 +1,7 @@
 // What each rank of a plan loads, tensor by tensor, without loading it: the accounting behind
 // `moeserve plan show`, the memory-fit check and the sharded-loading tests. It mirrors
-// DeepseekV3::load(), and a test checks that the two agree on every rank of every plan.
+// load_weights() (model/deepseek_v3_loader.h), and a test checks that the two agree on every
+// rank of every plan.
 #pragma once
 
 #include <cstdint>

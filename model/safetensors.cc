@@ -203,9 +203,11 @@ std::vector<std::string> Checkpoint::tensor_names() const {
   return names;
 }
 
-Tensor Checkpoint::read_f32(const std::string& name, const Shape& expected_shape, Slice rows, Slice cols) const {
-  const TensorInfo& ti = info(name);
-  const std::string& path = file_of(name);
+namespace {
+
+// A tensor read_f32 can convert: the expected shape, 1-D or 2-D, a float dtype it reads.
+void check_weight_tensor(const TensorInfo& ti, const std::string& path, const std::string& name,
+                         const Shape& expected_shape) {
   MS_CHECK(ti.shape == expected_shape, "{}: tensor '{}' has shape {}, expected {}", path, name, shape_str(ti.shape),
            shape_str(expected_shape));
   if (ti.dtype == DType::F8_E4M3 || ti.dtype == DType::F8_E5M2)
@@ -215,6 +217,14 @@ Tensor Checkpoint::read_f32(const std::string& name, const Shape& expected_shape
            "{}: tensor '{}' has dtype {}; weights must be F32, BF16 or F16", path, name, dtype_name(ti.dtype));
   MS_CHECK(ti.shape.size() == 1 || ti.shape.size() == 2, "{}: tensor '{}': expected a 1-D or 2-D tensor, got {}",
            path, name, shape_str(ti.shape));
+}
+
+}  // namespace
+
+Tensor Checkpoint::read_f32(const std::string& name, const Shape& expected_shape, Slice rows, Slice cols) const {
+  const TensorInfo& ti = info(name);
+  const std::string& path = file_of(name);
+  check_weight_tensor(ti, path, name, expected_shape);
   const int64_t num_rows = ti.shape[0];
   const int64_t num_cols = ti.shape.size() == 2 ? ti.shape[1] : 1;
   if (rows.end < 0) rows.end = num_rows;

@@ -1,0 +1,62 @@
+#include "model/forward_batch_check.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace moeserve {
+namespace {
+
+void check_tokens(const ForwardBatch& batch, const BatchLimits& limits) {
+  const ModelConfig& c = limits.config;
+  const KvCacheShape& cache = limits.cache;
+  const int64_t T = batch.num_tokens();
+  const int64_t num_seqs =
+      batch.max_pages_per_seq > 0 ? static_cast<int64_t>(batch.block_tables.size()) / batch.max_pages_per_seq : 0;
+  for (int64_t t = 0; t < T; ++t) {
+    MS_CHECK(batch.positions[t] >= 0 && batch.positions[t] < c.max_position_embeddings,
+             "forward batch: position {} outside [0, max_position_embeddings={})", batch.positions[t],
+             c.max_position_embeddings);
+    MS_CHECK(batch.slots[t] >= 0 && batch.slots[t] < cache.num_pages * cache.page_size,
+             "forward batch: cache slot {} outside the cache", batch.slots[t]);
+    MS_CHECK(batch.seq_of_token[t] >= 0 && batch.seq_of_token[t] < num_seqs &&
+                 batch.positions[t] < batch.max_pages_per_seq * cache.page_size,
+             "forward batch: token {} has no block-table row for position {}", t, batch.positions[t]);
+    if (limits.first_stage)
+      MS_CHECK(batch.tokens[t] >= 0 && batch.tokens[t] < c.vocab_size, "token id {} outside the vocabulary [0, {})",
+               batch.tokens[t], c.vocab_size);
+  }
+  for (int32_t page : batch.block_tables)
+    MS_CHECK(page >= 0 && page < cache.num_pages, "forward batch: page {} outside the cache", page);
+}
+
+void check_head_rows(const ForwardBatch& batch, const BatchLimits& limits) {
+  const int64_t rows = static_cast<int64_t>(batch.logit_rows.size());
+  if (limits.head_mode == HeadMode::kCandidates && limits.last_stage) {
+    MS_CHECK(static_cast<int64_t>(batch.temperatures.size()) == rows,
+             "forward batch: {} temperatures for {} logit rows (a candidate head needs one per row)",
+             batch.temperatures.size(), rows);
+    for (float t : batch.temperatures)
+      MS_CHECK(std::isfinite(t) && t >= 0.0f, "forward batch: temperature {} is not a finite value >= 0", t);
+  }
+  if (limits.head_mode == HeadMode::kSampled && limits.last_stage) {
+    MS_CHECK(static_cast<int64_t>(batch.sampling.size()) == rows,
+             "forward batch: {} sampling options for {} logit rows (a sampled head needs one per row)",
+             batch.sampling.size(), rows);
+  }
+}
+
+}  // namespace
+
+void check_forward_batch(const ForwardBatch& batch, const BatchLimits& limits) {
+  const int64_t T = batch.num_tokens();
+  MS_CHECK(static_cast<int64_t>(batch.positions.size()) == T && static_cast<int64_t>(batch.slots.size()) == T &&
+               static_cast<int64_t>(batch.seq_of_token.size()) == T,
+           "forward batch: tokens, positions, slots and seq_of_token must have the same length");
+  check_tokens(batch, limits);
+  for (int32_t row : batch.logit_rows)
+    MS_CHECK(row >= 0 && row < T, "logit row {} outside the batch of {} tokens", row, T);
+  check_head_rows(batch, limits);
+}
+
+}  // namespace moeserve

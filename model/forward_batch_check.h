@@ -1,0 +1,21 @@
+// The checks a step's ForwardBatch passes before any of it reaches the device: lengths,
+// positions, cache slots and pages, token ids, logit rows, and what the head mode needs per row.
+#pragma once
+
+#include "model/config.h"
+#include "model/deepseek_v3.h"
+
+namespace moeserve {
+
+struct BatchLimits {
+  const ModelConfig& config;
+  KvCacheShape cache;
+  bool first_stage = false;  // checks the token ids
+  bool last_stage = false;   // checks what the head mode needs
+  HeadMode head_mode = HeadMode::kLogits;
+};
+
+// Throws, naming the field at fault.
+void check_forward_batch(const ForwardBatch& batch, const BatchLimits& limits);
+
+}  // namespace moeserve

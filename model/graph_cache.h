@@ -1,0 +1,42 @@
+// Captured step graphs, by step shape. Decode-shaped steps replay a captured graph: same
+// tokens and block-table width as the capture, pointers fixed by the per-T workspace, no
+// host work between the ops. A shape runs once uncaptured first (the warm-up sizes every
+// lazily grown workspace), is captured on its second run, and replayed from then on.
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "ops/ops.h"
+
+namespace moeserve {
+
+class GraphCache {
+ public:
+  struct Key {
+    int64_t tokens = 0, max_pages_per_seq = 0;
+    int head_mode = 0;  // graphs are kept per head mode
+    auto operator<=>(const Key&) const = default;
+  };
+
+  explicit GraphCache(ops::Backend& backend) : backend_(backend) {}
+
+  // Runs `step` (the device work of one step of shape `key`), captured or replayed as above.
+  void run(const Key& key, const std::function<void()>& step);
+
+  int64_t size() const { return static_cast<int64_t>(graphs_.size()); }
+  // The callers synchronise first: the graphs point into buffers about to move.
+  void clear() { graphs_.clear(); }
+  void drop_tokens(int64_t tokens);  // the graphs of steps of `tokens` tokens
+
+ private:
+  ops::Backend& backend_;
+  std::map<Key, std::unique_ptr<ops::Graph>> graphs_;
+  std::set<Key> warmed_up_;
+};
+
+}  // namespace moeserve
