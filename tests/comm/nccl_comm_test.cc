@@ -230,7 +230,9 @@ TEST_F(NcclComm, FusedAllReduceAddRmsNormEqualsTheSeparateOps) {
       // Separate: the all-reduce (peer kernel), then the backend's add_rms_norm.
       void *branch_b = upload(branch), *hidden_b = upload(hidden), *normed_b = upload(std::vector<uint8_t>(n * 2, 0xff));
       group->all_reduce_sum(branch_b, n, DType::F32);
-      cuda::launch_add_rms_norm(hidden_b, branch_b, /*x_f32=*/true, w, normed_b, rows, dim, 1e-6f, s);
+      cuda::launch_add_rms_norm({.hidden = hidden_b, .x = branch_b, .weight = w, .normed = normed_b, .rows = rows,
+                                 .dim = dim, .eps = 1e-6f, .x_f32 = true},
+                                s);
       ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
       EXPECT_TRUE(download(branch_a, n * 4) == download(branch_b, n * 4)) << "branch, " << rows << " x " << dim;
       EXPECT_TRUE(download(hidden_a, n * 2) == download(hidden_b, n * 2)) << "hidden, " << rows << " x " << dim;
