@@ -40,8 +40,8 @@ class PeerAllReduce {
   static constexpr size_t kMaxBytes = peer::kMaxBytes;  // a message of at most 146 rows x 7168 fp32
 
   // The group of `devices` (group rank order); nullptr when a pair of them cannot access each
-  // other's memory (or peer access cannot be enabled), or when MOESERVE_PEER_ALL_REDUCE=0: the
-  // communicators then use NCCL for every all-reduce. Enables peer access between them.
+  // other's memory (or peer access cannot be enabled): the communicators then use NCCL for
+  // every all-reduce. Enables peer access between them.
   static std::shared_ptr<PeerAllReduce> create(const std::vector<int>& devices);
   ~PeerAllReduce();
   PeerAllReduce(const PeerAllReduce&) = delete;
