@@ -26,7 +26,7 @@
 #include <memory>
 #include <vector>
 
-#include "comm/communicator.h"
+#include "comm/fused_all_reduce_norm.h"
 #include "comm/peer_all_reduce_kernel.h"
 #include "core/dtype.h"
 
@@ -55,7 +55,7 @@ class PeerAllReduce {
   void all_reduce_sum(int rank, void* data, size_t count, DType dtype, cudaStream_t stream);
 
   // The all-reduce of a fp32 [rows, dim] branch fused with the residual add and RMSNorm that
-  // follow it (Communicator::all_reduce_add_rms_norm): one block per row pushes the row, sums
+  // follow it (FusedAllReduceNorm::all_reduce_add_rms_norm): one block per row pushes the row, sums
   // it in rank order (written back to `branch` too) and normalises it in registers. For at
   // most kMaxBlocks rows of at most 8192 elements (dim % 8 == 0), 16-byte aligned.
   bool fits_rows(const float* branch, const ResidualNorm& norm) const;

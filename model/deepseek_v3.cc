@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "comm/fused_all_reduce_norm.h"
 #include "core/error.h"
 #include "model/deepseek_v3_weights.h"
 #include "model/rope.h"
@@ -721,7 +722,9 @@ void DeepseekV3::add_branch(const BranchSum& sum, Activations& a, const void* no
     if (norm_weight != nullptr && sum.group != nullptr && sum.group->size() > 1 && T > 0) {
       sum.group->set_site(sum.site);
       const comm::ResidualNorm fused{ptr(a.hidden), norm_weight, ptr(a.normed), T, hidden, eps};
-      if (sum.group->all_reduce_add_rms_norm(static_cast<float*>(ptr(a.branch)), fused)) return;
+      comm::FusedAllReduceNorm* fused_path = comm::fused_all_reduce_norm(*sum.group);
+      if (fused_path != nullptr && fused_path->all_reduce_add_rms_norm(static_cast<float*>(ptr(a.branch)), fused))
+        return;
     }
     all_reduce(sum.group, *a.branch, T * hidden, sum.site, DType::F32);
   }

@@ -1,7 +1,7 @@
 // Row-wise and elementwise kernels. bf16 storage, fp32 arithmetic.
-#include "backend/cuda/common.cuh"
+#include "cuda_common/common.cuh"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/row_norm.cuh"
+#include "cuda_common/row_norm.cuh"
 #include "core/random.h"
 
 #include <algorithm>

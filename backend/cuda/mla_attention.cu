@@ -11,7 +11,7 @@
 // iteration was tried and was slower (register pressure); prefetching the next row is not.
 // Kernel 2, grid (tokens, heads): merges the splits: out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s,
 // in split order.
-#include "backend/cuda/common.cuh"
+#include "cuda_common/common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mma.cuh"
 

@@ -9,7 +9,7 @@
 //   4. down: the same over w2 rows; fp32 partial rows per pair,
 //   5. combine: out[t] = sum over k (in k order) of weight[t, k] * partial[slot], so the
 //      result does not depend on the order pairs were scattered in.
-#include "backend/cuda/common.cuh"
+#include "cuda_common/common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/row_dot.cuh"

@@ -3,7 +3,7 @@
 // finishes the draw (cpu::sample_candidates). Ids are offset by the first id of the rank's
 // vocab slice. Draws the candidates do not cover (a top-p over a flat row) run over whole
 // sorted rows here too (launch_sample_rows).
-#include "backend/cuda/common.cuh"
+#include "cuda_common/common.cuh"
 #include "backend/cuda/kernels.h"
 
 #include <cub/block/block_reduce.cuh>
