@@ -66,16 +66,6 @@ struct CommStats {
   }
 };
 
-// The residual add and RMSNorm that follow the all-reduce of a [rows, dim] fp32 branch
-// (ops::AddRmsNormParams): hidden = bf16(hidden + bf16(branch)), normed = weight * norm(hidden).
-struct ResidualNorm {
-  void* hidden;        // [rows, dim] bf16, updated in place
-  const void* weight;  // [dim] bf16
-  void* normed;        // [rows, dim] bf16
-  int64_t rows = 0, dim = 0;
-  float eps = 0;
-};
-
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -86,11 +76,6 @@ class Communicator {
   // In place: data[i] = sum over ranks of data[i], summed in rank order ((d0 + d1) + d2)...,
   // so every rank gets the same bits whatever the thread timing.
   virtual void all_reduce_sum(void* data, size_t count, DType dtype) = 0;
-  // all_reduce_sum of a fp32 [norm.rows, norm.dim] branch fused with the residual add and
-  // norm that follow it, where this communicator has such a path for the shape (GPUs with
-  // peer access: one kernel instead of three); false, doing nothing, where it has not: the
-  // caller then all-reduces and normalises separately. Counted as the all-reduce.
-  virtual bool all_reduce_add_rms_norm(float* branch, const ResidualNorm& norm) { return false; }
   // recv = concat over ranks of send (each `count` elements).
   virtual void all_gather(const void* send, void* recv, size_t count, DType dtype) = 0;
   // recv (count elements) = rank's block of the elementwise sum of every rank's send

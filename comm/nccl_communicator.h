@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/fused_all_reduce_norm.h"
 #include "comm/peer_all_reduce.h"
 
 typedef struct CUstream_st* cudaStream_t;
@@ -19,7 +20,9 @@ typedef struct ncclComm* ncclComm_t;
 
 namespace moeserve::comm {
 
-class NcclCommunicator final : public Communicator {
+// The fused all-reduce + residual add + RMSNorm (FusedAllReduceNorm) runs on the peer
+// all-reduce group, when one is set.
+class NcclCommunicator final : public Communicator, public FusedAllReduceNorm {
  public:
   // Takes ownership of `comm`.
   NcclCommunicator(ncclComm_t comm, cudaStream_t stream, std::string name);
@@ -30,7 +33,6 @@ class NcclCommunicator final : public Communicator {
   std::string name() const override { return name_; }
 
   void all_reduce_sum(void* data, size_t count, DType dtype) override;
-  bool all_reduce_add_rms_norm(float* branch, const ResidualNorm& norm) override;
   void all_gather(const void* send, void* recv, size_t count, DType dtype) override;
   void reduce_scatter_sum(const void* send, void* recv, size_t count, DType dtype) override;
   void all_to_all_v(const void* send, const std::vector<size_t>& send_counts, void* recv,
@@ -43,6 +45,9 @@ class NcclCommunicator final : public Communicator {
   // Small fp32 / bf16 all-reduces go through `group` (this communicator's ranks, in its rank
   // order) instead of NCCL; see peer_all_reduce.h. nullptr: NCCL only.
   void use_peer_all_reduce(std::shared_ptr<PeerAllReduce> group);
+
+  bool all_reduce_add_rms_norm(float* branch, const ResidualNorm& norm) override;
+  bool fused_all_reduce_norm_available() const override { return peer_ != nullptr; }
 
   // Time every call with CUDA events on the stream (for benchmarks; off by default).
   // collect_timing() waits for the recorded calls and returns milliseconds per collective.

@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 
 #include "comm/peer_all_reduce_kernel.h"
-#include "core/env.h"
 #include "core/error.h"
 
 namespace moeserve::comm {
@@ -23,7 +22,6 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 PeerAllReduce::PeerAllReduce(std::vector<int> devices) : devices_(std::move(devices)), memory_(devices_.size()) {}
 
 std::shared_ptr<PeerAllReduce> PeerAllReduce::create(const std::vector<int>& devices) {
-  if (!env_switch("MOESERVE_PEER_ALL_REDUCE", true)) return nullptr;
   const int n = static_cast<int>(devices.size());
   if (n < 2 || n > kMaxRanks) return nullptr;
   for (int i = 0; i < n; ++i)

@@ -26,7 +26,7 @@
 #include <memory>
 #include <vector>
 
-#include "comm/communicator.h"
+#include "comm/fused_all_reduce_norm.h"
 #include "comm/peer_all_reduce_kernel.h"
 #include "core/dtype.h"
 
@@ -40,8 +40,8 @@ class PeerAllReduce {
   static constexpr size_t kMaxBytes = peer::kMaxBytes;  // a message of at most 146 rows x 7168 fp32
 
   // The group of `devices` (group rank order); nullptr when a pair of them cannot access each
-  // other's memory (or peer access cannot be enabled), or when MOESERVE_PEER_ALL_REDUCE=0: the
-  // communicators then use NCCL for every all-reduce. Enables peer access between them.
+  // other's memory (or peer access cannot be enabled): the communicators then use NCCL for
+  // every all-reduce. Enables peer access between them.
   static std::shared_ptr<PeerAllReduce> create(const std::vector<int>& devices);
   ~PeerAllReduce();
   PeerAllReduce(const PeerAllReduce&) = delete;
@@ -55,7 +55,7 @@ class PeerAllReduce {
   void all_reduce_sum(int rank, void* data, size_t count, DType dtype, cudaStream_t stream);
 
   // The all-reduce of a fp32 [rows, dim] branch fused with the residual add and RMSNorm that
-  // follow it (Communicator::all_reduce_add_rms_norm): one block per row pushes the row, sums
+  // follow it (FusedAllReduceNorm::all_reduce_add_rms_norm): one block per row pushes the row, sums
   // it in rank order (written back to `branch` too) and normalises it in registers. For at
   // most kMaxBlocks rows of at most 8192 elements (dim % 8 == 0), 16-byte aligned.
   bool fits_rows(const float* branch, const ResidualNorm& norm) const;

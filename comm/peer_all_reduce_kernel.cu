@@ -1,6 +1,6 @@
 // The peer all-reduce kernel (peer_all_reduce.h describes the protocol).
-#include "backend/cuda/common.cuh"
-#include "backend/cuda/row_norm.cuh"
+#include "cuda_common/common.cuh"
+#include "cuda_common/row_norm.cuh"
 #include "comm/peer_all_reduce_kernel.h"
 
 namespace moeserve::comm::peer {

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "comm/expert_exchange.h"
+#include "comm/fused_all_reduce_norm.h"
 #include "core/error.h"
 #include "model/deepseek_v3_loader.h"
 #include "model/deepseek_v3_weights.h"
@@ -85,20 +86,6 @@ void DeepseekV3::record_routing(int64_t moe_layer, const int32_t* ids, size_t co
 
 ops::Buffer& DeepseekV3::hidden_states(int64_t tokens) { return *workspace_->of(tokens).hidden; }
 
-void DeepseekV3::upload_metadata(Activations& a, const ForwardBatch& batch) {
-  auto put = [&](BufferPtr& dst, const std::vector<int32_t>& v) {
-    if (!v.empty()) backend_.upload(*dst, 0, v.data(), v.size() * 4);
-  };
-  put(a.ids, batch.tokens);
-  put(a.positions, batch.positions);
-  put(a.seq_of_token, batch.seq_of_token);
-  put(a.slots, batch.slots);
-  put(a.block_tables, batch.block_tables);
-  put(a.logit_rows, batch.logit_rows);
-  if (head_mode_ == HeadMode::kCandidates && shard_.last_stage && !batch.temperatures.empty())
-    backend_.upload(*a.temperatures, 0, batch.temperatures.data(), batch.temperatures.size() * 4);
-}
-
 Tensor DeepseekV3::forward(const ForwardBatch& batch) {
   const int64_t T = batch.num_tokens(), rows = static_cast<int64_t>(batch.logit_rows.size());
   check_forward_batch(batch, {.config = config_, .cache = cache_shape_, .first_stage = shard_.first_stage,
@@ -106,10 +93,7 @@ Tensor DeepseekV3::forward(const ForwardBatch& batch) {
   if (head_mode_ == HeadMode::kCandidates && shard_.last_stage) head_->set_temperatures(batch.temperatures);
   if (head_mode_ == HeadMode::kSampled && shard_.last_stage) head_->set_sampling(batch.sampling);
 
-  Activations& a = workspace_->of(T);
-  workspace_->reserve_block_tables(a, static_cast<int64_t>(batch.block_tables.size()));
-  workspace_->reserve_logit_rows(rows);
-  upload_metadata(a, batch);
+  Activations& a = workspace_->prepare(batch, head_mode_ == HeadMode::kCandidates && shard_.last_stage);
 
   // Decode-shaped steps (one logit row per token, in order, no host work inside) replay a graph.
   bool decode_shaped = rows == T && plan_.attn_dp == 1 && !record_routing_;
@@ -160,10 +144,13 @@ void DeepseekV3::add_branch(const BranchSum& sum, Activations& a, const void* no
     // The parts' tree, then the residual add and norm on one rank's kernels whatever the plan.
     branch = sum_in_tree(backend_, {.group = sum.group, .site = sum.site, .parts = parts_, .hidden = hidden}, a);
   } else {
-    if (norm_weight != nullptr && sum.group != nullptr && sum.group->size() > 1 && T > 0) {
+    // The fused all-reduce + add + norm where the group has one (the same bits as the ops below).
+    comm::FusedAllReduceNorm* fused = sum.group != nullptr ? comm::fused_all_reduce_norm(*sum.group) : nullptr;
+    if (fused != nullptr && norm_weight != nullptr && sum.group->size() > 1 && T > 0) {
       sum.group->set_site(sum.site);
-      const comm::ResidualNorm fused{ptr(a.hidden), norm_weight, ptr(a.normed), T, hidden, eps};
-      if (sum.group->all_reduce_add_rms_norm(static_cast<float*>(ptr(a.branch)), fused)) return;
+      if (fused->all_reduce_add_rms_norm(static_cast<float*>(ptr(a.branch)),
+                                         {ptr(a.hidden), norm_weight, ptr(a.normed), T, hidden, eps}))
+        return;
     }
     all_reduce(sum.group, *a.branch, T * hidden, sum.site, DType::F32);
   }

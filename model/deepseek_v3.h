@@ -175,7 +175,6 @@ class DeepseekV3 {
     comm::Communicator* group;
     const char* site;
   };
-  void upload_metadata(Activations& a, const ForwardBatch& batch);
   // The device work of a step: embedding (first stage), layers, and (last stage) the head.
   void run(Activations& a, int64_t logit_rows, int64_t max_pages_per_seq);
   void embed(Activations& a);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "model/deepseek_v3.h"
+
 namespace moeserve {
 namespace {
 
@@ -149,6 +151,24 @@ void Workspace::reserve_logit_rows(int64_t rows) {
   head_arena_.reset();
   head_arena_ = backend_.alloc(lay_out_head(nullptr, head_rows_, nullptr));
   for (auto& [tokens, a] : workspaces_) lay_out_head(a.get(), head_rows_, head_arena_.get());
+}
+
+Activations& Workspace::prepare(const ForwardBatch& batch, bool temperatures) {
+  Activations& a = of(batch.num_tokens());
+  reserve_block_tables(a, static_cast<int64_t>(batch.block_tables.size()));
+  reserve_logit_rows(static_cast<int64_t>(batch.logit_rows.size()));
+  auto put = [&](ops::BufferPtr& dst, const std::vector<int32_t>& v) {
+    if (!v.empty()) backend_.upload(*dst, 0, v.data(), v.size() * 4);
+  };
+  put(a.ids, batch.tokens);
+  put(a.positions, batch.positions);
+  put(a.seq_of_token, batch.seq_of_token);
+  put(a.slots, batch.slots);
+  put(a.block_tables, batch.block_tables);
+  put(a.logit_rows, batch.logit_rows);
+  if (temperatures && !batch.temperatures.empty())
+    backend_.upload(*a.temperatures, 0, batch.temperatures.data(), batch.temperatures.size() * 4);
+  return a;
 }
 
 }  // namespace moeserve

@@ -15,6 +15,8 @@
 
 namespace moeserve {
 
+struct ForwardBatch;
+
 // A step's buffers for T tokens. The metadata buffers are kept per T and filled by the host
 // before each run; the activations are views of one arena shared by every T (steps run one
 // at a time on a rank), so a captured graph replays with the same pointers and memory does
@@ -82,6 +84,9 @@ class Workspace {
       : dims_(dims), backend_(backend), graphs_(graphs) {}
 
   Activations& of(int64_t tokens);
+  // The workspace of `batch`'s token count with its metadata (ids, positions, slots, block
+  // tables, logit rows; the rows' temperatures when `temperatures`) uploaded.
+  Activations& prepare(const ForwardBatch& batch, bool temperatures);
   // Grow a's block table to `entries` (dropping the graphs of a's size that point at the old one).
   void reserve_block_tables(Activations& a, int64_t entries);
   void reserve_logit_rows(int64_t rows);  // last stage: the head arena, for `rows` rows

@@ -16,12 +16,6 @@
 
 namespace moeserve::ops {
 
-// Work an op does, for roofline accounting.
-struct OpCost {
-  double flops = 0;
-  double bytes = 0;
-};
-
 // Memory owned by a backend (host memory for CPU, device memory for CUDA).
 class Buffer {
  public:
@@ -335,11 +329,5 @@ class Backend {
   virtual std::unique_ptr<Graph> end_capture() { return nullptr; }
   virtual void replay(Graph& graph) {}
 };
-
-// FLOPs and bytes of each op (fp32 element size `elem`); shared by every backend and the
-// performance model.
-OpCost cost_of(const LinearParams& p, size_t elem);
-OpCost cost_of(const MlaAttentionParams& p, size_t elem);
-OpCost cost_of(const MoeExpertsParams& p, size_t elem, int64_t experts_hit);
 
 }  // namespace moeserve::ops

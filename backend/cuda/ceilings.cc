@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "backend/cuda/kernels.h"
 #include "core/error.h"
@@ -57,8 +58,11 @@ Ceilings measure_ceilings(int device) {
   {
     const int n = 8192;
     DeviceMemory a(size_t{2} * n * n), b(size_t{2} * n * n), d(size_t{2} * n * n);
-    launch_fill_uniform(a.ptr, false, n, n, n, 0, 0, 1, 0.0f, 1.0f, stream);
-    launch_fill_uniform(b.ptr, false, n, n, n, 0, 0, 2, 0.0f, 1.0f, stream);
+    for (auto [matrix, seed] : {std::pair{a.ptr, uint64_t{1}}, std::pair{b.ptr, uint64_t{2}}}) {
+      launch_fill_uniform({.out = matrix, .rows = n, .cols = n, .full_cols = n, .row0 = 0, .col0 = 0, .seed = seed,
+                           .offset = 0.0f, .amplitude = 1.0f},
+                          stream);
+    }
     cublasHandle_t handle;
     cublasCreate(&handle);
     cublasSetStream(handle, stream);

@@ -6,12 +6,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <cstdio>
 #include <mutex>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/op_timer.h"
-#include "core/env.h"
 #include "core/error.h"
 #include "core/random.h"
 
@@ -96,6 +98,15 @@ class DeviceBuffer final : public Buffer {
   void* ptr_;
 };
 
+// One line on stderr per policy a process runs with (every rank's backend usually has the same).
+void report_policy(const KernelPolicy& policy) {
+  static std::mutex mutex;
+  static std::set<std::string> reported;
+  const std::string line = policy.describe();
+  std::lock_guard<std::mutex> lock(mutex);
+  if (reported.insert(line).second) std::fprintf(stderr, "[moeserve] cuda kernel policy: %s\n", line.c_str());
+}
+
 struct CudaGraph final : Graph {
   cudaGraphExec_t exec = nullptr;
   ~CudaGraph() override {
@@ -107,8 +118,8 @@ struct CudaGraph final : Graph {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, const CudaBackendOptions& options)
-      : device_(device), invariant_(options.batch_invariant), cache_(std::make_shared<BlockCache>(device)) {
+  CudaBackend(int device, const KernelPolicy& policy)
+      : device_(device), policy_(policy), cache_(std::make_shared<BlockCache>(device)) {
     const int count = device_count();
     MS_CHECK(device >= 0 && device < count, "CUDA device {} requested, {} visible", device, count);
     MS_CUDA(cudaSetDevice(device));
@@ -127,7 +138,7 @@ class CudaBackend final : public Backend {
       MS_CUBLAS(cublasSetMathMode(cublas_handles_[i], CUBLAS_DEFAULT_MATH));
     }
     MS_CUDA(cudaMallocHost(reinterpret_cast<void**>(&staging_), kStagingBytes));
-    overlap_ = !env_switch("MOESERVE_SINGLE_STREAM", false);
+    report_policy(policy_);
   }
   ~CudaBackend() override {
     cudaSetDevice(device_);
@@ -202,10 +213,10 @@ class CudaBackend final : public Backend {
   }
 
   // The side stream: forked from the main stream's current point, joined back by an event
-  // wait (captured into a graph as two branches and an edge). MOESERVE_SINGLE_STREAM=1 keeps
-  // every op on the main stream (for comparisons).
+  // wait (captured into a graph as two branches and an edge). Without
+  // KernelPolicy::overlap_streams every op stays on the main stream.
   void side_begin() override {
-    if (!overlap_) return;
+    if (!policy_.overlap_streams) return;
     MS_CHECK(cur_ == stream_, "side_begin() while already on the side stream");
     MS_CUDA(cudaEventRecord(fork_event_, stream_));
     MS_CUDA(cudaStreamWaitEvent(side_stream_, fork_event_, 0));
@@ -221,29 +232,20 @@ class CudaBackend final : public Backend {
     side_pending_ = false;
   }
 
-  void embedding(const EmbeddingParams& p) override {
-    launch_embedding(p.ids, p.table, p.out, p.tokens, p.hidden, p.vocab_begin, p.vocab_end, cur_);
-  }
-  void rms_norm(const RmsNormParams& p) override {
-    launch_rms_norm(p.x, p.weight, p.y, p.rows, p.dim, p.x_stride, p.y_stride, p.eps, cur_);
-  }
-  void add(const AddParams& p) override { launch_add(p.acc, p.x, p.x_f32, p.acc_f32, p.count, cur_); }
-  void add_rms_norm(const AddRmsNormParams& p) override {
-    launch_add_rms_norm(p.hidden, p.x, p.x_f32, p.weight, p.normed, p.rows, p.dim, p.eps, cur_);
-  }
+  void embedding(const EmbeddingParams& p) override { launch_embedding(p, cur_); }
+  void rms_norm(const RmsNormParams& p) override { launch_rms_norm(p, cur_); }
+  void add(const AddParams& p) override { launch_add(p, cur_); }
+  void add_rms_norm(const AddRmsNormParams& p) override { launch_add_rms_norm(p, cur_); }
 
   void linear(const LinearParams& p) override {
     MS_CHECK(!p.accumulate || p.y_f32, "linear: accumulate needs an fp32 output (y_f32)");
     if (p.rows == 0) return;
-    if (invariant_ && linear_mma_supported(p.in_features, p.out_features, p.x, p.weight, p.x_stride)) {
-      launch_linear_mma(p.x, p.weight, p.y, p.rows, p.in_features, p.out_features, p.x_stride, p.y_stride,
-                        p.accumulate, p.y_f32, cur_);
+    if (policy_.batch_invariant && linear_mma_supported(p, policy_.linear_mma_min_rows)) {
+      launch_linear_mma(p, cur_);
       return;
     }
-    if (small_linear_supported(p.rows, p.in_features, p.x, p.weight, p.x_stride) ||
-        (invariant_ && streaming_linear_supported(p.in_features, p.x, p.weight, p.x_stride))) {
-      launch_streaming_linear(p.x, p.weight, p.y, p.rows, p.in_features, p.out_features, p.x_stride, p.y_stride,
-                              p.accumulate, p.y_f32, cur_);
+    if (small_linear_supported(p) || (policy_.batch_invariant && streaming_linear_supported(p))) {
+      launch_streaming_linear({.linear = p}, cur_);
       return;
     }
     refuse_in_invariant_mode("linear", p.in_features);
@@ -257,18 +259,13 @@ class CudaBackend final : public Backend {
                            CUBLAS_GEMM_DEFAULT));
   }
 
-  void rope(const RopeParams& p) override {
-    launch_rope(p.x, p.positions, p.inv_freq, p.tokens, p.heads, p.token_stride, p.head_stride, p.rope_dim,
-                p.attention_factor, p.interleaved, cur_);
-  }
-  void silu_mul(const SiluMulParams& p) override { launch_silu_mul(p.gate_up, p.out, p.tokens, p.inter, cur_); }
+  void rope(const RopeParams& p) override { launch_rope(p, cur_); }
+  void silu_mul(const SiluMulParams& p) override { launch_silu_mul(p, cur_); }
 
   void mla_q_absorb(const MlaQAbsorbParams& p) override {
     if (p.tokens == 0) return;
-    if (mla_q_absorb_small_supported(p.tokens, p.latent, p.kv_b) ||
-        (invariant_ && mla_q_absorb_streaming_supported(p.latent, p.kv_b))) {
-      launch_mla_q_absorb_small(p.q, p.kv_b, p.q_latent, p.tokens, p.heads, p.q_head_stride, p.nope, p.v, p.latent,
-                                cur_);
+    if (mla_q_absorb_small_supported(p) || (policy_.batch_invariant && mla_q_absorb_streaming_supported(p))) {
+      launch_mla_q_absorb_small(p, cur_);
       return;
     }
     refuse_in_invariant_mode("mla_q_absorb", p.latent);
@@ -286,13 +283,15 @@ class CudaBackend final : public Backend {
   void mla_v_up(const MlaVUpParams& p) override {
     if (p.tokens == 0) return;
     const void* w_uv = static_cast<const char*>(p.kv_b) + p.nope * p.latent * 2;  // head 0's W_uv [v, latent]
-    if ((small_linear_supported(p.tokens, p.latent, p.attn_latent, w_uv, p.heads * p.latent) ||
-         (invariant_ && streaming_linear_supported(p.latent, p.attn_latent, w_uv, p.heads * p.latent))) &&
-        ((p.nope + p.v) * p.latent) % 8 == 0) {
-      // Per head h: out[:, h, :] = attn_latent[:, h, :] @ W_uv[h]^T, one streaming launch for all heads.
-      launch_streaming_linear_batched(p.attn_latent, w_uv, p.out, p.tokens, p.latent, p.v, p.heads * p.latent,
-                                      p.heads * p.v, p.heads, p.latent, (p.nope + p.v) * p.latent, p.v,
-                                      /*accumulate=*/false, /*y_f32=*/false, cur_);
+    // Per head h: out[:, h, :] = attn_latent[:, h, :] @ W_uv[h]^T, one streaming launch for all heads.
+    const StreamingLinearParams per_head{
+        .linear = {.x = p.attn_latent, .weight = w_uv, .y = p.out, .rows = p.tokens, .in_features = p.latent,
+                   .out_features = p.v, .x_stride = p.heads * p.latent, .y_stride = p.heads * p.v},
+        .batches = p.heads, .x_batch = p.latent, .w_batch = (p.nope + p.v) * p.latent, .y_batch = p.v};
+    if ((small_linear_supported(per_head.linear) ||
+         (policy_.batch_invariant && streaming_linear_supported(per_head.linear))) &&
+        per_head.w_batch % 8 == 0) {
+      launch_streaming_linear(per_head, cur_);
       return;
     }
     refuse_in_invariant_mode("mla_v_up", p.latent);
@@ -301,49 +300,48 @@ class CudaBackend final : public Backend {
     const float alpha = 1.0f, beta = 0.0f;
     MS_CUBLAS(cublasGemmStridedBatchedEx(
         cublas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(p.v), static_cast<int>(p.tokens),
-        static_cast<int>(p.latent), &alpha, static_cast<const char*>(p.kv_b) + p.nope * p.latent * 2, CUDA_R_16BF,
-        static_cast<int>(p.latent), (p.nope + p.v) * p.latent, p.attn_latent, CUDA_R_16BF,
-        static_cast<int>(p.heads * p.latent), p.latent, &beta, p.out, CUDA_R_16BF, static_cast<int>(p.heads * p.v),
-        p.v, static_cast<int>(p.heads), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        static_cast<int>(p.latent), &alpha, w_uv, CUDA_R_16BF, static_cast<int>(p.latent),
+        (p.nope + p.v) * p.latent, p.attn_latent, CUDA_R_16BF, static_cast<int>(p.heads * p.latent), p.latent, &beta,
+        p.out, CUDA_R_16BF, static_cast<int>(p.heads * p.v), p.v, static_cast<int>(p.heads), CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT));
   }
 
-  void kv_write(const KvWriteParams& p) override { launch_kv_write(p.entries, p.slots, p.cache, p.tokens, p.width, cur_); }
+  void kv_write(const KvWriteParams& p) override { launch_kv_write(p, cur_); }
 
   void mla_attention(const MlaAttentionParams& p) override {
-    void* ws = workspace(mla_workspace_, mla_workspace_bytes(p.tokens, p.heads, p.latent,
-                                                             p.max_pages_per_seq * p.page_size, invariant_));
-    launch_mla_attention(p.q_latent, p.q_rope, p.cache, p.block_tables, p.seq_of_token, p.positions, p.out, p.tokens,
-                         p.heads, p.latent, p.rope, p.q_head_stride, p.rope_offset, p.page_size, p.max_pages_per_seq,
-                         p.scale, invariant_, ws, cur_);
+    void* ws = workspace(mla_workspace_, mla_workspace_bytes(p, policy_.batch_invariant));
+    launch_mla_attention(p, policy_, ws, cur_);
   }
 
   void moe_route(const MoeRouteParams& p) override {
-    void* ws = workspace(route_workspace_, route_workspace_bytes(p.tokens, p.experts));
-    launch_moe_route(p.x, p.weight, p.bias, p.topk_ids, p.topk_weights, p.tokens, p.hidden, p.experts, p.n_group,
-                     p.topk_group, p.top_k, p.norm_topk_prob, p.routed_scaling_factor, invariant_, ws, cur_);
+    void* ws = workspace(route_workspace_, route_workspace_bytes(p));
+    launch_moe_route(p, policy_.batch_invariant, ws, cur_);
   }
 
   void moe_experts(const MoeExpertsParams& p) override {
     if (p.tokens == 0) return;
     const int64_t local = p.expert_end - p.expert_begin, pairs = p.tokens * p.top_k;
-    void* ws = workspace(moe_workspace_, moe_workspace_bytes(p.tokens, p.top_k, local, p.hidden, p.inter));
-    launch_moe_sort(p.topk_ids, pairs, p.expert_begin, p.expert_end, p.hidden, p.inter, ws, cur_);
+    const MoeExpertsLaunch m{
+        .op = p,
+        .pairs = pairs,
+        .local_experts = local,
+        // Pairs expected on this rank's experts (routing is uniform in expectation).
+        .local_pairs = p.routed_experts > 0 ? pairs * local / p.routed_experts : pairs,
+        .workspace = workspace(moe_workspace_, moe_workspace_bytes(p)),
+    };
+    launch_moe_sort(m, cur_);
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     MS_CUDA(cudaStreamIsCapturing(cur_, &capture));
     // Many rows per expert (prefill): tensor-core GEMMs per active expert, which needs the row
     // counts on the host. Few rows (decode): the streaming kernels, no synchronisation.
-    const bool gemm_path = !invariant_ && capture == cudaStreamCaptureStatusNone && p.w13_host != nullptr &&
-                           pairs >= kGemmRowsPerExpert * local;
+    const bool gemm_path = !policy_.batch_invariant && capture == cudaStreamCaptureStatusNone &&
+                           p.w13_host != nullptr && pairs >= kGemmRowsPerExpert * local;
     if (gemm_path) {
-      expert_gemms(p, ws, pairs, local);
+      expert_gemms(m);
     } else {
-      // Pairs expected on this rank's experts (routing is uniform in expectation).
-      const int64_t local_pairs = p.routed_experts > 0 ? pairs * local / p.routed_experts : pairs;
-      launch_moe_expert_kernels(p.x, p.w13, p.w2, pairs, local_pairs, p.top_k, local, p.hidden, p.inter, invariant_,
-                                ws, cur_);
+      launch_moe_expert_kernels(m, policy_, cur_);
     }
-    launch_moe_combine(p.topk_weights, p.out, p.out_f32, p.tokens, p.top_k, local, p.hidden, p.inter, p.accumulate,
-                       ws, cur_);
+    launch_moe_combine(m, cur_);
   }
 
   void sample(const SampleParams& p) override {
@@ -358,34 +356,34 @@ class CudaBackend final : public Backend {
       row_ids[r] = static_cast<int32_t>(sample_logit_row(p, r));
       greedy &= o.temperature <= 0.0f || o.top_k == 1;
     }
-    if (greedy) return launch_argmax_rows(p.logits, p.tokens, nullptr, p.rows, p.vocab, 0, cur_);
+    if (greedy) {
+      return launch_argmax_rows(
+          {.logits = p.logits, .values = nullptr, .ids = p.tokens, .rows = p.rows, .vocab = p.vocab, .id_offset = 0},
+          cur_);
+    }
     void* ws = workspace(sample_workspace_, sample_rows_workspace_bytes(p.rows, p.vocab));
-    launch_sample_rows(p.logits, row_ids.data(), logit_rows, p.slices, options.data(), p.tokens, p.rows, p.vocab, ws,
-                       cur_);
+    launch_sample_rows({.logits = p.logits,
+                        .row_ids = row_ids.data(),
+                        .options = options.data(),
+                        .tokens = p.tokens,
+                        .rows = p.rows,
+                        .vocab = p.vocab,
+                        .logit_rows = logit_rows,
+                        .slices = p.slices},
+                       ws, cur_);
     synchronize();  // the host vectors above are the copies' sources
   }
-  void argmax_rows(const ArgmaxRowsParams& p) override {
-    launch_argmax_rows(p.logits, p.ids, p.values, p.rows, p.vocab, p.id_offset, cur_);
-  }
+  void argmax_rows(const ArgmaxRowsParams& p) override { launch_argmax_rows(p, cur_); }
 
   void top_candidates(const TopCandidatesParams& p) override {
     if (p.rows == 0) return;
-    void* ws = workspace(candidates_workspace_, top_candidates_workspace_bytes(p.rows, p.vocab, p.count));
-    launch_top_candidates(p.logits, p.temperatures, p.values, p.ids, p.normaliser, p.rows, p.vocab, p.count,
-                          p.id_offset, ws, cur_);
+    void* ws = workspace(candidates_workspace_, top_candidates_workspace_bytes(p));
+    launch_top_candidates(p, ws, cur_);
   }
 
-  void fill_uniform(const FillUniformParams& p) override {
-    launch_fill_uniform(p.out, p.out_f32, p.rows, p.cols, p.full_cols, p.row0, p.col0, p.seed, p.offset, p.amplitude,
-                        cur_);
-  }
-  void gather_rows(const GatherRowsParams& p) override {
-    launch_gather_rows(p.src, p.rows, p.dst, p.num_rows, p.width, cur_);
-  }
-  void row_combine(const RowCombineParams& p) override {
-    launch_row_combine(p.src, p.offsets, p.src_rows, p.weights, p.out, p.out_f32, p.rows, p.width, p.accumulate,
-                       cur_);
-  }
+  void fill_uniform(const FillUniformParams& p) override { launch_fill_uniform(p, cur_); }
+  void gather_rows(const GatherRowsParams& p) override { launch_gather_rows(p, cur_); }
+  void row_combine(const RowCombineParams& p) override { launch_row_combine(p, cur_); }
 
   bool supports_graphs() const override { return true; }
   void begin_capture() override {
@@ -410,13 +408,13 @@ class CudaBackend final : public Backend {
   char* staging_ = nullptr;
   size_t staging_used_ = 0;
   int device_;
-  bool invariant_;  // CudaBackendOptions::batch_invariant
+  KernelPolicy policy_;
   std::shared_ptr<BlockCache> cache_;
   cudaStream_t stream_ = nullptr;       // main: every op, copy and collective by default
   cudaStream_t side_stream_ = nullptr;  // between side_begin() and side_end()
   cudaStream_t cur_ = nullptr;          // where ops are issued now
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
-  bool overlap_ = true, side_pending_ = false;
+  bool side_pending_ = false;
   cublasHandle_t cublas_handles_[2] = {nullptr, nullptr};  // main, side
   void* cublas_workspaces_[2] = {nullptr, nullptr};
   cublasHandle_t cublas() const { return cublas_handles_[cur_ == stream_ ? 0 : 1]; }
@@ -428,12 +426,14 @@ class CudaBackend final : public Backend {
   //   partial[o:o+n] = act[o:o+n] @ W2_e^T          [n, hidden] fp32, rounded to bf16 values
   //                                                 (a bf16 linear output, as the streaming and
   //                                                 tensor-core expert kernels store it)
-  void expert_gemms(const MoeExpertsParams& p, void* ws, int64_t pairs, int64_t local) {
-    const MoeGemmBuffers b = moe_gemm_buffers(ws, pairs, local, p.hidden, p.inter);
+  void expert_gemms(const MoeExpertsLaunch& m) {
+    const MoeExpertsParams& p = m.op;
+    const int64_t local = m.local_experts;
+    const MoeGemmBuffers b = moe_gemm_buffers(m);
     std::vector<int32_t> offsets(local + 1);
     MS_CUDA(cudaMemcpyAsync(offsets.data(), b.offsets, offsets.size() * 4, cudaMemcpyDeviceToHost, cur_));
     MS_CUDA(cudaStreamSynchronize(cur_));
-    launch_moe_gather_sorted(p.x, pairs, p.top_k, local, p.hidden, p.inter, ws, cur_);
+    launch_moe_gather_sorted(m, cur_);
     const float alpha = 1.0f, beta = 0.0f;
     for (int64_t e = 0; e < local; ++e) {
       const int64_t o = offsets[e], n = offsets[e + 1] - offsets[e];
@@ -445,7 +445,7 @@ class CudaBackend final : public Backend {
                              CUDA_R_16BF, static_cast<int>(2 * p.inter), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
     const int64_t rows = offsets[local];
-    launch_silu_mul(b.gate_up, b.act, rows, p.inter, cur_);
+    launch_silu_mul({.gate_up = b.gate_up, .out = b.act, .tokens = rows, .inter = p.inter}, cur_);
     for (int64_t e = 0; e < local; ++e) {
       const int64_t o = offsets[e], n = offsets[e + 1] - offsets[e];
       if (n == 0) continue;
@@ -461,7 +461,7 @@ class CudaBackend final : public Backend {
   // cuBLAS picks its kernel by shape, so a row's result depends on the batch: batch-invariant
   // mode takes the streaming kernels, which need 16-byte rows (inner dimension % 8 == 0).
   void refuse_in_invariant_mode(const char* op, int64_t inner) const {
-    MS_CHECK(!invariant_, "--batch-invariant: {} with an inner dimension of {} (or unaligned rows) has no "
+    MS_CHECK(!policy_.batch_invariant, "--batch-invariant: {} with an inner dimension of {} (or unaligned rows) has no "
              "batch-invariant kernel (it needs a multiple of 8)", op, inner);
   }
 
@@ -478,8 +478,21 @@ class CudaBackend final : public Backend {
   BufferPtr moe_workspace_, route_workspace_, mla_workspace_, candidates_workspace_, sample_workspace_;
 };
 
+std::string KernelPolicy::describe() const {
+  return fmt::format("batch_invariant={} mla_tensor_cores={} moe_tensor_cores={} linear_mma_min_rows={} "
+                     "overlap_streams={}",
+                     batch_invariant ? 1 : 0, mla_tensor_cores ? 1 : 0, moe_tensor_cores ? 1 : 0,
+                     linear_mma_min_rows, overlap_streams ? 1 : 0);
+}
+
+KernelPolicy kernel_policy(const CudaBackendOptions& options) { return {.batch_invariant = options.batch_invariant}; }
+
 std::unique_ptr<ops::Backend> make_cuda_backend(int device, const CudaBackendOptions& options) {
-  return std::make_unique<CudaBackend>(device, options);
+  return make_cuda_backend_with_policy(device, kernel_policy(options));
+}
+
+std::unique_ptr<ops::Backend> make_cuda_backend_with_policy(int device, const KernelPolicy& policy) {
+  return std::make_unique<CudaBackend>(device, policy);
 }
 
 cudaStream_t stream_of(ops::Backend& backend) {

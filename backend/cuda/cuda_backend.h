@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "backend/cuda/kernel_policy.h"
 #include "ops/ops.h"
 
 typedef struct CUstream_st* cudaStream_t;
@@ -23,8 +24,13 @@ struct CudaBackendOptions {
   bool batch_invariant = false;
 };
 
+// The policy a backend built with `options` runs with (printed once on stderr at start-up).
+KernelPolicy kernel_policy(const CudaBackendOptions& options);
+
 class CudaBackend;
 std::unique_ptr<ops::Backend> make_cuda_backend(int device, const CudaBackendOptions& options = {});
+// With an explicit policy: the tests reach the kernel paths the serving policy does not take.
+std::unique_ptr<ops::Backend> make_cuda_backend_with_policy(int device, const KernelPolicy& policy);
 // The stream a CUDA backend runs on (for NCCL and graph capture).
 cudaStream_t stream_of(ops::Backend& backend);
 

@@ -1,7 +1,7 @@
 // Row-wise and elementwise kernels. bf16 storage, fp32 arithmetic.
-#include "backend/cuda/common.cuh"
+#include "cuda_common/common.cuh"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/row_norm.cuh"
+#include "cuda_common/row_norm.cuh"
 #include "core/random.h"
 
 #include <algorithm>
@@ -51,9 +51,24 @@ __global__ void rms_norm_kernel(const bf16* x, const bf16* weight, bf16* y, int6
 // The same two row kernels for rows that fit in registers (row_norm.cuh).
 // residual (add_rms_norm) or nullptr (rms_norm): with a residual, x_row is the branch and the
 // bf16-rounded sum is written back to `residual` and normalised.
-__global__ void __launch_bounds__(kRowThreads)
-row_norm_vec_kernel(const bf16* x, const float* x_f32, bf16* residual, const bf16* weight, bf16* y, int64_t dim,
-                    int64_t x_stride, int64_t y_stride, float eps) {
+struct RowNormArgs {
+  const bf16* x;         // [rows, x_stride] bf16 input or branch, or null when x_f32 is set
+  const float* x_f32;    // [rows, dim] fp32 branch, or null
+  bf16* residual;        // [rows, dim], or null (rms_norm)
+  const bf16* weight;    // [dim]
+  bf16* y;               // [rows, y_stride]
+  int64_t dim, x_stride, y_stride;
+  float eps;
+};
+
+__global__ void __launch_bounds__(kRowThreads) row_norm_vec_kernel(const RowNormArgs args) {
+  const bf16* const x = args.x;
+  const float* const x_f32 = args.x_f32;
+  bf16* const residual = args.residual;
+  const bf16* const weight = args.weight;
+  bf16* const y = args.y;
+  const int64_t dim = args.dim, x_stride = args.x_stride, y_stride = args.y_stride;
+  const float eps = args.eps;
   __shared__ float scratch[32];
   Chunk w[kRowChunks];
   load_row_weight(weight, dim, w);  // does not depend on the previous kernel
@@ -121,9 +136,13 @@ __global__ void add_rms_norm_kernel(bf16* hidden, const void* x, bool x_f32, con
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) y[i] = to_bf(to_f(weight[i]) * to_f(to_bf(to_f(h[i]) * inv)));
 }
 
-__global__ void rope_kernel(bf16* x, const int32_t* positions, const float* inv_freq, int64_t heads,
-                            int64_t token_stride, int64_t head_stride, int64_t rope_dim, float attention_factor,
-                            bool interleaved) {
+__global__ void rope_kernel(const ops::RopeParams p) {
+  bf16* const x = static_cast<bf16*>(p.x);
+  const int32_t* const positions = p.positions;
+  const float* const inv_freq = p.inv_freq;
+  const int64_t heads = p.heads, token_stride = p.token_stride, head_stride = p.head_stride, rope_dim = p.rope_dim;
+  const float attention_factor = p.attention_factor;
+  const bool interleaved = p.interleaved;
   pdl_enter();
   const int64_t t = blockIdx.x;
   const int64_t half = rope_dim / 2;
@@ -192,8 +211,12 @@ __global__ void row_combine_kernel(const bf16* src, const int32_t* offsets, cons
   }
 }
 
-__global__ void fill_uniform_kernel(void* out, bool out_f32, int64_t rows, int64_t cols, int64_t full_cols,
-                                    int64_t row0, int64_t col0, uint64_t seed, float offset, float amplitude) {
+__global__ void fill_uniform_kernel(const ops::FillUniformParams p) {
+  void* const out = p.out;
+  const bool out_f32 = p.out_f32;
+  const int64_t rows = p.rows, cols = p.cols, full_cols = p.full_cols, row0 = p.row0, col0 = p.col0;
+  const uint64_t seed = p.seed;
+  const float offset = p.offset, amplitude = p.amplitude;
   pdl_enter();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * cols) return;
@@ -208,122 +231,95 @@ __global__ void fill_uniform_kernel(void* out, bool out_f32, int64_t rows, int64
   }
 }
 
-__global__ void f32_to_bf16_kernel(const float* src, bf16* dst, int64_t count) {
-  pdl_enter();
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < count) dst[i] = to_bf(src[i]);
-}
-
-__global__ void bf16_to_f32_kernel(const bf16* src, float* dst, int64_t count) {
-  pdl_enter();
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < count) dst[i] = to_f(src[i]);
-}
-
 __global__ void round_to_bf16_kernel(float* x, int64_t count) {
   pdl_enter();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < count) x[i] = to_f(to_bf(x[i]));
 }
 
+// Threads of the row kernels that loop over a row.
+int row_loop_threads(int64_t dim) { return dim >= 1024 ? 512 : (dim >= 256 ? 256 : 64); }
+
 }  // namespace
 
-void launch_embedding(const int32_t* ids, const void* table, void* out, int64_t tokens, int64_t hidden,
-                      int64_t vocab_begin, int64_t vocab_end, cudaStream_t stream) {
-  if (tokens == 0) return;
-  launch_pdl(embedding_kernel, tokens, 256, 0, stream, ids, static_cast<const bf16*>(table), static_cast<bf16*>(out),
-             hidden, vocab_begin, vocab_end, rows_of_chunks(hidden, table, out));
+void launch_embedding(const ops::EmbeddingParams& p, cudaStream_t stream) {
+  if (p.tokens == 0) return;
+  launch_pdl(embedding_kernel, p.tokens, 256, 0, stream, p.ids, static_cast<const bf16*>(p.table),
+             static_cast<bf16*>(p.out), p.hidden, p.vocab_begin, p.vocab_end, rows_of_chunks(p.hidden, p.table, p.out));
 }
 
-void launch_rms_norm(const void* x, const void* weight, void* y, int64_t rows, int64_t dim, int64_t x_stride,
-                     int64_t y_stride, float eps, cudaStream_t stream) {
-  if (rows == 0) return;
-  if (row_fits_registers(dim, {x, weight, y}, {x_stride, y_stride})) {
-    launch_pdl(row_norm_vec_kernel, rows, kRowThreads, 0, stream, static_cast<const bf16*>(x), nullptr, nullptr,
-               static_cast<const bf16*>(weight), static_cast<bf16*>(y), dim, x_stride, y_stride, eps);
+void launch_rms_norm(const ops::RmsNormParams& p, cudaStream_t stream) {
+  if (p.rows == 0) return;
+  if (row_fits_registers(p.dim, {p.x, p.weight, p.y}, {p.x_stride, p.y_stride})) {
+    launch_pdl(row_norm_vec_kernel, p.rows, kRowThreads, 0, stream,
+               RowNormArgs{.x = static_cast<const bf16*>(p.x), .x_f32 = nullptr, .residual = nullptr,
+                           .weight = static_cast<const bf16*>(p.weight), .y = static_cast<bf16*>(p.y), .dim = p.dim,
+                           .x_stride = p.x_stride, .y_stride = p.y_stride, .eps = p.eps});
     return;
   }
-  const int threads = dim >= 1024 ? 512 : (dim >= 256 ? 256 : 64);
-  launch_pdl(rms_norm_kernel, rows, threads, 0, stream, static_cast<const bf16*>(x), static_cast<const bf16*>(weight),
-             static_cast<bf16*>(y), dim, x_stride, y_stride, eps);
+  launch_pdl(rms_norm_kernel, p.rows, row_loop_threads(p.dim), 0, stream, static_cast<const bf16*>(p.x),
+             static_cast<const bf16*>(p.weight), static_cast<bf16*>(p.y), p.dim, p.x_stride, p.y_stride, p.eps);
 }
 
-void launch_add(void* acc, const void* x, bool x_f32, bool acc_f32, int64_t count, cudaStream_t stream) {
-  if (count == 0) return;
-  if (acc_f32) {
-    launch_pdl(add_f32_kernel, blocks_for(count, 256), 256, 0, stream, static_cast<float*>(acc),
-               static_cast<const float*>(x), count);
+void launch_add(const ops::AddParams& p, cudaStream_t stream) {
+  if (p.count == 0) return;
+  if (p.acc_f32) {
+    launch_pdl(add_f32_kernel, blocks_for(p.count, 256), 256, 0, stream, static_cast<float*>(p.acc),
+               static_cast<const float*>(p.x), p.count);
     return;
   }
-  launch_pdl(add_kernel, blocks_for(count, 256), 256, 0, stream, static_cast<bf16*>(acc), x, x_f32, count);
+  launch_pdl(add_kernel, blocks_for(p.count, 256), 256, 0, stream, static_cast<bf16*>(p.acc), p.x, p.x_f32, p.count);
 }
 
-void launch_add_rms_norm(void* hidden, const void* x, bool x_f32, const void* weight, void* normed, int64_t rows,
-                         int64_t dim, float eps, cudaStream_t stream) {
-  if (rows == 0) return;
-  if (row_fits_registers(dim, {hidden, x, weight, normed}, {})) {
-    launch_pdl(row_norm_vec_kernel, rows, kRowThreads, 0, stream, x_f32 ? nullptr : static_cast<const bf16*>(x),
-               x_f32 ? static_cast<const float*>(x) : nullptr, static_cast<bf16*>(hidden),
-               static_cast<const bf16*>(weight), static_cast<bf16*>(normed), dim, dim, dim, eps);
+void launch_add_rms_norm(const ops::AddRmsNormParams& p, cudaStream_t stream) {
+  if (p.rows == 0) return;
+  if (row_fits_registers(p.dim, {p.hidden, p.x, p.weight, p.normed}, {})) {
+    launch_pdl(row_norm_vec_kernel, p.rows, kRowThreads, 0, stream,
+               RowNormArgs{.x = p.x_f32 ? nullptr : static_cast<const bf16*>(p.x),
+                           .x_f32 = p.x_f32 ? static_cast<const float*>(p.x) : nullptr,
+                           .residual = static_cast<bf16*>(p.hidden), .weight = static_cast<const bf16*>(p.weight),
+                           .y = static_cast<bf16*>(p.normed), .dim = p.dim, .x_stride = p.dim, .y_stride = p.dim,
+                           .eps = p.eps});
     return;
   }
-  const int threads = dim >= 1024 ? 512 : (dim >= 256 ? 256 : 64);
-  launch_pdl(add_rms_norm_kernel, rows, threads, 0, stream, static_cast<bf16*>(hidden), x, x_f32,
-             static_cast<const bf16*>(weight), static_cast<bf16*>(normed), dim, eps);
+  launch_pdl(add_rms_norm_kernel, p.rows, row_loop_threads(p.dim), 0, stream, static_cast<bf16*>(p.hidden), p.x,
+             p.x_f32, static_cast<const bf16*>(p.weight), static_cast<bf16*>(p.normed), p.dim, p.eps);
 }
 
-void launch_rope(void* x, const int32_t* positions, const float* inv_freq, int64_t tokens, int64_t heads,
-                 int64_t token_stride, int64_t head_stride, int64_t rope_dim, float attention_factor, bool interleaved,
-                 cudaStream_t stream) {
-  if (tokens == 0) return;
+void launch_rope(const ops::RopeParams& p, cudaStream_t stream) {
+  if (p.tokens == 0) return;
   // One (head, pair) per thread where possible: each pass of the loop waits on its loads.
-  const int threads = static_cast<int>(std::min<int64_t>(1024, (heads * (rope_dim / 2) + 31) / 32 * 32));
-  launch_pdl(rope_kernel, tokens, std::max(threads, 32), 0, stream, static_cast<bf16*>(x), positions, inv_freq, heads,
-             token_stride, head_stride, rope_dim, attention_factor, interleaved);
+  const int threads = static_cast<int>(std::min<int64_t>(1024, (p.heads * (p.rope_dim / 2) + 31) / 32 * 32));
+  launch_pdl(rope_kernel, p.tokens, std::max(threads, 32), 0, stream, p);
 }
 
-void launch_silu_mul(const void* gate_up, void* out, int64_t tokens, int64_t inter, cudaStream_t stream) {
-  if (tokens * inter == 0) return;
-  launch_pdl(silu_mul_kernel, blocks_for(tokens * inter, 256), 256, 0, stream, static_cast<const bf16*>(gate_up),
-             static_cast<bf16*>(out), tokens, inter);
+void launch_silu_mul(const ops::SiluMulParams& p, cudaStream_t stream) {
+  if (p.tokens * p.inter == 0) return;
+  launch_pdl(silu_mul_kernel, blocks_for(p.tokens * p.inter, 256), 256, 0, stream,
+             static_cast<const bf16*>(p.gate_up), static_cast<bf16*>(p.out), p.tokens, p.inter);
 }
 
-void launch_kv_write(const void* entries, const int32_t* slots, void* cache, int64_t tokens, int64_t width,
-                     cudaStream_t stream) {
-  if (tokens == 0) return;
-  launch_pdl(copy_rows_kernel, tokens, 128, 0, stream, static_cast<const bf16*>(entries), nullptr, slots,
-             static_cast<bf16*>(cache), width, rows_of_chunks(width, entries, cache));
+void launch_kv_write(const ops::KvWriteParams& p, cudaStream_t stream) {
+  if (p.tokens == 0) return;
+  launch_pdl(copy_rows_kernel, p.tokens, 128, 0, stream, static_cast<const bf16*>(p.entries), nullptr, p.slots,
+             static_cast<bf16*>(p.cache), p.width, rows_of_chunks(p.width, p.entries, p.cache));
 }
 
-void launch_gather_rows(const void* src, const int32_t* rows, void* dst, int64_t num_rows, int64_t width,
-                        cudaStream_t stream) {
-  if (num_rows == 0) return;
-  launch_pdl(copy_rows_kernel, num_rows, 128, 0, stream, static_cast<const bf16*>(src), rows, nullptr,
-             static_cast<bf16*>(dst), width, rows_of_chunks(width, src, dst));
+void launch_gather_rows(const ops::GatherRowsParams& p, cudaStream_t stream) {
+  if (p.num_rows == 0) return;
+  launch_pdl(copy_rows_kernel, p.num_rows, 128, 0, stream, static_cast<const bf16*>(p.src), p.rows, nullptr,
+             static_cast<bf16*>(p.dst), p.width, rows_of_chunks(p.width, p.src, p.dst));
 }
 
-void launch_row_combine(const void* src, const int32_t* offsets, const int32_t* src_rows, const float* weights,
-                        void* out, bool out_f32, int64_t rows, int64_t width, bool accumulate, cudaStream_t stream) {
-  if (rows == 0) return;
-  launch_pdl(row_combine_kernel, rows, 256, 0, stream, static_cast<const bf16*>(src), offsets, src_rows, weights, out,
-             out_f32, width, accumulate);
+void launch_row_combine(const ops::RowCombineParams& p, cudaStream_t stream) {
+  if (p.rows == 0) return;
+  launch_pdl(row_combine_kernel, p.rows, 256, 0, stream, static_cast<const bf16*>(p.src), p.offsets, p.src_rows,
+             p.weights, p.out, p.out_f32, p.width, p.accumulate);
 }
 
-void launch_fill_uniform(void* out, bool out_f32, int64_t rows, int64_t cols, int64_t full_cols, int64_t row0,
-                         int64_t col0, uint64_t stream_seed, float offset, float amplitude, cudaStream_t stream) {
-  if (rows * cols == 0) return;
-  launch_pdl(fill_uniform_kernel, blocks_for(rows * cols, 256), 256, 0, stream, out, out_f32, rows, cols, full_cols,
-             row0, col0, stream_seed, offset, amplitude);
-}
-
-void launch_f32_to_bf16(const float* src, void* dst, int64_t count, cudaStream_t stream) {
-  if (count == 0) return;
-  launch_pdl(f32_to_bf16_kernel, blocks_for(count, 256), 256, 0, stream, src, static_cast<bf16*>(dst), count);
-}
-
-void launch_bf16_to_f32(const void* src, float* dst, int64_t count, cudaStream_t stream) {
-  if (count == 0) return;
-  launch_pdl(bf16_to_f32_kernel, blocks_for(count, 256), 256, 0, stream, static_cast<const bf16*>(src), dst, count);
+void launch_fill_uniform(const ops::FillUniformParams& p, cudaStream_t stream) {
+  if (p.rows * p.cols == 0) return;
+  launch_pdl(fill_uniform_kernel, blocks_for(p.rows * p.cols, 256), 256, 0, stream, p);
 }
 
 void launch_round_to_bf16(float* x, int64_t count, cudaStream_t stream) {

@@ -10,7 +10,6 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/row_dot.cuh"
-#include "core/env.h"
 
 namespace moeserve::cuda {
 
@@ -25,9 +24,15 @@ constexpr int kGemvMaxSplits = kGemvWarps;
 // (o_proj, down_proj) get enough warps, each with enough bytes in flight, to stream at HBM
 // rate. The chunks' partial sums are added in chunk order through shared memory.
 __global__ void __launch_bounds__(kGemvWarps * 32)
-streaming_linear_kernel(const bf16* x, const bf16* weight, void* y, int tokens, int in, int out, int64_t x_stride,
-                    int64_t y_stride, bool accumulate, bool y_f32, int k_splits, int64_t x_batch, int64_t w_batch,
-                    int64_t y_batch, int token_groups) {
+streaming_linear_kernel(const StreamingLinearParams p, int k_splits, int token_groups) {
+  const bf16* x = static_cast<const bf16*>(p.linear.x);
+  const bf16* weight = static_cast<const bf16*>(p.linear.weight);
+  void* y = p.linear.y;
+  int tokens = static_cast<int>(p.linear.rows);
+  const int in = static_cast<int>(p.linear.in_features), out = static_cast<int>(p.linear.out_features);
+  const int64_t x_stride = p.linear.x_stride, y_stride = p.linear.y_stride;
+  const bool accumulate = p.linear.accumulate, y_f32 = p.linear.y_f32;
+  const int64_t x_batch = p.x_batch, w_batch = p.w_batch, y_batch = p.y_batch;
   // Batch blockIdx.y: its own input columns, weight matrix and output columns (MLA's per-head
   // value up-projection); one batch for a plain projection. blockIdx.x: the group of input
   // rows (fastest) and the block of weight rows.
@@ -117,9 +122,14 @@ constexpr int kLinearMmaChunk = 32;    // K elements per lane-quad step
 // faster than 4 (K2.6 x3 on one H200, batch 1 / 128: 1.867 / 25.3 against 1.919 / 26.6 ms).
 constexpr int kLinearMmaUnroll = 2;
 
-__global__ void __launch_bounds__(kLinearMmaWarps * 32)
-linear_mma_kernel(const bf16* x, const bf16* weight, void* y, int tokens, int in, int out, int64_t x_stride,
-                  int64_t y_stride, bool accumulate, bool y_f32) {
+__global__ void __launch_bounds__(kLinearMmaWarps * 32) linear_mma_kernel(const ops::LinearParams p) {
+  const bf16* const x = static_cast<const bf16*>(p.x);
+  const bf16* const weight = static_cast<const bf16*>(p.weight);
+  void* const y = p.y;
+  const int tokens = static_cast<int>(p.rows), in = static_cast<int>(p.in_features);
+  const int out = static_cast<int>(p.out_features);
+  const int64_t x_stride = p.x_stride, y_stride = p.y_stride;
+  const bool accumulate = p.accumulate, y_f32 = p.y_f32;
   __shared__ float partial[kLinearMmaWarps][kLinearMmaTiles][4][32];  // 16 KB
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lane >> 2, quad = lane & 3;
   const int n0 = blockIdx.x * 16;
@@ -207,54 +217,34 @@ linear_mma_kernel(const bf16* x, const bf16* weight, void* y, int tokens, int in
 
 }  // namespace
 
-// A measurement switch (not for serving): MOESERVE_LINEAR_MMA_MIN_ROWS moves the width from which
-// batch-invariant projections take tensor cores (docs/benchmarks.md, "Batch-invariant mode").
-int64_t linear_mma_min_rows() {
-  static const int64_t rows = env_int("MOESERVE_LINEAR_MMA_MIN_ROWS", static_cast<int>(kLinearMmaMinRows));
-  return rows;
+bool linear_mma_supported(const ops::LinearParams& p, int64_t min_out_features) {
+  return p.in_features % kLinearMmaChunk == 0 && p.out_features >= min_out_features && p.x_stride % 8 == 0 &&
+         aligned16({p.x, p.weight});
 }
 
-bool linear_mma_supported(int64_t in, int64_t out, const void* x, const void* weight, int64_t x_stride) {
-  return in % kLinearMmaChunk == 0 && out >= linear_mma_min_rows() && x_stride % 8 == 0 && aligned16({x, weight});
+void launch_linear_mma(const ops::LinearParams& p, cudaStream_t stream) {
+  if (p.rows == 0) return;
+  launch_pdl(linear_mma_kernel, static_cast<unsigned>((p.out_features + 15) / 16), kLinearMmaWarps * 32, 0, stream, p);
 }
 
-void launch_linear_mma(const void* x, const void* weight, void* y, int64_t rows, int64_t in, int64_t out,
-                       int64_t x_stride, int64_t y_stride, bool accumulate, bool y_f32, cudaStream_t stream) {
+bool streaming_linear_supported(const ops::LinearParams& p) {
+  return p.in_features % 8 == 0 && p.x_stride % 8 == 0 && aligned16({p.x, p.weight});
+}
+
+bool small_linear_supported(const ops::LinearParams& p) {
+  return p.rows >= 1 && p.rows <= kTokensPerPass && streaming_linear_supported(p);
+}
+
+void launch_streaming_linear(const StreamingLinearParams& p, cudaStream_t stream) {
+  const int64_t rows = p.linear.rows, out = p.linear.out_features;
   if (rows == 0) return;
-  launch_pdl(linear_mma_kernel, static_cast<unsigned>((out + 15) / 16), kLinearMmaWarps * 32, 0, stream,
-             static_cast<const bf16*>(x), static_cast<const bf16*>(weight), y, static_cast<int>(rows),
-             static_cast<int>(in), static_cast<int>(out), x_stride, y_stride, accumulate, y_f32);
-}
-
-bool streaming_linear_supported(int64_t in, const void* x, const void* weight, int64_t x_stride) {
-  return in % 8 == 0 && x_stride % 8 == 0 && aligned16({x, weight});
-}
-
-bool small_linear_supported(int64_t rows, int64_t in, const void* x, const void* weight, int64_t x_stride) {
-  return rows >= 1 && rows <= kTokensPerPass && streaming_linear_supported(in, x, weight, x_stride);
-}
-
-void launch_streaming_linear(const void* x, const void* weight, void* y, int64_t rows, int64_t in, int64_t out,
-                             int64_t x_stride, int64_t y_stride, bool accumulate, bool y_f32,
-                             cudaStream_t stream) {
-  launch_streaming_linear_batched(x, weight, y, rows, in, out, x_stride, y_stride, 1, 0, 0, 0, accumulate, y_f32,
-                                  stream);
-}
-
-void launch_streaming_linear_batched(const void* x, const void* weight, void* y, int64_t rows, int64_t in,
-                                     int64_t out, int64_t x_stride, int64_t y_stride, int64_t batches,
-                                     int64_t x_batch, int64_t w_batch, int64_t y_batch, bool accumulate, bool y_f32,
-                                     cudaStream_t stream) {
-  if (rows == 0) return;
-  const int k_splits = k_splits_for(in, out * batches);  // never depends on rows
+  const int k_splits = k_splits_for(p.linear.in_features, out * p.batches);  // never depends on rows
   const int64_t rows_per_block = (kGemvWarps / k_splits) * kGemvRowsPerWarp;
   const int64_t token_groups = (rows + kTokensPerPass - 1) / kTokensPerPass;
   launch_pdl(streaming_linear_kernel,
              dim3(static_cast<unsigned>((out + rows_per_block - 1) / rows_per_block * token_groups),
-                  static_cast<unsigned>(batches)),
-             kGemvWarps * 32, 0, stream, static_cast<const bf16*>(x), static_cast<const bf16*>(weight), y,
-             static_cast<int>(rows), static_cast<int>(in), static_cast<int>(out), x_stride, y_stride, accumulate,
-             y_f32, k_splits, x_batch, w_batch, y_batch, static_cast<int>(token_groups));
+                  static_cast<unsigned>(p.batches)),
+             kGemvWarps * 32, 0, stream, p, k_splits, static_cast<int>(token_groups));
 }
 
 }  // namespace moeserve::cuda

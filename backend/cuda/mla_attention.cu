@@ -11,10 +11,9 @@
 // iteration was tried and was slower (register pressure); prefetching the next row is not.
 // Kernel 2, grid (tokens, heads): merges the splits: out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s,
 // in split order.
-#include "backend/cuda/common.cuh"
+#include "cuda_common/common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mma.cuh"
-#include "core/env.h"
 
 #include <algorithm>
 #include <stdexcept>
@@ -114,10 +113,19 @@ struct OnlineSoftmax {
 };
 
 __global__ void __launch_bounds__(kHeadsPerBlock * 32)
-mla_split_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache, const int32_t* block_tables,
-                 const int32_t* seq_of_token, const int32_t* positions, Partials partials, int heads, int latent,
-                 int rope, int64_t q_head_stride, int64_t rope_offset, int page_size, int64_t max_pages_per_seq,
-                 float scale, int split_length) {
+mla_split_kernel(const ops::MlaAttentionParams p, Partials partials, int split_length) {
+  const bf16* const q_latent = static_cast<const bf16*>(p.q_latent);
+  const bf16* const q_rope = static_cast<const bf16*>(p.q_rope);
+  const bf16* const cache = static_cast<const bf16*>(p.cache);
+  const int32_t* const block_tables = p.block_tables;
+  const int32_t* const seq_of_token = p.seq_of_token;
+  const int32_t* const positions = p.positions;
+  const int heads = static_cast<int>(p.heads);
+  const int latent = static_cast<int>(p.latent), rope = static_cast<int>(p.rope);
+  const int64_t q_head_stride = p.q_head_stride, rope_offset = p.rope_offset;
+  const int page_size = static_cast<int>(p.page_size);
+  const int64_t max_pages_per_seq = p.max_pages_per_seq;
+  const float scale = p.scale;
   pdl_enter();
   const SplitTask w = split_task(positions, heads, split_length);
   if (w.h >= heads) return;
@@ -196,10 +204,19 @@ struct RawRow {
 };
 
 __global__ void __launch_bounds__(kHeadsPerBlock * 32)
-mla_split_vec_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache, const int32_t* block_tables,
-                     const int32_t* seq_of_token, const int32_t* positions, Partials partials, int heads, int latent,
-                     int rope, int64_t q_head_stride, int64_t rope_offset, int page_size, int64_t max_pages_per_seq,
-                     float scale, int split_length) {
+mla_split_vec_kernel(const ops::MlaAttentionParams p, Partials partials, int split_length) {
+  const bf16* const q_latent = static_cast<const bf16*>(p.q_latent);
+  const bf16* const q_rope = static_cast<const bf16*>(p.q_rope);
+  const bf16* const cache = static_cast<const bf16*>(p.cache);
+  const int32_t* const block_tables = p.block_tables;
+  const int32_t* const seq_of_token = p.seq_of_token;
+  const int32_t* const positions = p.positions;
+  const int heads = static_cast<int>(p.heads);
+  const int latent = static_cast<int>(p.latent), rope = static_cast<int>(p.rope);
+  const int64_t q_head_stride = p.q_head_stride, rope_offset = p.rope_offset;
+  const int page_size = static_cast<int>(p.page_size);
+  const int64_t max_pages_per_seq = p.max_pages_per_seq;
+  const float scale = p.scale;
   pdl_enter();
   const SplitTask w = split_task(positions, heads, split_length);
   if (w.h >= heads) return;
@@ -335,10 +352,18 @@ __device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, u
 // Grid (tokens, ceil(heads / 16), splits), kMmaWarps warps, kMmaSharedBytes of dynamic shared
 // memory. Fragment layouts: mma.cuh.
 __global__ void __launch_bounds__(kMmaWarps * 32)
-mla_split_mma_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache, const int32_t* block_tables,
-                     const int32_t* seq_of_token, const int32_t* positions, Partials partials, int heads,
-                     int64_t q_head_stride, int64_t rope_offset, int page_size, int64_t max_pages_per_seq,
-                     float scale, int split_length) {
+mla_split_mma_kernel(const ops::MlaAttentionParams p, Partials partials, int split_length) {
+  const bf16* const q_latent = static_cast<const bf16*>(p.q_latent);
+  const bf16* const q_rope = static_cast<const bf16*>(p.q_rope);
+  const bf16* const cache = static_cast<const bf16*>(p.cache);
+  const int32_t* const block_tables = p.block_tables;
+  const int32_t* const seq_of_token = p.seq_of_token;
+  const int32_t* const positions = p.positions;
+  const int heads = static_cast<int>(p.heads);
+  const int64_t q_head_stride = p.q_head_stride, rope_offset = p.rope_offset;
+  const int page_size = static_cast<int>(p.page_size);
+  const int64_t max_pages_per_seq = p.max_pages_per_seq;
+  const float scale = p.scale;
   extern __shared__ __align__(16) unsigned char mma_shared[];
   bf16* q_s = reinterpret_cast<bf16*>(mma_shared);  // [kMmaHeads][kMmaStride]
   bf16* k_s = q_s + kMmaHeads * kMmaStride;          // [2][kMmaRows][kMmaStride]
@@ -484,16 +509,9 @@ mla_split_mma_kernel(const bf16* q_latent, const bf16* q_rope, const bf16* cache
   }
 }
 
-// MOESERVE_MLA_CUDA_CORES=1 keeps the CUDA-core split kernels (for comparisons).
-bool mla_on_cuda_cores() {
-  static const bool set = env_switch("MOESERVE_MLA_CUDA_CORES", false);
-  return set;
-}
-
-bool mma_shapes(int64_t heads, int64_t latent, int64_t rope, int64_t q_head_stride, int64_t rope_offset,
-                const void* q_latent, const void* q_rope, const void* cache) {
-  return latent == kMmaLatent && rope == kMmaRope && heads >= 1 && q_head_stride % 8 == 0 &&
-         rope_offset % 8 == 0 && aligned16({q_latent, q_rope, cache});
+bool mma_shapes(const ops::MlaAttentionParams& p) {
+  return p.latent == kMmaLatent && p.rope == kMmaRope && p.heads >= 1 && p.q_head_stride % 8 == 0 &&
+         p.rope_offset % 8 == 0 && aligned16({p.q_latent, p.q_rope, p.cache});
 }
 
 int64_t head_blocks(int64_t heads) { return (heads + kMmaHeads - 1) / kMmaHeads; }
@@ -572,8 +590,14 @@ constexpr int kAbsorbColumns = 64;  // latent columns per block
 constexpr int kAbsorbRowsInFlight = 8;
 
 __global__ void __launch_bounds__(kAbsorbThreads)
-mla_q_absorb_small_kernel(const bf16* q, const bf16* kv_b, bf16* q_latent, int tokens, int heads,
-                          int64_t q_head_stride, int nope, int v, int latent, int token_groups) {
+mla_q_absorb_small_kernel(const ops::MlaQAbsorbParams p, int token_groups) {
+  const bf16* q = static_cast<const bf16*>(p.q);
+  const bf16* const kv_b = static_cast<const bf16*>(p.kv_b);
+  bf16* q_latent = static_cast<bf16*>(p.q_latent);
+  int tokens = static_cast<int>(p.tokens);
+  const int heads = static_cast<int>(p.heads);
+  const int64_t q_head_stride = p.q_head_stride;
+  const int nope = static_cast<int>(p.nope), v = static_cast<int>(p.v), latent = static_cast<int>(p.latent);
   // blockIdx.x: the group of kAbsorbTokens tokens (fastest: the groups of one head's columns
   // read the same weights, mostly from L2) and the head.
   const int token_group = blockIdx.x % token_groups, h = blockIdx.x / token_groups;
@@ -634,25 +658,21 @@ mla_q_absorb_small_kernel(const bf16* q, const bf16* kv_b, bf16* q_latent, int t
 
 }  // namespace
 
-bool mla_q_absorb_streaming_supported(int64_t latent, const void* kv_b) {
-  return latent % 8 == 0 && aligned16({kv_b});
+bool mla_q_absorb_streaming_supported(const ops::MlaQAbsorbParams& p) {
+  return p.latent % 8 == 0 && aligned16({p.kv_b});
 }
 
-bool mla_q_absorb_small_supported(int64_t tokens, int64_t latent, const void* kv_b) {
-  return tokens >= 1 && tokens <= kAbsorbTokens && mla_q_absorb_streaming_supported(latent, kv_b);
+bool mla_q_absorb_small_supported(const ops::MlaQAbsorbParams& p) {
+  return p.tokens >= 1 && p.tokens <= kAbsorbTokens && mla_q_absorb_streaming_supported(p);
 }
 
-void launch_mla_q_absorb_small(const void* q, const void* kv_b, void* q_latent, int64_t tokens, int64_t heads,
-                               int64_t q_head_stride, int64_t nope, int64_t v, int64_t latent, cudaStream_t stream) {
-  if (tokens == 0) return;
-  const int64_t token_groups = (tokens + kAbsorbTokens - 1) / kAbsorbTokens;
+void launch_mla_q_absorb_small(const ops::MlaQAbsorbParams& p, cudaStream_t stream) {
+  if (p.tokens == 0) return;
+  const int64_t token_groups = (p.tokens + kAbsorbTokens - 1) / kAbsorbTokens;
   launch_pdl(mla_q_absorb_small_kernel,
-             dim3(static_cast<unsigned>(heads * token_groups),
-                  static_cast<unsigned>((latent + kAbsorbColumns - 1) / kAbsorbColumns)),
-             kAbsorbThreads, 0, stream,
-             static_cast<const bf16*>(q), static_cast<const bf16*>(kv_b), static_cast<bf16*>(q_latent),
-             static_cast<int>(tokens), static_cast<int>(heads), q_head_stride, static_cast<int>(nope),
-             static_cast<int>(v), static_cast<int>(latent), static_cast<int>(token_groups));
+             dim3(static_cast<unsigned>(p.heads * token_groups),
+                  static_cast<unsigned>((p.latent + kAbsorbColumns - 1) / kAbsorbColumns)),
+             kAbsorbThreads, 0, stream, p, static_cast<int>(token_groups));
 }
 
 // Splits of a batch-invariant launch: enough for the longest context's invariant runs.
@@ -661,31 +681,30 @@ int invariant_splits_for(int64_t max_context) {
   return static_cast<int>(std::min<int64_t>(kMaxSplits, (max_context + length - 1) / length));
 }
 
-int64_t mla_workspace_bytes(int64_t tokens, int64_t heads, int64_t latent, int64_t max_context, bool batch_invariant) {
-  const int64_t splits = batch_invariant ? invariant_splits_for(max_context) : splits_for(tokens, heads, max_context);
-  const int64_t n = tokens * heads * splits;
-  return 4 * (acc_offset(n) + n * latent);
+int64_t mla_workspace_bytes(const ops::MlaAttentionParams& p, bool batch_invariant) {
+  const int64_t max_context = p.max_pages_per_seq * p.page_size;
+  const int64_t splits =
+      batch_invariant ? invariant_splits_for(max_context) : splits_for(p.tokens, p.heads, max_context);
+  const int64_t n = p.tokens * p.heads * splits;
+  return 4 * (acc_offset(n) + n * p.latent);
 }
 
-void launch_mla_attention(const void* q_latent, const void* q_rope, const void* cache, const int32_t* block_tables,
-                          const int32_t* seq_of_token, const int32_t* positions, void* out, int64_t tokens,
-                          int64_t heads, int64_t latent, int64_t rope, int64_t q_head_stride, int64_t rope_offset,
-                          int64_t page_size, int64_t max_pages_per_seq, float scale, bool batch_invariant,
-                          void* workspace, cudaStream_t stream) {
-  if (latent > kMaxLatent || rope > kMaxRope)
-    throw std::invalid_argument("mla_attention: unsupported kv_lora_rank " + std::to_string(latent) +
-                                " / qk_rope_head_dim " + std::to_string(rope) + " (max 512 / 128)");
+void launch_mla_attention(const ops::MlaAttentionParams& p, const KernelPolicy& policy, void* workspace,
+                          cudaStream_t stream) {
+  if (p.latent > kMaxLatent)
+    throw std::invalid_argument("mla_attention: unsupported latent (kv_lora_rank) " + std::to_string(p.latent) +
+                                " (max " + std::to_string(kMaxLatent) + ")");
+  if (p.rope > kMaxRope)
+    throw std::invalid_argument("mla_attention: unsupported rope (qk_rope_head_dim) " + std::to_string(p.rope) +
+                                " (max " + std::to_string(kMaxRope) + ")");
+  const int64_t tokens = p.tokens, heads = p.heads, latent = p.latent;
   if (tokens == 0) return;
-  const int64_t max_context = max_pages_per_seq * page_size;
-  const auto* q_lat = static_cast<const bf16*>(q_latent);
-  const auto* q_r = static_cast<const bf16*>(q_rope);
-  const auto* rows = static_cast<const bf16*>(cache);
+  const int64_t max_context = p.max_pages_per_seq * p.page_size;
   // Kernel 1 (one of three) writes the splits' partial states; the merge kernel combines them.
-  const bool on_tensor_cores =
-      mma_shapes(heads, latent, rope, q_head_stride, rope_offset, q_latent, q_rope, cache) && !mla_on_cuda_cores();
+  const bool on_tensor_cores = policy.mla_tensor_cores && mma_shapes(p);
   int splits = splits_for(tokens, heads, max_context);  // the workspace holds this many
   int split_length = 0;  // 0: each token's own runs (token_split_length), batch-invariant
-  if (batch_invariant) {
+  if (policy.batch_invariant) {
     splits = invariant_splits_for(max_context);  // blocks past a token's own runs stay empty
   } else if (on_tensor_cores) {
     // Whole tiles per split; as many splits as that takes to hold the context.
@@ -701,22 +720,19 @@ void launch_mla_attention(const void* q_latent, const void* q_rope, const void* 
     launch_pdl(mla_split_mma_kernel,
                dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(head_blocks(heads)),
                     static_cast<unsigned>(splits)),
-               kMmaWarps * 32, kMmaSharedBytes, stream, q_lat, q_r, rows, block_tables, seq_of_token, positions,
-               carve(workspace, tokens, heads, splits, latent), static_cast<int>(heads), q_head_stride, rope_offset,
-               static_cast<int>(page_size), max_pages_per_seq, scale, split_length);
+               kMmaWarps * 32, kMmaSharedBytes, stream, p, carve(workspace, tokens, heads, splits, latent),
+               split_length);
   } else {
     const dim3 grid(static_cast<unsigned>(tokens),
                     static_cast<unsigned>((heads + kHeadsPerBlock - 1) / kHeadsPerBlock), static_cast<unsigned>(splits));
-    auto* kernel = vec_shapes(latent, rope, q_latent, cache) ? mla_split_vec_kernel : mla_split_kernel;
-    launch_pdl(kernel, grid, kHeadsPerBlock * 32, 0, stream, q_lat, q_r, rows, block_tables, seq_of_token, positions,
-               carve(workspace, tokens, heads, splits, latent), static_cast<int>(heads), static_cast<int>(latent),
-               static_cast<int>(rope), q_head_stride, rope_offset, static_cast<int>(page_size), max_pages_per_seq,
-               scale, split_length);
+    auto* kernel = vec_shapes(latent, p.rope, p.q_latent, p.cache) ? mla_split_vec_kernel : mla_split_kernel;
+    launch_pdl(kernel, grid, kHeadsPerBlock * 32, 0, stream, p, carve(workspace, tokens, heads, splits, latent),
+               split_length);
   }
   const int merge_threads = static_cast<int>(std::min<int64_t>(512, (latent + 31) / 32 * 32));
   launch_pdl(mla_merge_kernel, dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(heads)), merge_threads, 0,
-             stream, carve(workspace, tokens, heads, splits, latent), static_cast<bf16*>(out), static_cast<int>(heads),
-             static_cast<int>(latent), splits);
+             stream, carve(workspace, tokens, heads, splits, latent), static_cast<bf16*>(p.out),
+             static_cast<int>(heads), static_cast<int>(latent), splits);
 }
 
 }  // namespace moeserve::cuda

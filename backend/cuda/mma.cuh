@@ -2,7 +2,7 @@
 // grouped-expert kernels.
 #pragma once
 
-#include "backend/cuda/common.cuh"
+#include "cuda_common/common.cuh"
 
 namespace moeserve::cuda {
 

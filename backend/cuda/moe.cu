@@ -9,11 +9,10 @@
 //   4. down: the same over w2 rows; fp32 partial rows per pair,
 //   5. combine: out[t] = sum over k (in k order) of weight[t, k] * partial[slot], so the
 //      result does not depend on the order pairs were scattered in.
-#include "backend/cuda/common.cuh"
+#include "cuda_common/common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/row_dot.cuh"
-#include "core/env.h"
 
 #include <algorithm>
 #include <stdexcept>
@@ -119,9 +118,14 @@ router_logits_kernel(const bf16* x, const float* weight, float* logits, int toke
 }
 
 // Selection, one warp per token: sigmoid scores, biased choice scores, group-limited top-k.
-__global__ void route_select_kernel(const float* logits, const float* bias, int32_t* topk_ids, float* topk_weights,
-                                    int experts, int n_group, int topk_group, int top_k, bool norm_topk_prob,
-                                    float scaling) {
+__global__ void route_select_kernel(const float* logits, const ops::MoeRouteParams p) {
+  const float* const bias = p.bias;
+  int32_t* const topk_ids = p.topk_ids;
+  float* const topk_weights = p.topk_weights;
+  const int experts = static_cast<int>(p.experts), n_group = static_cast<int>(p.n_group);
+  const int topk_group = static_cast<int>(p.topk_group), top_k = static_cast<int>(p.top_k);
+  const bool norm_topk_prob = p.norm_topk_prob;
+  const float scaling = p.routed_scaling_factor;
   pdl_enter();
   extern __shared__ float shared[];
   float* scores = shared;                 // [experts]
@@ -301,6 +305,11 @@ MoeWorkspace carve(void* base, int64_t pairs, int64_t local_experts, int64_t hid
   p += align256(2 * pairs * hidden);
   w.gate_up = reinterpret_cast<bf16*>(p);
   return w;
+}
+
+// The workspace's arrays for this call.
+MoeWorkspace carve(const MoeExpertsLaunch& m) {
+  return carve(m.workspace, m.pairs, m.local_experts, m.op.hidden, m.op.inter);
 }
 
 // Sorts the (token, k) pairs by local expert in one block (one launch: at decode sizes the
@@ -623,80 +632,73 @@ __global__ void combine_kernel(const float* topk_weights, MoeWorkspace ws, void*
 
 }  // namespace
 
-int64_t route_workspace_bytes(int64_t tokens, int64_t experts) { return align256(4 * tokens * experts); }
+int64_t route_workspace_bytes(const ops::MoeRouteParams& p) { return align256(4 * p.tokens * p.experts); }
 
-void launch_moe_route(const void* x, const float* weight, const float* bias, int32_t* topk_ids, float* topk_weights,
-                      int64_t tokens, int64_t hidden, int64_t experts, int64_t n_group, int64_t topk_group,
-                      int64_t top_k, bool norm_topk_prob, float routed_scaling_factor, bool batch_invariant,
-                      void* workspace, cudaStream_t stream) {
+void launch_moe_route(const ops::MoeRouteParams& p, bool batch_invariant, void* workspace, cudaStream_t stream) {
+  const int64_t tokens = p.tokens, experts = p.experts, n_group = p.n_group, topk_group = p.topk_group;
+  const int64_t top_k = p.top_k;
   if (n_group > 64) throw std::invalid_argument("moe_route: n_group " + std::to_string(n_group) + " > 64");
-  if (hidden % 4 != 0) throw std::invalid_argument("moe_route: hidden " + std::to_string(hidden) + " is not a multiple of 4");
+  if (p.hidden % 4 != 0)
+    throw std::invalid_argument("moe_route: hidden " + std::to_string(p.hidden) + " is not a multiple of 4");
   if (tokens == 0) return;
   float* logits = static_cast<float*>(workspace);  // [tokens, experts]
   const dim3 grid(static_cast<unsigned>(experts), static_cast<unsigned>((tokens + kRouteTokens - 1) / kRouteTokens));
-  launch_pdl(router_logits_kernel, grid, kRouteWarps * 32, 0, stream, static_cast<const bf16*>(x), weight, logits,
-             static_cast<int>(tokens), static_cast<int>(hidden), static_cast<int>(experts));
+  launch_pdl(router_logits_kernel, grid, kRouteWarps * 32, 0, stream, static_cast<const bf16*>(p.x), p.weight, logits,
+             static_cast<int>(tokens), static_cast<int>(p.hidden), static_cast<int>(experts));
   // Up to kBlockSelectTokens tokens, a block per token (not in batch-invariant mode: the warp
   // kernel below sums a token's chosen scores in another order).
   if (!batch_invariant && topk_group >= n_group && tokens <= kBlockSelectTokens &&
       experts <= kSelectThreads * kSelectPerThread && top_k <= 32) {
     launch_pdl(route_select_register_kernel<kSelectThreads, kSelectPerThread>, tokens, kSelectThreads, 0, stream,
-               logits, bias, topk_ids, topk_weights, static_cast<int>(experts), static_cast<int>(top_k),
-               norm_topk_prob, routed_scaling_factor);
+               logits, p.bias, p.topk_ids, p.topk_weights, static_cast<int>(experts), static_cast<int>(top_k),
+               p.norm_topk_prob, p.routed_scaling_factor);
     return;
   }
   if (topk_group >= n_group && experts <= 32 * kSelectPerLane && top_k <= 32) {
-    launch_pdl(route_select_register_kernel<32, kSelectPerLane>, tokens, 32, 0, stream, logits, bias, topk_ids,
-               topk_weights, static_cast<int>(experts), static_cast<int>(top_k), norm_topk_prob,
-               routed_scaling_factor);
+    launch_pdl(route_select_register_kernel<32, kSelectPerLane>, tokens, 32, 0, stream, logits, p.bias, p.topk_ids,
+               p.topk_weights, static_cast<int>(experts), static_cast<int>(top_k), p.norm_topk_prob,
+               p.routed_scaling_factor);
     return;
   }
   const size_t shared = sizeof(float) * (2 * experts + n_group) + (experts > n_group ? experts : n_group);
-  launch_pdl(route_select_kernel, tokens, 32, shared, stream, logits, bias, topk_ids, topk_weights,
-             static_cast<int>(experts), static_cast<int>(n_group), static_cast<int>(topk_group),
-             static_cast<int>(top_k), norm_topk_prob, routed_scaling_factor);
+  launch_pdl(route_select_kernel, tokens, 32, shared, stream, logits, p);
 }
 
-int64_t moe_workspace_bytes(int64_t tokens, int64_t top_k, int64_t local_experts, int64_t hidden, int64_t inter) {
-  const int64_t pairs = tokens * top_k;
+int64_t moe_workspace_bytes(const ops::MoeExpertsParams& p) {
+  const int64_t pairs = p.tokens * p.top_k, local_experts = p.expert_end - p.expert_begin;
+  const int64_t hidden = p.hidden, inter = p.inter;
   return align256(4 * local_experts) * 2 + align256(4) + align256(4 * (local_experts + 1)) + 2 * align256(4 * pairs) +
          align256(2 * pairs * inter) + align256(4 * pairs * hidden) + align256(2 * pairs * hidden) +
          align256(4 * pairs * inter);
 }
 
-void launch_moe_sort(const int32_t* topk_ids, int64_t pairs, int64_t expert_begin, int64_t expert_end,
-                     int64_t hidden, int64_t inter, void* workspace, cudaStream_t stream) {
-  const int64_t local = expert_end - expert_begin;
-  MoeWorkspace ws = carve(workspace, pairs, local, hidden, inter);
+void launch_moe_sort(const MoeExpertsLaunch& m, cudaStream_t stream) {
+  const int64_t local = m.local_experts;
+  MoeWorkspace ws = carve(m);
   if (local * 4 > 48 * 1024)
     throw std::invalid_argument("moe: " + std::to_string(local) + " local experts (at most 12288 per rank)");
-  launch_pdl(sort_pairs_kernel, 1, kSortThreads, local * 4, stream, topk_ids, static_cast<int>(pairs),
-             static_cast<int>(expert_begin), static_cast<int>(expert_end), ws);
+  launch_pdl(sort_pairs_kernel, 1, kSortThreads, local * 4, stream, m.op.topk_ids, static_cast<int>(m.pairs),
+             static_cast<int>(m.op.expert_begin), static_cast<int>(m.op.expert_end), ws);
 }
 
-MoeGemmBuffers moe_gemm_buffers(void* workspace, int64_t pairs, int64_t local_experts, int64_t hidden, int64_t inter) {
-  const MoeWorkspace ws = carve(workspace, pairs, local_experts, hidden, inter);
+MoeGemmBuffers moe_gemm_buffers(const MoeExpertsLaunch& m) {
+  const MoeWorkspace ws = carve(m);
   return {ws.offsets, ws.x_sorted, ws.gate_up, ws.act, ws.partial};
 }
 
-void launch_moe_gather_sorted(const void* x, int64_t pairs, int64_t top_k, int64_t local_experts, int64_t hidden,
-                              int64_t inter, void* workspace, cudaStream_t stream) {
-  const MoeWorkspace ws = carve(workspace, pairs, local_experts, hidden, inter);
-  launch_pdl(gather_sorted_kernel, pairs, 256, 0, stream, static_cast<const bf16*>(x), ws,
-             static_cast<int>(local_experts), static_cast<int>(top_k), static_cast<int>(hidden));
+void launch_moe_gather_sorted(const MoeExpertsLaunch& m, cudaStream_t stream) {
+  const MoeWorkspace ws = carve(m);
+  launch_pdl(gather_sorted_kernel, m.pairs, 256, 0, stream, static_cast<const bf16*>(m.op.x), ws,
+             static_cast<int>(m.local_experts), static_cast<int>(m.op.top_k), static_cast<int>(m.op.hidden));
 }
 
-// MOESERVE_MOE_CUDA_CORES=1 keeps the CUDA-core expert kernels (for comparisons).
-bool experts_on_cuda_cores() {
-  static const bool set = env_switch("MOESERVE_MOE_CUDA_CORES", false);
-  return set;
-}
-
-void launch_moe_expert_kernels(const void* x, const void* const* w13, const void* const* w2, int64_t pairs,
-                               int64_t local_pairs, int64_t top_k, int64_t local_experts, int64_t hidden, int64_t inter,
-                               bool batch_invariant, void* workspace, cudaStream_t stream) {
-  const MoeWorkspace ws = carve(workspace, pairs, local_experts, hidden, inter);
-  const int64_t max_active = std::min(local_experts, pairs);
+void launch_moe_expert_kernels(const MoeExpertsLaunch& m, const KernelPolicy& policy, cudaStream_t stream) {
+  const MoeWorkspace ws = carve(m);
+  const void* const x = m.op.x;
+  const void* const* const w13 = m.op.w13;
+  const void* const* const w2 = m.op.w2;
+  const int64_t local_experts = m.local_experts, top_k = m.op.top_k, hidden = m.op.hidden, inter = m.op.inter;
+  const int64_t max_active = std::min(local_experts, m.pairs);
   // Tensor cores from one row per local expert on average (weight rows are 16-byte
   // aligned: K % 32 == 0, allocations aligned). Below that most active experts have one row
   // and the CUDA-core kernels stream faster (more rows in flight per warp): one H200, K2.6
@@ -704,7 +706,7 @@ void launch_moe_expert_kernels(const void* x, const void* const* w13, const void
   // cores; from batch 64 (1.33 rows per expert) the tensor cores are as fast or faster
   // (batch 128 17.25 against 22.5 ms; docs/benchmarks.md).
   const bool mma_shapes = hidden % kExpertMmaChunk == 0 && inter % kExpertMmaChunk == 0 && aligned16({x});
-  if (mma_shapes && (batch_invariant || local_pairs >= local_experts) && !experts_on_cuda_cores()) {
+  if (mma_shapes && (policy.batch_invariant || m.local_pairs >= local_experts) && policy.moe_tensor_cores) {
     launch_pdl(expert_mma_kernel<2, 2>, dim3(static_cast<unsigned>(max_active), static_cast<unsigned>((inter + 15) / 16)),
                kExpertMmaWarps * 32, 0, stream, static_cast<const bf16*>(x), w13, ws, static_cast<int>(top_k),
                static_cast<int>(hidden), static_cast<int>(inter), static_cast<int>(inter));
@@ -724,15 +726,14 @@ void launch_moe_expert_kernels(const void* x, const void* const* w13, const void
              static_cast<int>(inter), rows_per_warp);
 }
 
-void launch_moe_combine(const float* topk_weights, void* out, bool out_f32, int64_t tokens, int64_t top_k,
-                        int64_t local_experts, int64_t hidden, int64_t inter, bool accumulate, void* workspace,
-                        cudaStream_t stream) {
+void launch_moe_combine(const MoeExpertsLaunch& m, cudaStream_t stream) {
+  const int64_t tokens = m.op.tokens, top_k = m.op.top_k, hidden = m.op.hidden;
   if (tokens == 0) return;
-  const MoeWorkspace ws = carve(workspace, tokens * top_k, local_experts, hidden, inter);
+  const MoeWorkspace ws = carve(m);
   if (top_k > kMaxTopK) throw std::invalid_argument("moe: top_k " + std::to_string(top_k) + " > 32");
   const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((hidden + 255) / 256));
-  launch_pdl(combine_kernel, grid, 256, 0, stream, topk_weights, ws, out, out_f32, static_cast<int>(top_k),
-             static_cast<int>(hidden), accumulate);
+  launch_pdl(combine_kernel, grid, 256, 0, stream, m.op.topk_weights, ws, m.op.out, m.op.out_f32,
+             static_cast<int>(top_k), static_cast<int>(hidden), m.op.accumulate);
 }
 
 }  // namespace moeserve::cuda

@@ -3,7 +3,7 @@
 // dense projections (gemv.cu). Each warp streams its weight rows once with 16-byte loads.
 #pragma once
 
-#include "backend/cuda/common.cuh"
+#include "cuda_common/common.cuh"
 
 namespace moeserve::cuda {
 

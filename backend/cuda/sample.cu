@@ -3,7 +3,7 @@
 // finishes the draw (cpu::sample_candidates). Ids are offset by the first id of the rank's
 // vocab slice. Draws the candidates do not cover (a top-p over a flat row) run over whole
 // sorted rows here too (launch_sample_rows).
-#include "backend/cuda/common.cuh"
+#include "cuda_common/common.cuh"
 #include "backend/cuda/kernels.h"
 
 #include <cub/block/block_reduce.cuh>
@@ -222,8 +222,13 @@ segment_candidates_kernel(const float* logits, const float* temperatures, Candid
 }
 
 __global__ void __launch_bounds__(kCandidateThreads)
-merge_candidates_kernel(CandidateSegments in, const float* temperatures, float* values, int32_t* ids,
-                        double* normaliser, int64_t vocab, int segment, int segments, int count, int64_t id_offset) {
+merge_candidates_kernel(CandidateSegments in, const ops::TopCandidatesParams p, int segment, int segments) {
+  const float* const temperatures = p.temperatures;
+  float* const values = p.values;
+  int32_t* const ids = p.ids;
+  double* const normaliser = p.normaliser;
+  const int64_t vocab = p.vocab, id_offset = p.id_offset;
+  const int count = static_cast<int>(p.count);
   pdl_enter();
   // After the selection, the sort reuses `keys` (kMaxCandidates 8-byte entries fit in it).
   __shared__ __align__(16) uint32_t keys[kMergeCapacity];
@@ -504,20 +509,20 @@ SampleWorkspace sample_workspace_at(uintptr_t base, int64_t rows, int64_t vocab)
 
 }  // namespace
 
-void launch_argmax_rows(const float* logits, int32_t* tokens, float* values, int64_t rows, int64_t vocab,
-                        int64_t id_offset, cudaStream_t stream) {
-  if (rows == 0) return;
-  launch_pdl(argmax_kernel, rows, 1024, 0, stream, logits, tokens, values, vocab, id_offset);
+void launch_argmax_rows(const ops::ArgmaxRowsParams& p, cudaStream_t stream) {
+  if (p.rows == 0) return;
+  launch_pdl(argmax_kernel, p.rows, 1024, 0, stream, p.logits, p.ids, p.values, p.vocab, p.id_offset);
 }
 
-int64_t top_candidates_workspace_bytes(int64_t rows, int64_t vocab, int64_t count) {
-  const int64_t slots = rows * candidate_segments(vocab, count);
-  return slots * (8 + 4) + slots * count * 8;
+int64_t top_candidates_workspace_bytes(const ops::TopCandidatesParams& p) {
+  const int64_t slots = p.rows * candidate_segments(p.vocab, p.count);
+  return slots * (8 + 4) + slots * p.count * 8;
 }
 
-void launch_top_candidates(const float* logits, const float* temperatures, float* values, int32_t* ids,
-                           double* normaliser, int64_t rows, int64_t vocab, int64_t count,
-                           int64_t id_offset, void* workspace, cudaStream_t stream) {
+void launch_top_candidates(const ops::TopCandidatesParams& p, void* workspace, cudaStream_t stream) {
+  const float* const logits = p.logits;
+  const float* const temperatures = p.temperatures;
+  const int64_t rows = p.rows, vocab = p.vocab, count = p.count;
   if (rows == 0) return;
   if (count < 1 || count > kMaxCandidates || count > vocab)
     throw std::invalid_argument("top_candidates: count " + std::to_string(count) + " must be in [1, min(" +
@@ -528,25 +533,24 @@ void launch_top_candidates(const float* logits, const float* temperatures, float
   launch_pdl(segment_candidates_kernel, dim3(static_cast<unsigned>(segments), static_cast<unsigned>(rows)),
              kCandidateThreads, 0, stream, logits, temperatures, ws, vocab, static_cast<int>(segment),
              static_cast<int>(count));
-  launch_pdl(merge_candidates_kernel, static_cast<unsigned>(rows), kCandidateThreads, 0, stream, ws, temperatures,
-             values, ids, normaliser, vocab, static_cast<int>(segment), segments, static_cast<int>(count),
-             id_offset);
+  launch_pdl(merge_candidates_kernel, static_cast<unsigned>(rows), kCandidateThreads, 0, stream, ws, p,
+             static_cast<int>(segment), segments);
 }
 
 int64_t sample_rows_workspace_bytes(int64_t rows, int64_t vocab) {
   return static_cast<int64_t>(sample_workspace_at(0, rows, vocab).bytes);
 }
 
-void launch_sample_rows(const float* logits, const int32_t* row_ids, int64_t logit_rows, int64_t slices,
-                        const DrawOptions* options, int32_t* tokens, int64_t rows, int64_t vocab, void* workspace,
-                        cudaStream_t stream) {
+void launch_sample_rows(const SampleRowsParams& p, void* workspace, cudaStream_t stream) {
+  const float* const logits = p.logits;
+  const int64_t rows = p.rows, vocab = p.vocab, logit_rows = p.logit_rows, slices = p.slices;
   if (rows == 0) return;
   if (slices < 1 || vocab % slices != 0 || vocab > (int64_t{1} << 31) / 2)
     throw std::invalid_argument("sample: vocab " + std::to_string(vocab) + " in " + std::to_string(slices) +
                                 " slices (equal slices, vocab < 2^30)");
   const SampleWorkspace w = sample_workspace_at(reinterpret_cast<uintptr_t>(workspace), rows, vocab);
-  cuda_check(cudaMemcpyAsync(w.options, options, rows * sizeof(DrawOptions), cudaMemcpyHostToDevice, stream));
-  cuda_check(cudaMemcpyAsync(w.row_ids, row_ids, rows * 4, cudaMemcpyHostToDevice, stream));
+  cuda_check(cudaMemcpyAsync(w.options, p.options, rows * sizeof(DrawOptions), cudaMemcpyHostToDevice, stream));
+  cuda_check(cudaMemcpyAsync(w.row_ids, p.row_ids, rows * 4, cudaMemcpyHostToDevice, stream));
   for (int64_t row0 = 0; row0 < rows; row0 += kSampleRowsPerSort) {
     const int64_t chunk = std::min<int64_t>(kSampleRowsPerSort, rows - row0), items = chunk * vocab;
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>(blocks_for(vocab, 256), 64)), static_cast<unsigned>(chunk));
@@ -559,7 +563,7 @@ void launch_sample_rows(const float* logits, const int32_t* row_ids, int64_t log
     cuda_check(cub::DeviceRadixSort::SortPairs(w.sort_temp, temp_bytes, keys, ids, static_cast<int>(items), 0,
                                                32 + row_bits(chunk), stream));
     draw_rows_kernel<<<static_cast<unsigned>(chunk), kDrawThreads, 0, stream>>>(
-        keys.Current(), ids.Current(), w.options, tokens, vocab, static_cast<int>(row0));
+        keys.Current(), ids.Current(), w.options, p.tokens, vocab, static_cast<int>(row0));
     cuda_check(cudaGetLastError());
   }
 }

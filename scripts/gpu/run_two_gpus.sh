@@ -25,14 +25,6 @@ for plan in $plans; do
     --iterations 10 --json "$OUT/bench2_${plan}.json" > "$OUT/bench2_${plan}.txt" 2>&1
   echo "rc=$? $plan"; cat "$OUT/bench2_${plan}.txt" | cut -c1-160
 done
-# The two-stream overlap inside a step, off (MOESERVE_SINGLE_STREAM=1), for comparison.
-MOESERVE_SINGLE_STREAM=1 timeout 150 "$BIN" bench-step --model synthetic:kimi-k2.6 --layers 6 --plan tp2 --batch 1,64 \
-  --context 1024 --iterations 10 > "$OUT/bench2_tp2_single_stream.txt" 2>&1
-echo "rc=$? tp2, one stream"; grep -E "^ +(1|64) " "$OUT/bench2_tp2_single_stream.txt" | cut -c1-160
-# The same without the peer all-reduce (NCCL's all-reduce, then the norm kernel).
-MOESERVE_PEER_ALL_REDUCE=0 timeout 150 "$BIN" bench-step --model synthetic:kimi-k2.6 --layers 6 --plan tp2 --batch 1,64 \
-  --context 1024 --iterations 10 > "$OUT/bench2_tp2_nccl_all_reduce.txt" 2>&1
-echo "rc=$? tp2, NCCL all-reduce"; grep -E "^ +(1|64) " "$OUT/bench2_tp2_nccl_all_reduce.txt" | cut -c1-160
 # Kernel timeline of one tp2 step at batch 1 (tools/kernel_trace.cc), when the tracer is carried.
 if [[ -f carry/libkernel_trace.so ]]; then
   TIMELINE_ARGS=--sequence timeout 120 bash scripts/gpu/profile_step.sh tp2 1 6 > /dev/null 2>&1

@@ -32,8 +32,9 @@ class CudaBatchInvariance : public CudaOps {
 };
 
 TEST_F(CudaBatchInvariance, ProjectionsAbsorbAndValueUpGiveEachRowItsOwnBits) {
-  // 4096 and 2100 outputs: the tensor-core kernel (in % 32 == 0, out >= kLinearMmaMinRows; 37
-  // and 70 rows: passes of 32, the last partial); the others stream in groups of 4 rows.
+  // 4096 and 2100 outputs: the tensor-core kernel (in % 32 == 0, out >= the policy's
+  // linear_mma_min_rows; 37 and 70 rows: passes of 32, the last partial); the others stream in
+  // groups of 4 rows.
   for (auto [rows, in, out] : std::vector<std::array<int64_t, 3>>{
            {37, 7168, 4096}, {70, 2048, 2100}, {37, 7168, 512}, {9, 256, 96}, {6, 1536, 77}})
     for (bool y_f32 : {false, true}) {

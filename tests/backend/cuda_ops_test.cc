@@ -235,7 +235,8 @@ TEST_F(CudaOps, MlaAttentionLongContextOverManySplits) {
 // kernel. Tokens: decoding at 1000 (many tiles and splits, a partial last tile), at 63 and 64
 // (a tile boundary), a prefill of 20 tokens at 0..19 of one sequence (causal: each sees its own
 // prefix, the first a single row), pages scattered.
-TEST_F(CudaOps, MlaAttentionTensorCoreKernelForDeepSeekShapes) {
+// KernelPolicy::mla_tensor_cores off: the same shapes on the CUDA-core split kernels.
+TEST_F(CudaOps, MlaAttentionForDeepSeekShapesOnTensorCoresAndCudaCores) {
   const int64_t max_pages = 16;
   std::vector<int32_t> positions = {1000, 63, 64}, seq_of = {0, 1, 2};
   for (int32_t p = 0; p < 20; ++p) {
@@ -246,10 +247,13 @@ TEST_F(CudaOps, MlaAttentionTensorCoreKernelForDeepSeekShapes) {
   for (int64_t i = 0; i < 4 * max_pages; ++i) tables[i] = static_cast<int32_t>((i * 13) % (4 * max_pages));
   // 16, 32, 128: whole blocks of 16 heads; 1, 8 (K2 under tp8, Moonlight under tp2), 24: a
   // last block with missing heads, whose outputs must not reach the partials of real heads.
-  for (int64_t heads : {1, 8, 16, 24, 32, 128}) {
-    SCOPED_TRACE(testing::Message() << heads << " heads");
-    check_mla_attention({heads, 512, 64, 128, 64, max_pages, 4 * max_pages, positions, seq_of, tables, 0.06f},
-                        "mla_attention (tensor cores)");
+  for (bool tensor_cores : {true, false}) {
+    gpu = cuda::make_cuda_backend_with_policy(0, {.mla_tensor_cores = tensor_cores});
+    for (int64_t heads : {1, 8, 16, 24, 32, 128}) {
+      SCOPED_TRACE(testing::Message() << heads << " heads");
+      check_mla_attention({heads, 512, 64, 128, 64, max_pages, 4 * max_pages, positions, seq_of, tables, 0.06f},
+                          tensor_cores ? "mla_attention (tensor cores)" : "mla_attention (CUDA cores)");
+    }
   }
 }
 

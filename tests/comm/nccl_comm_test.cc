@@ -201,7 +201,10 @@ TEST_F(NcclComm, FusedAllReduceAddRmsNormEqualsTheSeparateOps) {
   const std::vector<Shape> shapes = {{1, 7168}, {3, 7168}, {64, 7168}, {5, 512}, {2, 8}};
   on_every_rank([&](int rank) {
     auto group = world_[rank]->split(0, rank, "tp");
+    EXPECT_EQ(comm::fused_all_reduce_norm(*group), nullptr) << "no peer group: no fused path";
     group->use_peer_all_reduce(peer_);
+    comm::FusedAllReduceNorm* fused_path = comm::fused_all_reduce_norm(*group);
+    ASSERT_NE(fused_path, nullptr);
     cudaStream_t s = streams_[rank];
     for (size_t k = 0; k < shapes.size(); ++k) {
       const auto [rows, dim] = shapes[k];
@@ -226,11 +229,13 @@ TEST_F(NcclComm, FusedAllReduceAddRmsNormEqualsTheSeparateOps) {
       // Fused.
       void *branch_a = upload(branch), *hidden_a = upload(hidden), *normed_a = upload(std::vector<uint8_t>(n * 2, 0xff));
       const comm::ResidualNorm fused{hidden_a, w, normed_a, rows, dim, 1e-6f};
-      ASSERT_TRUE(group->all_reduce_add_rms_norm(static_cast<float*>(branch_a), fused)) << rows << " x " << dim;
+      ASSERT_TRUE(fused_path->all_reduce_add_rms_norm(static_cast<float*>(branch_a), fused)) << rows << " x " << dim;
       // Separate: the all-reduce (peer kernel), then the backend's add_rms_norm.
       void *branch_b = upload(branch), *hidden_b = upload(hidden), *normed_b = upload(std::vector<uint8_t>(n * 2, 0xff));
       group->all_reduce_sum(branch_b, n, DType::F32);
-      cuda::launch_add_rms_norm(hidden_b, branch_b, /*x_f32=*/true, w, normed_b, rows, dim, 1e-6f, s);
+      cuda::launch_add_rms_norm({.hidden = hidden_b, .x = branch_b, .weight = w, .normed = normed_b, .rows = rows,
+                                 .dim = dim, .eps = 1e-6f, .x_f32 = true},
+                                s);
       ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
       EXPECT_TRUE(download(branch_a, n * 4) == download(branch_b, n * 4)) << "branch, " << rows << " x " << dim;
       EXPECT_TRUE(download(hidden_a, n * 2) == download(hidden_b, n * 2)) << "hidden, " << rows << " x " << dim;
@@ -240,8 +245,8 @@ TEST_F(NcclComm, FusedAllReduceAddRmsNormEqualsTheSeparateOps) {
     // No fused kernel: more rows than blocks, or rows wider than the registers hold.
     float* scratch = nullptr;
     ASSERT_EQ(cudaMalloc(&scratch, 200 * 9000 * 4), cudaSuccess);
-    EXPECT_FALSE(group->all_reduce_add_rms_norm(scratch, {scratch, scratch, scratch, 129, 16, 1e-6f}));
-    EXPECT_FALSE(group->all_reduce_add_rms_norm(scratch, {scratch, scratch, scratch, 1, 8200, 1e-6f}));
+    EXPECT_FALSE(fused_path->all_reduce_add_rms_norm(scratch, {scratch, scratch, scratch, 129, 16, 1e-6f}));
+    EXPECT_FALSE(fused_path->all_reduce_add_rms_norm(scratch, {scratch, scratch, scratch, 1, 8200, 1e-6f}));
     cudaFree(scratch);
   });
 }

@@ -1,11 +1,11 @@
-// RMSNorm of rows held in registers, shared by the backend's norm kernel (elementwise.cu) and
+// RMSNorm of rows held in registers, shared by the backend's norm kernel (backend/cuda/elementwise.cu) and
 // the all-reduce fused with the residual add and norm (comm/peer_all_reduce_kernel.cu). A block
 // of kRowThreads threads owns a row; thread x holds chunks x, x + kRowThreads, ... of 8
 // elements (16-byte loads, all issued before any is used: a decode-sized row then waits for
 // memory once). Requires dim % 8 == 0, 16-byte aligned rows, dim <= kRowThreads * 8 * kRowChunks.
 #pragma once
 
-#include "backend/cuda/common.cuh"
+#include "cuda_common/common.cuh"
 
 namespace moeserve::cuda {
 

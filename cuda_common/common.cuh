@@ -1,4 +1,4 @@
-// Helpers shared by the CUDA kernels.
+// Helpers shared by the CUDA kernels (backend/cuda and comm).
 #pragma once
 
 #include <cuda_bf16.h>
