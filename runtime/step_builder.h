@@ -16,9 +16,14 @@
 #include <span>
 #include <vector>
 
-#include "model/deepseek_v3.h"
+#include "step/step_plan.h"
 
 namespace moeserve::runtime {
+
+using step::LogitRows;
+using step::MicroBatch;
+using step::ReplicaBatch;
+using step::StepPlan;
 
 // Free-list of KV pages of one replica.
 class PagePool {
@@ -41,58 +46,14 @@ struct SequenceState {
   bool finished = false;
 };
 
-// One replica's part of one micro-batch.
-struct ReplicaBatch {
-  ForwardBatch batch;
-  std::vector<size_t> sequences;  // engine sequence index of each batch sequence
-  std::vector<int64_t> first_row;  // its first logit row
-  std::vector<int64_t> num_rows;   // its logit rows (1, or the whole prompt when asked)
-};
-
-struct MicroBatch {
-  std::vector<ReplicaBatch> replicas;  // [attn_dp]
-};
-
-struct StepPlan {
-  std::vector<MicroBatch> micro_batches;
-};
-
 struct StepOptions {
   int64_t page_size = 64;
   int64_t max_pages_per_seq = 0;
   int attn_dp = 1;
   int pp = 1;
-  int64_t max_micro_batch_size = 0;  // sequences per micro-batch; 0: automatic (see above)
+  int64_t max_micro_batch_size = 0;  // sequences per micro-batch; 0: automatic (step::MicroBatching)
   bool logits_for_every_token = false;  // prompt logits: a row per uncached token
 };
-
-// Sequences per micro-batch for `live` sequences.
-int64_t micro_batch_size(int64_t live, const StepOptions& options);
-
-// Which logit rows a sequence's tokens in a batch ask for.
-enum class LogitRows {
-  kNone,   // a prefill chunk before the last: no logits
-  kLast,   // the last token's (the next token is sampled from it)
-  kEvery,  // every token's (prompt logits)
-};
-
-// Appends tokens [begin, end) of a sequence (all its tokens `tokens`, its block table
-// `pages`, which must cover position end - 1) to `rb` as engine sequence `sequence`; tokens
-// before `begin` must already be in the cache. rb.batch.max_pages_per_seq must be set and at
-// least pages.size().
-void append_sequence(ReplicaBatch& rb, size_t sequence, std::span<const int32_t> tokens, int64_t begin, int64_t end,
-                     std::span<const int32_t> pages, int64_t page_size, LogitRows logits);
-
-// The token count a batch of `tokens` is padded to, so that a server sees few distinct step
-// shapes (each shape keeps a workspace, and on GPUs a captured graph): exact up to 8, then
-// four steps per power of two (10, 12, 14, 16, 20, 24, 28, 32, 40, ...), at most 25% extra.
-int64_t padded_token_count(int64_t tokens);
-
-// Pads rb.batch to `tokens` tokens with one extra sequence at position 0 of `scratch_page`, a
-// page no real sequence uses (the padding attends only to itself, so real rows are unchanged).
-// When every real token asks for logits (a decode step), so does the padding, so that the
-// batch keeps the decode shape; its rows follow the real ones and belong to no sequence.
-void pad_batch(ReplicaBatch& rb, int64_t tokens, int32_t scratch_page, int64_t page_size);
 
 // Builds the step for `live` (indices into `seqs`, in order): allocates pages for their
 // uncached tokens and marks those tokens cached.

@@ -1,8 +1,8 @@
 // The scheduler of the serving loop: request states, waiting and running queues, KV page
 // admission, continuous batching of prefill and decode, chunked prefill, preemption by
 // recompute, attention-DP replicas and pipeline micro-batches. Pure bookkeeping: it fills
-// runtime StepPlans (token ids, positions, cache slots, block tables) and never touches a
-// tensor; the caller runs the plan (runtime::Engine::execute), samples, and commits.
+// StepPlans (step/step_plan.h: token ids, positions, cache slots, block tables) and never
+// touches a tensor; the caller runs the plan, samples, and commits.
 //
 // One step (schedule):
 //   1. Running sequences, oldest first. A sequence with one uncached token (decode) always
@@ -17,7 +17,7 @@
 //      evictable pages cover the rest of the prompt plus a headroom for running decodes.
 //   3. The chosen chunks, in that order, are cut into pipeline micro-batches (ceil(n / pp)
 //      sequences each unless max_micro_batch_size says otherwise); each replica's batch is
-//      padded to runtime::padded_token_count on its scratch page.
+//      padded to step::padded_token_count on its scratch page.
 // A chunk that reaches the end of its sequence's tokens asks for logits: the caller samples
 // the next token and passes it to commit(), which marks the chunk's tokens cached and
 // indexes their whole pages in the prefix cache.
@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "kv/kv_cache.h"
-#include "runtime/step_builder.h"
+#include "step/step_plan.h"
 
 namespace moeserve::sched {
 
@@ -72,7 +72,7 @@ struct ScheduledChunk {
 
 struct ScheduledStep {
   int group = 0;
-  runtime::StepPlan plan;
+  step::StepPlan plan;
   std::vector<ScheduledChunk> chunks;
   int64_t prefill_tokens = 0;  // tokens of chunks with more than one token, or not at the end
   int64_t decode_tokens = 0;
@@ -117,7 +117,7 @@ class Scheduler {
   // once at start-up sizes the activation memory (shared by every step size) and the backend
   // workspaces, so that memory does not grow while serving, and runs each decode shape once
   // (its graph is captured the next time it runs).
-  std::vector<runtime::StepPlan> warmup_steps() const;
+  std::vector<step::StepPlan> warmup_steps() const;
 
   int num_replicas() const { return static_cast<int>(kv_.size()); }
   const kv::KvCache& kv(int replica) const { return kv_.at(replica); }

@@ -402,7 +402,7 @@ void expect_consistent_batches(const ScheduledStep& step, const SchedulerOptions
         const int32_t row = b.seq_of_token[t];
         EXPECT_EQ(b.block_tables[row * b.max_pages_per_seq + b.positions[t] / o.page_size], page);
       }
-      EXPECT_EQ(b.num_tokens(), runtime::padded_token_count(b.num_tokens()));
+      EXPECT_EQ(b.num_tokens(), step::padded_token_count(b.num_tokens()));
     }
 }
 
@@ -430,7 +430,7 @@ TEST(SchedulerGroups, RandomWorkloadWithStepsInFlightKeepsEveryInvariant) {
       std::set<std::pair<int, int32_t>> pages;
       for (const auto& mb : step.plan.micro_batches)
         for (int d = 0; d < o.attn_dp; ++d) {
-          const runtime::ReplicaBatch& rb = mb.replicas[d];
+          const step::ReplicaBatch& rb = mb.replicas[d];
           for (int64_t t = 0; t < rb.batch.num_tokens(); ++t) {
             const auto row = static_cast<size_t>(rb.batch.seq_of_token[t]);
             if (row >= rb.sequences.size()) continue;
