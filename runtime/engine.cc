@@ -17,7 +17,6 @@
 #include "runtime/rank_comms.h"
 #include "runtime/rank_devices.h"
 #include "runtime/rank_workers.h"
-#include "runtime/step_builder.h"
 
 namespace moeserve::runtime {
 
@@ -358,102 +357,6 @@ StepOutputs Engine::run(const StepPlan& step, HeadMode head) {
     impl_->failure = e.what();
     throw;
   }
-}
-
-std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>& requests,
-                                             bool return_prompt_logits) {
-  impl_->quiesce("generate");
-  const parallel::ParallelPlan& plan = options_.plan;
-  const int64_t page_size = options_.page_size;
-  std::vector<PagePool> pools;
-  for (int d = 0; d < plan.attn_dp; ++d) pools.emplace_back(options_.num_pages);
-  std::vector<SequenceState> seqs(requests.size());
-  std::vector<GenerateResult> results(requests.size());
-  int64_t max_len = 0;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const auto& r = requests[i];
-    MS_CHECK(!r.prompt.empty(), "request {}: empty prompt", i);
-    MS_CHECK(r.max_new_tokens >= 0, "request {}: max_new_tokens must be >= 0", i);
-    for (int32_t id : r.prompt)
-      MS_CHECK(id >= 0 && id < config_.vocab_size, "request {}: prompt token {} outside the vocabulary [0, {})", i,
-               id, config_.vocab_size);
-    const int64_t total = static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens;
-    MS_CHECK(total <= config_.max_position_embeddings,
-             "request {}: prompt + max_new_tokens = {} exceeds the context length {}", i, total,
-             config_.max_position_embeddings);
-    seqs[i].tokens = r.prompt;
-    seqs[i].prompt_len = static_cast<int64_t>(r.prompt.size());
-    seqs[i].replica = static_cast<int>(i % plan.attn_dp);
-    max_len = std::max(max_len, total);
-  }
-  StepOptions step_options;
-  step_options.page_size = page_size;
-  step_options.max_pages_per_seq = (max_len + page_size - 1) / page_size;
-  step_options.attn_dp = plan.attn_dp;
-  step_options.pp = plan.pp;
-  step_options.max_micro_batch_size = options_.pp_max_micro_batch_size;
-
-  auto finish_if_done = [&](size_t i) {
-    SequenceState& s = seqs[i];
-    const auto& r = requests[i];
-    const int64_t generated = static_cast<int64_t>(s.tokens.size()) - s.prompt_len;
-    if (generated > 0 && std::find(r.stop_ids.begin(), r.stop_ids.end(), s.tokens.back()) != r.stop_ids.end()) {
-      s.finished = true;
-      results[i].finish_reason = "stop";
-    } else if (generated >= r.max_new_tokens) {
-      s.finished = true;
-      results[i].finish_reason = "length";
-    }
-    if (s.finished) {
-      pools[s.replica].give_back(s.pages);
-      s.pages.clear();
-    }
-  };
-
-  const int64_t vocab = config_.vocab_size;
-  for (int64_t step = 0;; ++step) {
-    const bool prompt_logits_step = return_prompt_logits && step == 0;
-    std::vector<size_t> live;
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      if (seqs[i].finished) continue;
-      if (step == 0 && requests[i].max_new_tokens == 0 && !return_prompt_logits) {
-        finish_if_done(i);
-        continue;
-      }
-      live.push_back(i);
-    }
-    if (live.empty()) break;
-    step_options.logits_for_every_token = prompt_logits_step;
-    const StepPlan plan_of_step = build_step(seqs, live, pools, step_options);
-
-    const std::vector<std::vector<Tensor>> logits = execute(plan_of_step);
-
-    // Sample on the leader from each sequence's full-vocabulary logits, in request order.
-    for (size_t m = 0; m < plan_of_step.micro_batches.size(); ++m)
-      for (int d = 0; d < plan.attn_dp; ++d) {
-        const ReplicaBatch& rb = plan_of_step.micro_batches[m].replicas[d];
-        const Tensor& rows = logits[m][d];  // [rows, vocab]
-        for (size_t j = 0; j < rb.sequences.size(); ++j) {
-          const size_t i = rb.sequences[j];
-          SequenceState& s = seqs[i];
-          const float* first = rows.f32() + rb.first_row[j] * vocab;
-          if (prompt_logits_step) {
-            Tensor prompt_logits(DType::F32, {s.prompt_len, vocab});
-            std::memcpy(prompt_logits.f32(), first, prompt_logits.nbytes());
-            results[i].prompt_logits = std::move(prompt_logits);
-          }
-          if (static_cast<int64_t>(s.tokens.size()) - s.prompt_len < requests[i].max_new_tokens) {
-            ops::SamplingOptions options = requests[i].sampling;
-            options.step = static_cast<uint64_t>(s.tokens.size() - s.prompt_len);
-            const int32_t token = cpu::sample_row(first + (rb.num_rows[j] - 1) * vocab, vocab, options);
-            s.tokens.push_back(token);
-            results[i].tokens.push_back(token);
-          }
-          finish_if_done(i);
-        }
-      }
-  }
-  return results;
 }
 
 }  // namespace moeserve::runtime

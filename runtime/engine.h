@@ -1,11 +1,9 @@
-// Engine: runs batched generation on a model under a parallel plan, on CPU ranks: one thread
-// per rank (runtime/rank_workers.h), each with its own shard of the model, its own weight
-// source and its own communicators from an in-process world. The calling thread is the
-// leader: it owns the KV page bookkeeping, builds each step (runtime/step_builder.h: prefill
-// of every prompt in one step, then one decode token per live sequence per step, spread over
-// DP replicas and pipeline micro-batches), and samples every sequence's next token from the
-// full-vocabulary logits that the last stage gathers (attention-TP rank 0 of each replica
-// hands them over). Sequences stop on max_new_tokens or a stop id.
+// Engine: runs steps (step/step_plan.h) of a model under a parallel plan on its ranks: one
+// thread per rank (runtime/rank_workers.h), each with its own shard of the model, its own
+// weight source and its own communicators (an in-process world on CPU ranks, NCCL on GPUs).
+// The last stage's attention-TP rank 0 of each replica hands the step's outputs over (logits
+// gathered over the vocab split, or what the head reduced them to on the devices). What runs
+// and what is drawn from the outputs is the caller's: runtime/step_loop.h.
 #pragma once
 
 #include <functional>
@@ -19,9 +17,11 @@
 #include "ops/ops.h"
 #include "parallel/plan.h"
 #include "runtime/rank_comms.h"
-#include "runtime/step_builder.h"
+#include "step/step_plan.h"
 
 namespace moeserve::runtime {
+
+using step::StepPlan;
 
 struct EngineOptions {
   parallel::ParallelPlan plan;
@@ -38,13 +38,6 @@ struct EngineOptions {
   bool batch_invariant = false;  // every row's logits independent of its batch (rank_devices.h)
 };
 
-struct GenerateRequest {
-  std::vector<int32_t> prompt;
-  int64_t max_new_tokens = 16;
-  ops::SamplingOptions sampling;
-  std::vector<int32_t> stop_ids;
-};
-
 // What a step gives back: per (micro-batch, DP replica), the logit rows [rows, vocab] (fp32),
 // or each row's argmax id (I32 [rows]) for a greedy step, and for a sampling step each row's
 // top candidates (rows then empty).
@@ -54,12 +47,6 @@ struct StepOutputs {
 };
 using StepTicket = uint64_t;
 
-struct GenerateResult {
-  std::vector<int32_t> tokens;  // generated ids (the stop id included when hit)
-  Tensor prompt_logits;         // [prompt_len, vocab] fp32, when asked for
-  std::string finish_reason;    // "length" | "stop"
-};
-
 class Engine {
  public:
   Engine(const ModelSource& model, EngineOptions options);
@@ -67,8 +54,6 @@ class Engine {
 
   const ModelConfig& config() const { return config_; }
   const EngineOptions& options() const { return options_; }
-
-  std::vector<GenerateResult> generate(const std::vector<GenerateRequest>& requests, bool return_prompt_logits);
 
   // Runs one step built by the caller (a scheduler) on every rank: micro-batches in order,
   // hidden states passed stage to stage. Returns the fp32 logits [rows, vocab] of each

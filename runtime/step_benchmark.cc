@@ -26,6 +26,30 @@ double busiest_rank_bytes(const std::vector<perf::StepCost>& cost_per_rank) {
 
 }  // namespace
 
+StepPlan synthetic_decode_step(const DecodeStepShape& shape) {
+  const int64_t per_seq = (shape.context + 1 + shape.page_size - 1) / shape.page_size;
+  const int64_t per_micro_batch = step::micro_batch_size(shape.batch, shape.micro_batching);
+  std::vector<int32_t> next_page(static_cast<size_t>(shape.attn_dp), 0);
+  std::vector<int32_t> tokens(static_cast<size_t>(shape.context + 1), 0);
+  StepPlan plan;
+  for (int64_t start = 0; start < shape.batch; start += per_micro_batch) {
+    step::MicroBatch mb;
+    mb.replicas.resize(static_cast<size_t>(shape.attn_dp));
+    for (auto& rb : mb.replicas) rb.batch.max_pages_per_seq = per_seq;
+    for (int64_t i = start; i < std::min(shape.batch, start + per_micro_batch); ++i) {
+      const int replica = static_cast<int>(i % shape.attn_dp);
+      std::vector<int32_t> pages;
+      for (int64_t p = 0; p < per_seq; ++p) pages.push_back(next_page[replica]++);
+      MS_CHECK(next_page[replica] <= shape.num_pages, "out of KV cache pages (raise --kv-pages)");
+      tokens.back() = shape.token_of(i);
+      step::append_sequence(mb.replicas[replica], static_cast<size_t>(i), tokens, shape.context, shape.context + 1,
+                            pages, shape.page_size, step::LogitRows::kLast);
+    }
+    plan.micro_batches.push_back(std::move(mb));
+  }
+  return plan;
+}
+
 double StepBenchResult::max_rank_bytes() const { return busiest_rank_bytes(cost_per_rank); }
 
 double PipelinedResult::max_rank_bytes() const { return busiest_rank_bytes(group_cost_per_rank); }
@@ -38,32 +62,20 @@ double StepBenchResult::total_flops() const {
 
 namespace {
 
-// A decode step: every sequence has `context` cached tokens and decodes position `context`.
-// micro_batch > 0: micro-batches of that many sequences (else the engine's setting).
+// A decode step of the engine's layout: every sequence has `context` cached tokens and decodes
+// position `context`. micro_batch > 0: micro-batches of that many sequences (else the
+// engine's setting).
 StepPlan decode_step(const Engine& engine, int64_t batch, int64_t context, int64_t micro_batch = 0) {
   const EngineOptions& o = engine.options();
-  const parallel::ParallelPlan& plan = o.plan;
-  std::vector<PagePool> pools;
-  for (int d = 0; d < plan.attn_dp; ++d) pools.emplace_back(o.num_pages);
-  std::vector<SequenceState> seqs(batch);
-  std::vector<size_t> live;
-  for (int64_t i = 0; i < batch; ++i) {
-    SequenceState& s = seqs[i];
-    s.tokens.assign(context + 1, 0);
-    for (int64_t t = 0; t <= context; ++t)
-      s.tokens[t] = static_cast<int32_t>((i * 7919 + t * 104729) % engine.config().vocab_size);
-    s.prompt_len = context + 1;
-    s.cached = context;
-    s.replica = static_cast<int>(i % plan.attn_dp);
-    live.push_back(static_cast<size_t>(i));
-  }
-  StepOptions so;
-  so.page_size = o.page_size;
-  so.max_pages_per_seq = (context + 1 + o.page_size - 1) / o.page_size;
-  so.attn_dp = plan.attn_dp;
-  so.pp = plan.pp;
-  so.max_micro_batch_size = micro_batch > 0 ? micro_batch : o.pp_max_micro_batch_size;
-  return build_step(seqs, live, pools, so);
+  const int64_t vocab = engine.config().vocab_size;
+  return synthetic_decode_step(
+      {.batch = batch,
+       .context = context,
+       .page_size = o.page_size,
+       .num_pages = o.num_pages,
+       .attn_dp = o.plan.attn_dp,
+       .micro_batching = {.pp = o.plan.pp, .max_micro_batch_size = micro_batch > 0 ? micro_batch : o.pp_max_micro_batch_size},
+       .token_of = [&](int64_t i) { return static_cast<int32_t>((i * 7919 + context * 104729) % vocab); }});
 }
 
 double median(std::vector<double> v) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -15,6 +16,20 @@
 #include "runtime/engine.h"
 
 namespace moeserve::runtime {
+
+// A synthetic decode step (benchmarks, tests): `batch` sequences, sequence i on replica
+// i % attn_dp with `context` cached tokens, decoding position `context` with token
+// token_of(i); each replica's sequences hold consecutive pages of its pool from page 0.
+struct DecodeStepShape {
+  int64_t batch = 1;
+  int64_t context = 0;
+  int64_t page_size = 64;
+  int64_t num_pages = 0;  // per replica
+  int attn_dp = 1;
+  step::MicroBatching micro_batching = {};
+  std::function<int32_t(int64_t sequence)> token_of = [](int64_t) { return 0; };
+};
+StepPlan synthetic_decode_step(const DecodeStepShape& shape);
 
 struct StepBenchOptions {
   int64_t context = 1024;

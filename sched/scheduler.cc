@@ -44,7 +44,7 @@ int64_t Scheduler::generated_tokens(RequestId id) const {
   return it == seqs_.end() ? 0 : static_cast<int64_t>(it->second.tokens.size()) - it->second.prompt_len;
 }
 
-void Scheduler::add(RequestId id, std::vector<int32_t> prompt) {
+void Scheduler::add(RequestId id, std::vector<int32_t> prompt, RequestOptions options) {
   MS_CHECK(!prompt.empty(), "request {}: empty prompt", id);
   MS_CHECK(static_cast<int64_t>(prompt.size()) <= max_tokens_per_request(),
            "request {}: {} prompt tokens exceed the {} tokens a KV cache replica holds", id, prompt.size(),
@@ -54,6 +54,7 @@ void Scheduler::add(RequestId id, std::vector<int32_t> prompt) {
   s.id = id;
   s.prompt_len = static_cast<int64_t>(prompt.size());
   s.tokens = std::move(prompt);
+  s.prompt_logits = options.prompt_logits;
   seqs_.emplace(id, std::move(s));
   waiting_.push_back(id);
 }
@@ -135,7 +136,7 @@ bool Scheduler::admit(int group, std::vector<int64_t>& budget, std::vector<Pick>
   int64_t best_cached = -1, best_running = 0;
   for (int d = 0; d < num_replicas(); ++d) {
     if (budget[d] <= 0) continue;
-    const int64_t cached = kv_[d].cached_prefix_tokens(s.tokens, len - 1);
+    const int64_t cached = s.prompt_logits ? 0 : kv_[d].cached_prefix_tokens(s.tokens, len - 1);
     const int64_t running = running_on(d);
     if (cached > best_cached || (cached == best_cached && running < best_running)) {
       best = d;
@@ -146,7 +147,7 @@ bool Scheduler::admit(int group, std::vector<int64_t>& budget, std::vector<Pick>
   if (best < 0) return false;
   kv::KvCache& kv = kv_[best];
   // The last prompt token always runs: its logits give the first generated token.
-  std::vector<int32_t> prefix = kv.acquire_prefix(s.tokens, len - 1);
+  std::vector<int32_t> prefix = s.prompt_logits ? std::vector<int32_t>{} : kv.acquire_prefix(s.tokens, len - 1);
   const int64_t missing = pages_for(len) - static_cast<int64_t>(prefix.size());
   const int64_t headroom =
       best_running > 0 ? static_cast<int64_t>(std::ceil(options_.admission_headroom * kv.num_pages())) : 0;
@@ -231,10 +232,17 @@ ScheduledStep Scheduler::build(int group, const std::vector<Pick>& picks) const 
       const Sequence& s = *p.seq;
       step::ReplicaBatch& rb = mb.replicas[s.replica];
       const bool last = p.end == static_cast<int64_t>(s.tokens.size());
+      const int64_t first_row = static_cast<int64_t>(rb.batch.logit_rows.size());
       ScheduledChunk chunk{s.id, s.replica, m, p.begin, p.end, -1};
-      if (last) chunk.logit_row = static_cast<int64_t>(rb.batch.logit_rows.size());
-      step::append_sequence(rb, n, s.tokens, p.begin, p.end, s.pages, options_.page_size,
-                               last ? step::LogitRows::kLast : step::LogitRows::kNone);
+      // Until its prompt's last chunk is committed a prompt-logits sequence has only prompt tokens.
+      step::LogitRows rows = last ? step::LogitRows::kLast : step::LogitRows::kNone;
+      if (s.prompt_logits) {
+        rows = step::LogitRows::kEvery;
+        chunk.prompt_rows = true;
+        chunk.first_prompt_row = first_row;
+      }
+      if (last) chunk.logit_row = first_row + (rows == step::LogitRows::kEvery ? p.end - p.begin - 1 : 0);
+      step::append_sequence(rb, n, s.tokens, p.begin, p.end, s.pages, options_.page_size, rows);
       if (p.end - p.begin == 1 && last)
         ++step.decode_tokens;
       else
@@ -288,7 +296,10 @@ void Scheduler::commit(const ScheduledStep& step, std::span<const int32_t> sampl
     s.in_flight = false;
     s.computed = chunk.end;
     kv_[s.replica].cache_prefix(s.tokens, s.pages, s.computed);
-    if (samples) s.tokens.push_back(token);
+    if (samples) {
+      s.tokens.push_back(token);
+      s.prompt_logits = false;  // the prompt's rows are all delivered
+    }
   }
   MS_CHECK(next == sampled.size(), "scheduler: {} sampled tokens for {} chunks with logits", sampled.size(), next);
 }

@@ -20,6 +20,7 @@
 
 #include "parallel/plan_parse.h"
 #include "runtime/engine.h"
+#include "runtime/generate.h"
 
 namespace moeserve::runtime {
 namespace {
@@ -52,9 +53,10 @@ void check_plan(const Case& k) {
     GenerateRequest r;
     r.prompt = p;
     r.max_new_tokens = kNewTokens;
+    r.top_logprobs = 0;  // the logits head: the full logit rows gathered, as counted above
     requests.push_back(r);
   }
-  engine.generate(requests, false);
+  runtime::generate(engine, requests);
 
   const int64_t h = c.hidden_size, V = c.vocab_size, E = c.n_routed_experts, top_k = c.num_experts_per_tok;
   const int A = plan.attn_tp, R = plan.ranks_per_stage();

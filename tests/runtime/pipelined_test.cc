@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "parallel/plan_parse.h"
 #include "runtime/engine.h"
-#include "runtime/step_builder.h"
+#include "runtime/step_benchmark.h"
 
 namespace moeserve::runtime {
 namespace {
@@ -29,25 +29,14 @@ EngineOptions options_for(const std::string& plan_name) {
 // `groups` micro-batches of `per_group` sequences decoding position kContext.
 StepPlan grouped_decode_step(const Engine& engine, int64_t groups, int64_t per_group) {
   const EngineOptions& o = engine.options();
-  std::vector<PagePool> pools;
-  for (int d = 0; d < o.plan.attn_dp; ++d) pools.emplace_back(o.num_pages);
-  std::vector<SequenceState> seqs(static_cast<size_t>(groups * per_group));
-  std::vector<size_t> live;
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    SequenceState& s = seqs[i];
-    for (int64_t t = 0; t <= kContext; ++t) s.tokens.push_back(static_cast<int32_t>((i * 31 + t * 7) % 200 + 1));
-    s.prompt_len = kContext + 1;
-    s.cached = kContext;
-    s.replica = static_cast<int>(i % o.plan.attn_dp);
-    live.push_back(i);
-  }
-  StepOptions so;
-  so.page_size = o.page_size;
-  so.max_pages_per_seq = (kContext + 1 + o.page_size - 1) / o.page_size;
-  so.attn_dp = o.plan.attn_dp;
-  so.pp = o.plan.pp;
-  so.max_micro_batch_size = per_group;
-  return build_step(seqs, live, pools, so);
+  return synthetic_decode_step(
+      {.batch = groups * per_group,
+       .context = kContext,
+       .page_size = o.page_size,
+       .num_pages = o.num_pages,
+       .attn_dp = o.plan.attn_dp,
+       .micro_batching = {.pp = o.plan.pp, .max_micro_batch_size = per_group},
+       .token_of = [](int64_t i) { return static_cast<int32_t>((i * 31 + kContext * 7) % 200 + 1); }});
 }
 
 class Pipelined : public ::testing::TestWithParam<std::string> {};
