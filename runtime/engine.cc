@@ -4,7 +4,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <mutex>
 
@@ -228,44 +227,15 @@ void Engine::for_each_rank(const std::function<void(RankView&)>& fn) {
   });
 }
 
-std::vector<comm::CommStats> Engine::comm_stats() const {
-  std::vector<comm::CommStats> out;
-  for (const Rank& r : impl_->ranks) out.push_back(r.comms.stats());
+EngineStats Engine::stats() const {
+  EngineStats out;
+  for (const Rank& r : impl_->ranks) {
+    out.comm.push_back(r.comms.stats());
+    out.weight_bytes.push_back(r.model->weight_bytes());
+    out.forward_passes.push_back(r.forward_passes);
+    out.shards.push_back(r.model->shard());
+  }
   return out;
-}
-
-std::vector<int64_t> Engine::weight_bytes_per_rank() const {
-  std::vector<int64_t> out;
-  for (const Rank& r : impl_->ranks) out.push_back(r.model->weight_bytes());
-  return out;
-}
-
-std::vector<int64_t> Engine::forward_passes_per_rank() const {
-  std::vector<int64_t> out;
-  for (const Rank& r : impl_->ranks) out.push_back(r.forward_passes);
-  return out;
-}
-
-std::vector<parallel::RankShard> Engine::shards() const {
-  std::vector<parallel::RankShard> out;
-  for (const Rank& r : impl_->ranks) out.push_back(r.model->shard());
-  return out;
-}
-
-void Engine::execute_pipelined(const StepPlan& step, int rounds) {
-  MS_CHECK(rounds > 0, "execute_pipelined: rounds must be positive, got {}", rounds);
-  impl_->quiesce("execute_pipelined");
-  std::vector<StepPlan> groups(step.micro_batches.size());  // micro-batch m alone
-  for (size_t m = 0; m < groups.size(); ++m) groups[m].micro_batches.push_back(step.micro_batches[m]);
-  std::deque<StepTicket> in_flight;  // one step per group, oldest first
-  for (const StepPlan& group : groups) in_flight.push_back(submit(group, HeadMode::kLogits));
-  for (int round = 1; round < rounds; ++round)
-    for (const StepPlan& group : groups) {
-      wait(in_flight.front());
-      in_flight.pop_front();
-      in_flight.push_back(submit(group, HeadMode::kLogits));
-    }
-  for (; !in_flight.empty(); in_flight.pop_front()) wait(in_flight.front());
 }
 
 StepTicket Engine::submit(StepPlan step, HeadMode head) {
@@ -314,20 +284,6 @@ StepOutputs Engine::wait(StepTicket ticket) {
   fail("wait: step {} failed", ticket);
 }
 
-std::vector<std::vector<Tensor>> Engine::execute(const StepPlan& step) { return run(step, HeadMode::kLogits).rows; }
-
-std::vector<std::vector<Tensor>> Engine::execute_greedy(const StepPlan& step) {
-  return run(step, HeadMode::kGreedy).rows;
-}
-
-std::vector<std::vector<SampleCandidates>> Engine::execute_candidates(const StepPlan& step) {
-  return run(step, HeadMode::kCandidates).candidates;
-}
-
-std::vector<std::vector<Tensor>> Engine::execute_sampled(const StepPlan& step) {
-  return run(step, HeadMode::kSampled).rows;
-}
-
 std::vector<int32_t> Engine::sample_logits_rows(int replica, const std::vector<int64_t>& rows,
                                                 const std::vector<ops::SamplingOptions>& options) {
   MS_CHECK(replica >= 0 && replica < options_.plan.attn_dp, "sample_logits_rows: replica {} of {}", replica,
@@ -345,18 +301,6 @@ std::vector<int32_t> Engine::sample_logits_rows(int replica, const std::vector<i
     if (shard.vocab.begin == 0) tokens = std::move(drawn);  // the same on every slice's rank
   });
   return tokens;
-}
-
-StepOutputs Engine::run(const StepPlan& step, HeadMode head) {
-  impl_->quiesce("execute");
-  StepOutputs outputs = sized_outputs(step, options_.plan.attn_dp, head);
-  try {
-    impl_->workers->run([&](int r) { run_step_on_rank(impl_->ranks[r], step, head, config_.hidden_size, outputs); });
-    return outputs;
-  } catch (const Error& e) {
-    impl_->failure = e.what();
-    throw;
-  }
 }
 
 }  // namespace moeserve::runtime

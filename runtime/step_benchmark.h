@@ -31,6 +31,14 @@ struct DecodeStepShape {
 };
 StepPlan synthetic_decode_step(const DecodeStepShape& shape);
 
+// Asynchronous pipelining across steps, the way serving runs it (Engine::submit / wait): the
+// step's micro-batches are independent groups of sequences, each decoding `rounds` steps, one
+// step of every group in flight at once. A group's step n + 1 is submitted once its step n has
+// been waited for (its outputs are on the host), so with as many groups as stages every stage
+// keeps working: while the last stage runs group A's step, the first runs group B's. The
+// step's inputs are reused each round (a benchmark: the tokens do not feed back).
+void run_pipelined(Engine& engine, const StepPlan& step, int rounds);
+
 struct StepBenchOptions {
   int64_t context = 1024;
   int iterations = 20;
@@ -41,7 +49,7 @@ struct StepBenchOptions {
 };
 
 // A pipeline plan with one group of `batch` sequences per stage in flight (asynchronous
-// pipelining, Engine::execute_pipelined): every stage runs one group's step while the next
+// pipelining, run_pipelined): every stage runs one group's step while the next
 // stage runs another's.
 struct PipelinedResult {
   int groups = 0;           // = stages

@@ -64,9 +64,10 @@ void check_plan(const Case& k) {
   // Every sequence is live for kNewTokens steps; a step is ceil(B / micro-batch size) passes.
   const int64_t mbs = k.micro_batch_size ? k.micro_batch_size : (plan.pp == 1 ? B : (B + plan.pp - 1) / plan.pp);
   const int64_t P = kNewTokens * ((B + mbs - 1) / mbs);
-  const auto stats = engine.comm_stats();
-  const auto passes = engine.forward_passes_per_rank();
-  const auto shards = engine.shards();
+  const EngineStats engine_stats = engine.stats();
+  const auto& stats = engine_stats.comm;
+  const auto& passes = engine_stats.forward_passes;
+  const auto& shards = engine_stats.shards;
   int64_t dispatch_total = 0, combine_total = 0;
   for (int r = 0; r < plan.world(); ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));
