@@ -1,5 +1,6 @@
 // moeserve generate: batched generation from token ids, text or a chat, on the embedded or a
-// given model, under any plan, on CPU ranks or GPUs.
+// given model, under any plan, on CPU ranks or GPUs; through the scheduler and step loop that
+// serve runs (runtime/generate.h).
 #include <cstdio>
 #include <cstring>
 
@@ -10,6 +11,7 @@
 #include "model/model_source.h"
 #include "runtime/comm_report.h"
 #include "runtime/engine.h"
+#include "runtime/generate.h"
 #include "runtime/rank_devices.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -38,6 +40,7 @@ struct GenerateArgs {
   std::string dump_logits;
   int64_t kv_pages = 0;
   bool ignore_eos = false;
+  int logprobs = -1;  // -1: plain output
 };
 
 // The model's tokenizer: its directory's files, or the built-in one of a synthetic model.
@@ -46,6 +49,42 @@ std::unique_ptr<tokenizer::Tokenizer> tokenizer_for(const ModelSource& model) {
   MS_CHECK(!model.directory.empty(), "model '{}': text prompts need a model directory with tokenizer files",
            model.spec);
   return tokenizer::load_tokenizer(model.directory);
+}
+
+// One line per result: its ids, or in text mode its text without the stop token as a JSON
+// string (newlines in the text keep one result per line); with --logprobs a JSON object.
+void print_result(const runtime::GenerateResult& result, const tokenizer::Tokenizer* text, bool logprobs) {
+  std::vector<int32_t> ids = result.tokens;
+  if (text && result.finish_reason == "stop" && !ids.empty()) ids.pop_back();
+  if (!logprobs) {
+    std::printf("%s\n", text ? nlohmann::json(text->decode(ids)).dump().c_str() : join_ids(result.tokens).c_str());
+    return;
+  }
+  nlohmann::ordered_json line = {{"tokens", result.tokens}, {"finish_reason", result.finish_reason}};
+  if (text) line["text"] = text->decode(ids);
+  nlohmann::ordered_json values = nlohmann::ordered_json::array(), tops = nlohmann::ordered_json::array();
+  for (const runtime::TokenLogprob& lp : result.logprobs) {
+    values.push_back(lp.logprob);
+    nlohmann::ordered_json top = nlohmann::ordered_json::array();
+    for (const auto& [id, value] : lp.top) top.push_back({id, value});
+    tops.push_back(std::move(top));
+  }
+  line["logprobs"] = std::move(values);
+  line["top_logprobs"] = std::move(tops);
+  std::printf("%s\n", line.dump().c_str());
+}
+
+// The prompts' logits, request after request: [sum(len), vocab].
+void write_prompt_logits(const std::string& path, const std::vector<runtime::GenerateResult>& results, int64_t vocab) {
+  int64_t rows = 0;
+  for (const auto& result : results) rows += result.prompt_logits.dim(0);
+  Tensor all(DType::F32, {rows, vocab});
+  int64_t offset = 0;
+  for (const auto& result : results) {
+    std::memcpy(all.f32() + offset, result.prompt_logits.f32(), result.prompt_logits.nbytes());
+    offset += result.prompt_logits.numel();
+  }
+  write_npy(path, all);
 }
 
 void run_generate(const GenerateArgs& args) {
@@ -84,7 +123,6 @@ void run_generate(const GenerateArgs& args) {
     if (auto eos = tok->eos_id()) stop_ids.push_back(*eos);
   }
   std::vector<runtime::GenerateRequest> requests;
-  int64_t pages_needed = 0;
   for (auto& prompt : prompts) {
     runtime::GenerateRequest r;
     r.prompt = std::move(prompt);
@@ -94,42 +132,22 @@ void run_generate(const GenerateArgs& args) {
     r.sampling.top_p = args.top_p;
     r.sampling.min_p = args.min_p;
     r.sampling.seed = args.seed;
+    r.top_logprobs = args.logprobs;
     if (!args.ignore_eos) {
       r.stop_ids = stop_ids;
       if (model.config.eos_token_id >= 0) r.stop_ids.push_back(static_cast<int32_t>(model.config.eos_token_id));
     }
-    const int64_t page = args.engine.page_size;
-    pages_needed += (static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens + page - 1) / page;
     requests.push_back(std::move(r));
   }
   MS_CHECK(!requests.empty(), "generate: give at least one --prompt-ids, --prompt or --chat");
-  options.num_pages = args.kv_pages > 0 ? args.kv_pages : pages_needed;
+  // --kv-pages: the pages requests may use; the scheduler keeps one more for padding.
+  options.num_pages = args.kv_pages > 0 ? args.kv_pages + 1 : runtime::kv_pages_for(requests, args.engine.page_size);
   runtime::Engine engine(model, options);
   const bool want_logits = !args.dump_logits.empty();
-  const auto results = engine.generate(requests, want_logits);
-  for (const auto& result : results) {
-    if (text_mode) {
-      // Generated text without the end-of-turn token; one JSON string per line, so that
-      // newlines in the text keep one result per line.
-      std::vector<int32_t> ids = result.tokens;
-      if (result.finish_reason == "stop" && !ids.empty()) ids.pop_back();
-      std::printf("%s\n", nlohmann::json(tok->decode(ids)).dump().c_str());
-    } else {
-      std::printf("%s\n", join_ids(result.tokens).c_str());
-    }
-  }
+  const auto results = runtime::generate(engine, requests, {.prompt_logits = want_logits});
+  for (const auto& result : results) print_result(result, text_mode ? tok.get() : nullptr, args.logprobs >= 0);
   if (args.stats) std::fputs(runtime::comm_report(engine).c_str(), stderr);
-  if (want_logits) {
-    int64_t rows = 0;
-    for (const auto& result : results) rows += result.prompt_logits.dim(0);
-    Tensor all(DType::F32, {rows, model.config.vocab_size});
-    int64_t offset = 0;
-    for (const auto& result : results) {
-      std::memcpy(all.f32() + offset, result.prompt_logits.f32(), result.prompt_logits.nbytes());
-      offset += result.prompt_logits.numel();
-    }
-    write_npy(args.dump_logits, all);
-  }
+  if (want_logits) write_prompt_logits(args.dump_logits, results, model.config.vocab_size);
 }
 
 }  // namespace
@@ -159,6 +177,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("--stats", args->stats, "Print per-rank communication (calls, bytes per collective and layer) to stderr");
   cmd->add_option("--kv-pages", args->kv_pages, "KV cache pages per layer (0: just enough)");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Do not stop at the model's EOS token");
+  cmd->add_option("--logprobs", args->logprobs,
+                  "Print each result as a JSON line with every token's logprob and its N most likely alternatives");
   cmd->add_option("--dump-logits", args->dump_logits, "Write the prompts' logits [sum(len), vocab] to a .npy file");
   cmd->callback([args] { run_generate(*args); });
 }

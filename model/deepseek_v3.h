@@ -15,6 +15,7 @@
 #include "model/weight_source.h"
 #include "ops/ops.h"
 #include "parallel/plan.h"
+#include "step/forward_batch.h"
 
 namespace moeserve {
 
@@ -33,22 +34,6 @@ class Workspace;
 struct RankGroups {
   comm::Communicator* attn_tp = nullptr;   // same stage and DP replica (attention, dense, vocab)
   comm::Communicator* moe = nullptr;       // the whole stage (routed experts)
-};
-
-// One step's tokens on this rank (host memory; the forward uploads what the backend needs).
-// Tokens of several sequences are concatenated; each token carries its sequence's index
-// into `block_tables`, its position, and the cache slot its latent is written to.
-struct ForwardBatch {
-  std::vector<int32_t> tokens;        // [T]
-  std::vector<int32_t> positions;     // [T]
-  std::vector<int32_t> seq_of_token;  // [T]
-  std::vector<int32_t> slots;         // [T] page * page_size + offset
-  std::vector<int32_t> block_tables;  // [num_seqs * max_pages_per_seq]
-  int64_t max_pages_per_seq = 0;
-  std::vector<int32_t> logit_rows;    // token indices whose logits are returned
-  std::vector<float> temperatures;    // [logit_rows]: each row's sampling temperature (candidate heads)
-  std::vector<ops::SamplingOptions> sampling;  // [logit_rows]: each row's draw (sampled heads)
-  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
 };
 
 // A paged MLA latent cache for this rank's layers: [num_pages * page_size, latent + rope]

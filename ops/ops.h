@@ -13,6 +13,7 @@
 
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "step/sampling_options.h"  // SamplingOptions
 
 namespace moeserve::ops {
 
@@ -232,15 +233,6 @@ struct TopCandidatesParams {
   int64_t rows, vocab, count, id_offset;
 };
 
-// Per-row sampling options. temperature 0 = greedy.
-struct SamplingOptions {
-  float temperature = 0.0f;
-  int32_t top_k = 0;     // 0: off
-  float top_p = 1.0f;    // 1: off
-  float min_p = 0.0f;    // 0: off
-  uint64_t seed = 0;
-  uint64_t step = 0;     // draws are a pure function of (seed, step)
-};
 // Draws one token per row over its full fp32 logits, exactly as cpu::sample_row does (on a
 // device up to the summation order of the fp64 probability sums). Row r reads logit row
 // `row_ids[r]` (r when null) of a [slices, logit_rows, vocab / slices] array: a vocabulary split

@@ -14,9 +14,10 @@ int64_t layers_of_site(const std::string& site, const ModelConfig& config, const
 }
 
 std::string comm_report(const Engine& engine) {
-  const auto stats = engine.comm_stats();
-  const auto passes = engine.forward_passes_per_rank();
-  const auto shards = engine.shards();
+  const EngineStats engine_stats = engine.stats();
+  const auto& stats = engine_stats.comm;
+  const auto& passes = engine_stats.forward_passes;
+  const auto& shards = engine_stats.shards;
   const parallel::ParallelPlan& plan = engine.options().plan;
   std::string out = fmt::format("communication of plan {} ({} ranks): per rank, site and collective\n", plan.name,
                                 plan.world());

@@ -4,7 +4,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <mutex>
 
@@ -17,7 +16,6 @@
 #include "runtime/rank_comms.h"
 #include "runtime/rank_devices.h"
 #include "runtime/rank_workers.h"
-#include "runtime/step_builder.h"
 
 namespace moeserve::runtime {
 
@@ -229,44 +227,15 @@ void Engine::for_each_rank(const std::function<void(RankView&)>& fn) {
   });
 }
 
-std::vector<comm::CommStats> Engine::comm_stats() const {
-  std::vector<comm::CommStats> out;
-  for (const Rank& r : impl_->ranks) out.push_back(r.comms.stats());
+EngineStats Engine::stats() const {
+  EngineStats out;
+  for (const Rank& r : impl_->ranks) {
+    out.comm.push_back(r.comms.stats());
+    out.weight_bytes.push_back(r.model->weight_bytes());
+    out.forward_passes.push_back(r.forward_passes);
+    out.shards.push_back(r.model->shard());
+  }
   return out;
-}
-
-std::vector<int64_t> Engine::weight_bytes_per_rank() const {
-  std::vector<int64_t> out;
-  for (const Rank& r : impl_->ranks) out.push_back(r.model->weight_bytes());
-  return out;
-}
-
-std::vector<int64_t> Engine::forward_passes_per_rank() const {
-  std::vector<int64_t> out;
-  for (const Rank& r : impl_->ranks) out.push_back(r.forward_passes);
-  return out;
-}
-
-std::vector<parallel::RankShard> Engine::shards() const {
-  std::vector<parallel::RankShard> out;
-  for (const Rank& r : impl_->ranks) out.push_back(r.model->shard());
-  return out;
-}
-
-void Engine::execute_pipelined(const StepPlan& step, int rounds) {
-  MS_CHECK(rounds > 0, "execute_pipelined: rounds must be positive, got {}", rounds);
-  impl_->quiesce("execute_pipelined");
-  std::vector<StepPlan> groups(step.micro_batches.size());  // micro-batch m alone
-  for (size_t m = 0; m < groups.size(); ++m) groups[m].micro_batches.push_back(step.micro_batches[m]);
-  std::deque<StepTicket> in_flight;  // one step per group, oldest first
-  for (const StepPlan& group : groups) in_flight.push_back(submit(group, HeadMode::kLogits));
-  for (int round = 1; round < rounds; ++round)
-    for (const StepPlan& group : groups) {
-      wait(in_flight.front());
-      in_flight.pop_front();
-      in_flight.push_back(submit(group, HeadMode::kLogits));
-    }
-  for (; !in_flight.empty(); in_flight.pop_front()) wait(in_flight.front());
 }
 
 StepTicket Engine::submit(StepPlan step, HeadMode head) {
@@ -315,20 +284,6 @@ StepOutputs Engine::wait(StepTicket ticket) {
   fail("wait: step {} failed", ticket);
 }
 
-std::vector<std::vector<Tensor>> Engine::execute(const StepPlan& step) { return run(step, HeadMode::kLogits).rows; }
-
-std::vector<std::vector<Tensor>> Engine::execute_greedy(const StepPlan& step) {
-  return run(step, HeadMode::kGreedy).rows;
-}
-
-std::vector<std::vector<SampleCandidates>> Engine::execute_candidates(const StepPlan& step) {
-  return run(step, HeadMode::kCandidates).candidates;
-}
-
-std::vector<std::vector<Tensor>> Engine::execute_sampled(const StepPlan& step) {
-  return run(step, HeadMode::kSampled).rows;
-}
-
 std::vector<int32_t> Engine::sample_logits_rows(int replica, const std::vector<int64_t>& rows,
                                                 const std::vector<ops::SamplingOptions>& options) {
   MS_CHECK(replica >= 0 && replica < options_.plan.attn_dp, "sample_logits_rows: replica {} of {}", replica,
@@ -346,114 +301,6 @@ std::vector<int32_t> Engine::sample_logits_rows(int replica, const std::vector<i
     if (shard.vocab.begin == 0) tokens = std::move(drawn);  // the same on every slice's rank
   });
   return tokens;
-}
-
-StepOutputs Engine::run(const StepPlan& step, HeadMode head) {
-  impl_->quiesce("execute");
-  StepOutputs outputs = sized_outputs(step, options_.plan.attn_dp, head);
-  try {
-    impl_->workers->run([&](int r) { run_step_on_rank(impl_->ranks[r], step, head, config_.hidden_size, outputs); });
-    return outputs;
-  } catch (const Error& e) {
-    impl_->failure = e.what();
-    throw;
-  }
-}
-
-std::vector<GenerateResult> Engine::generate(const std::vector<GenerateRequest>& requests,
-                                             bool return_prompt_logits) {
-  impl_->quiesce("generate");
-  const parallel::ParallelPlan& plan = options_.plan;
-  const int64_t page_size = options_.page_size;
-  std::vector<PagePool> pools;
-  for (int d = 0; d < plan.attn_dp; ++d) pools.emplace_back(options_.num_pages);
-  std::vector<SequenceState> seqs(requests.size());
-  std::vector<GenerateResult> results(requests.size());
-  int64_t max_len = 0;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const auto& r = requests[i];
-    MS_CHECK(!r.prompt.empty(), "request {}: empty prompt", i);
-    MS_CHECK(r.max_new_tokens >= 0, "request {}: max_new_tokens must be >= 0", i);
-    for (int32_t id : r.prompt)
-      MS_CHECK(id >= 0 && id < config_.vocab_size, "request {}: prompt token {} outside the vocabulary [0, {})", i,
-               id, config_.vocab_size);
-    const int64_t total = static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens;
-    MS_CHECK(total <= config_.max_position_embeddings,
-             "request {}: prompt + max_new_tokens = {} exceeds the context length {}", i, total,
-             config_.max_position_embeddings);
-    seqs[i].tokens = r.prompt;
-    seqs[i].prompt_len = static_cast<int64_t>(r.prompt.size());
-    seqs[i].replica = static_cast<int>(i % plan.attn_dp);
-    max_len = std::max(max_len, total);
-  }
-  StepOptions step_options;
-  step_options.page_size = page_size;
-  step_options.max_pages_per_seq = (max_len + page_size - 1) / page_size;
-  step_options.attn_dp = plan.attn_dp;
-  step_options.pp = plan.pp;
-  step_options.max_micro_batch_size = options_.pp_max_micro_batch_size;
-
-  auto finish_if_done = [&](size_t i) {
-    SequenceState& s = seqs[i];
-    const auto& r = requests[i];
-    const int64_t generated = static_cast<int64_t>(s.tokens.size()) - s.prompt_len;
-    if (generated > 0 && std::find(r.stop_ids.begin(), r.stop_ids.end(), s.tokens.back()) != r.stop_ids.end()) {
-      s.finished = true;
-      results[i].finish_reason = "stop";
-    } else if (generated >= r.max_new_tokens) {
-      s.finished = true;
-      results[i].finish_reason = "length";
-    }
-    if (s.finished) {
-      pools[s.replica].give_back(s.pages);
-      s.pages.clear();
-    }
-  };
-
-  const int64_t vocab = config_.vocab_size;
-  for (int64_t step = 0;; ++step) {
-    const bool prompt_logits_step = return_prompt_logits && step == 0;
-    std::vector<size_t> live;
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      if (seqs[i].finished) continue;
-      if (step == 0 && requests[i].max_new_tokens == 0 && !return_prompt_logits) {
-        finish_if_done(i);
-        continue;
-      }
-      live.push_back(i);
-    }
-    if (live.empty()) break;
-    step_options.logits_for_every_token = prompt_logits_step;
-    const StepPlan plan_of_step = build_step(seqs, live, pools, step_options);
-
-    const std::vector<std::vector<Tensor>> logits = execute(plan_of_step);
-
-    // Sample on the leader from each sequence's full-vocabulary logits, in request order.
-    for (size_t m = 0; m < plan_of_step.micro_batches.size(); ++m)
-      for (int d = 0; d < plan.attn_dp; ++d) {
-        const ReplicaBatch& rb = plan_of_step.micro_batches[m].replicas[d];
-        const Tensor& rows = logits[m][d];  // [rows, vocab]
-        for (size_t j = 0; j < rb.sequences.size(); ++j) {
-          const size_t i = rb.sequences[j];
-          SequenceState& s = seqs[i];
-          const float* first = rows.f32() + rb.first_row[j] * vocab;
-          if (prompt_logits_step) {
-            Tensor prompt_logits(DType::F32, {s.prompt_len, vocab});
-            std::memcpy(prompt_logits.f32(), first, prompt_logits.nbytes());
-            results[i].prompt_logits = std::move(prompt_logits);
-          }
-          if (static_cast<int64_t>(s.tokens.size()) - s.prompt_len < requests[i].max_new_tokens) {
-            ops::SamplingOptions options = requests[i].sampling;
-            options.step = static_cast<uint64_t>(s.tokens.size() - s.prompt_len);
-            const int32_t token = cpu::sample_row(first + (rb.num_rows[j] - 1) * vocab, vocab, options);
-            s.tokens.push_back(token);
-            results[i].tokens.push_back(token);
-          }
-          finish_if_done(i);
-        }
-      }
-  }
-  return results;
 }
 
 }  // namespace moeserve::runtime

@@ -1,11 +1,9 @@
-// Engine: runs batched generation on a model under a parallel plan, on CPU ranks: one thread
-// per rank (runtime/rank_workers.h), each with its own shard of the model, its own weight
-// source and its own communicators from an in-process world. The calling thread is the
-// leader: it owns the KV page bookkeeping, builds each step (runtime/step_builder.h: prefill
-// of every prompt in one step, then one decode token per live sequence per step, spread over
-// DP replicas and pipeline micro-batches), and samples every sequence's next token from the
-// full-vocabulary logits that the last stage gathers (attention-TP rank 0 of each replica
-// hands them over). Sequences stop on max_new_tokens or a stop id.
+// Engine: runs steps (step/step_plan.h) of a model under a parallel plan on its ranks: one
+// thread per rank (runtime/rank_workers.h), each with its own shard of the model, its own
+// weight source and its own communicators (an in-process world on CPU ranks, NCCL on GPUs).
+// The last stage's attention-TP rank 0 of each replica hands the step's outputs over (logits
+// gathered over the vocab split, or what the head reduced them to on the devices). What runs
+// and what is drawn from the outputs is the caller's: runtime/step_loop.h.
 #pragma once
 
 #include <functional>
@@ -19,9 +17,11 @@
 #include "ops/ops.h"
 #include "parallel/plan.h"
 #include "runtime/rank_comms.h"
-#include "runtime/step_builder.h"
+#include "step/step_plan.h"
 
 namespace moeserve::runtime {
+
+using step::StepPlan;
 
 struct EngineOptions {
   parallel::ParallelPlan plan;
@@ -38,13 +38,6 @@ struct EngineOptions {
   bool batch_invariant = false;  // every row's logits independent of its batch (rank_devices.h)
 };
 
-struct GenerateRequest {
-  std::vector<int32_t> prompt;
-  int64_t max_new_tokens = 16;
-  ops::SamplingOptions sampling;
-  std::vector<int32_t> stop_ids;
-};
-
 // What a step gives back: per (micro-batch, DP replica), the logit rows [rows, vocab] (fp32),
 // or each row's argmax id (I32 [rows]) for a greedy step, and for a sampling step each row's
 // top candidates (rows then empty).
@@ -54,10 +47,12 @@ struct StepOutputs {
 };
 using StepTicket = uint64_t;
 
-struct GenerateResult {
-  std::vector<int32_t> tokens;  // generated ids (the stop id included when hit)
-  Tensor prompt_logits;         // [prompt_len, vocab] fp32, when asked for
-  std::string finish_reason;    // "length" | "stop"
+// What each rank did and holds, indexed by rank.
+struct EngineStats {
+  std::vector<comm::CommStats> comm;        // communication since construction (all groups merged)
+  std::vector<int64_t> weight_bytes;        // weights held, in the backend's dtypes (fp32 on CPU)
+  std::vector<int64_t> forward_passes;      // since construction, one per micro-batch
+  std::vector<parallel::RankShard> shards;  // what it owns
 };
 
 class Engine {
@@ -68,47 +63,30 @@ class Engine {
   const ModelConfig& config() const { return config_; }
   const EngineOptions& options() const { return options_; }
 
-  std::vector<GenerateResult> generate(const std::vector<GenerateRequest>& requests, bool return_prompt_logits);
-
-  // Runs one step built by the caller (a scheduler) on every rank: micro-batches in order,
-  // hidden states passed stage to stage. Returns the fp32 logits [rows, vocab] of each
-  // (micro-batch, DP replica), rows as the step's ReplicaBatch describes. A failed step
-  // stops the engine: later calls throw.
-  std::vector<std::vector<Tensor>> execute(const StepPlan& step);
-  // The same for a step whose every logit row is decoded greedily: returns each row's argmax
-  // id (Tensor I32 [rows]) instead of its logits, reduced on the devices (no logits leave them).
-  std::vector<std::vector<Tensor>> execute_greedy(const StepPlan& step);
-  // The same for a sampling step: each logit row's top candidates and softmax normaliser at
-  // the temperatures of its ForwardBatch::temperatures, reduced on the devices (cpu::
-  // sample_candidates finishes the draw). Until the next step, sample_logits_rows() draws
-  // the rows the candidates do not cover over their whole logits (of the step's last
-  // micro-batch), on the devices.
-  std::vector<std::vector<SampleCandidates>> execute_candidates(const StepPlan& step);
-  // The same for a step whose every logit row is drawn on the devices under its
-  // ForwardBatch::sampling options, right after its micro-batch (HeadMode::kSampled): returns
-  // each row's token (Tensor I32 [rows]); only tokens leave the devices.
-  std::vector<std::vector<Tensor>> execute_sampled(const StepPlan& step);
-  // Replica `replica`'s logit rows `rows` of the last step, each drawn under its `options`
-  // exactly as cpu::sample_row draws it (ops::SampleParams); returns the tokens.
-  std::vector<int32_t> sample_logits_rows(int replica, const std::vector<int64_t>& rows,
-                                          const std::vector<ops::SamplingOptions>& options);
-
-  // Asynchronous steps (pipeline plans while serving): submit() queues a step and returns at
-  // once; the rank threads run the queued steps in submission order, each stage as soon as its
-  // input has arrived, so while the last stage runs one group of sequences' step the first can
-  // run another's. wait() blocks until the step has left every rank and returns its outputs.
-  // The caller orders dependent steps itself (a sequence's next step is submitted after its
-  // previous one was waited for and sampled). Every other call first lets the queue run empty
-  // and needs every submitted step waited for; sample_logits_rows() then reads the last step.
+  // Steps: submit() queues a step and returns at once; the rank threads run the queued steps
+  // in submission order, micro-batches in order, each stage as soon as its input has arrived
+  // (hidden states pass stage to stage), so while the last stage runs one group of
+  // sequences' step the first can run another's (pipeline groups). wait() blocks until the
+  // step has left every rank and returns its outputs; a synchronous step is
+  // wait(submit(step, head)). The caller orders dependent steps itself (a sequence's next
+  // step is submitted after its previous one was waited for and sampled). What the head
+  // returns per (micro-batch, DP replica), rows as the step's ReplicaBatch describes:
+  //   kLogits      the fp32 logits [rows, vocab];
+  //   kGreedy      each row's argmax id (I32 [rows]), reduced on the devices;
+  //   kCandidates  each row's top candidates and softmax normaliser at the temperatures of
+  //                its ForwardBatch::temperatures (cpu::sample_candidates finishes the draw);
+  //   kSampled     each row's token (I32 [rows]) drawn on the devices under its
+  //                ForwardBatch::sampling options right after its micro-batch.
+  // A failed step stops the engine: later calls throw.
   StepTicket submit(StepPlan step, HeadMode head);
   StepOutputs wait(StepTicket ticket);
-  // Asynchronous pipelining across steps, the way serving runs it (submit / wait): the step's
-  // micro-batches are independent groups of sequences, each decoding `rounds` steps, one step
-  // of every group in flight at once. A group's step n + 1 is submitted once its step n has
-  // been waited for (its outputs are on the host), so with as many groups as stages every
-  // stage keeps working: while the last stage runs group A's step, the first runs group B's.
-  // The step's inputs are reused each round (a benchmark: the tokens do not feed back).
-  void execute_pipelined(const StepPlan& step, int rounds);
+  // Replica `replica`'s logit rows `rows` of the last step, each drawn under its `options`
+  // exactly as cpu::sample_row draws it (ops::SampleParams), on the devices; returns the
+  // tokens. For the rows a candidates step's candidates do not cover (the step's last
+  // micro-batch's logits stay on the devices until the next step). Like for_each_rank(), it
+  // needs every submitted step waited for.
+  std::vector<int32_t> sample_logits_rows(int replica, const std::vector<int64_t>& rows,
+                                          const std::vector<ops::SamplingOptions>& options);
 
   // What one rank holds, for tools that drive the ranks directly (benchmarks).
   struct RankView {
@@ -120,17 +98,9 @@ class Engine {
   // Runs fn on every rank's own thread, all ranks at once (collective calls inside are fine).
   void for_each_rank(const std::function<void(RankView&)>& fn);
 
-  // Communication counted on each rank since construction (all its groups merged).
-  std::vector<comm::CommStats> comm_stats() const;
-  // Weight bytes held by each rank (in the backend's dtypes: fp32 on CPU).
-  std::vector<int64_t> weight_bytes_per_rank() const;
-  // Forward passes (one per micro-batch) each rank ran since construction.
-  std::vector<int64_t> forward_passes_per_rank() const;
-  // What each rank owns.
-  std::vector<parallel::RankShard> shards() const;
+  EngineStats stats() const;
 
  private:
-  StepOutputs run(const StepPlan& step, HeadMode head);
   struct Impl;
   ModelConfig config_;
   EngineOptions options_;

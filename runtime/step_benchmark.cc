@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <mutex>
 #include <set>
 #include <tuple>
@@ -26,6 +27,45 @@ double busiest_rank_bytes(const std::vector<perf::StepCost>& cost_per_rank) {
 
 }  // namespace
 
+StepPlan synthetic_decode_step(const DecodeStepShape& shape) {
+  const int64_t per_seq = (shape.context + 1 + shape.page_size - 1) / shape.page_size;
+  const int64_t per_micro_batch = step::micro_batch_size(shape.batch, shape.micro_batching);
+  std::vector<int32_t> next_page(static_cast<size_t>(shape.attn_dp), 0);
+  std::vector<int32_t> tokens(static_cast<size_t>(shape.context + 1), 0);
+  StepPlan plan;
+  for (int64_t start = 0; start < shape.batch; start += per_micro_batch) {
+    step::MicroBatch mb;
+    mb.replicas.resize(static_cast<size_t>(shape.attn_dp));
+    for (auto& rb : mb.replicas) rb.batch.max_pages_per_seq = per_seq;
+    for (int64_t i = start; i < std::min(shape.batch, start + per_micro_batch); ++i) {
+      const int replica = static_cast<int>(i % shape.attn_dp);
+      std::vector<int32_t> pages;
+      for (int64_t p = 0; p < per_seq; ++p) pages.push_back(next_page[replica]++);
+      MS_CHECK(next_page[replica] <= shape.num_pages, "out of KV cache pages (raise --kv-pages)");
+      tokens.back() = shape.token_of(i);
+      step::append_sequence(mb.replicas[replica], static_cast<size_t>(i), tokens, shape.context, shape.context + 1,
+                            pages, shape.page_size, step::LogitRows::kLast);
+    }
+    plan.micro_batches.push_back(std::move(mb));
+  }
+  return plan;
+}
+
+void run_pipelined(Engine& engine, const StepPlan& step, int rounds) {
+  MS_CHECK(rounds > 0, "run_pipelined: rounds must be positive, got {}", rounds);
+  std::vector<StepPlan> groups(step.micro_batches.size());  // micro-batch m alone
+  for (size_t m = 0; m < groups.size(); ++m) groups[m].micro_batches.push_back(step.micro_batches[m]);
+  std::deque<StepTicket> in_flight;  // one step per group, oldest first
+  for (const StepPlan& group : groups) in_flight.push_back(engine.submit(group, HeadMode::kLogits));
+  for (int round = 1; round < rounds; ++round)
+    for (const StepPlan& group : groups) {
+      engine.wait(in_flight.front());
+      in_flight.pop_front();
+      in_flight.push_back(engine.submit(group, HeadMode::kLogits));
+    }
+  for (; !in_flight.empty(); in_flight.pop_front()) engine.wait(in_flight.front());
+}
+
 double StepBenchResult::max_rank_bytes() const { return busiest_rank_bytes(cost_per_rank); }
 
 double PipelinedResult::max_rank_bytes() const { return busiest_rank_bytes(group_cost_per_rank); }
@@ -38,32 +78,24 @@ double StepBenchResult::total_flops() const {
 
 namespace {
 
-// A decode step: every sequence has `context` cached tokens and decodes position `context`.
-// micro_batch > 0: micro-batches of that many sequences (else the engine's setting).
+// One step with the logits head, synchronously (what a step costs when every logit row comes
+// to the host).
+void run_logits_step(Engine& engine, const StepPlan& step) { engine.wait(engine.submit(step, HeadMode::kLogits)); }
+
+// A decode step of the engine's layout: every sequence has `context` cached tokens and decodes
+// position `context`. micro_batch > 0: micro-batches of that many sequences (else the
+// engine's setting).
 StepPlan decode_step(const Engine& engine, int64_t batch, int64_t context, int64_t micro_batch = 0) {
   const EngineOptions& o = engine.options();
-  const parallel::ParallelPlan& plan = o.plan;
-  std::vector<PagePool> pools;
-  for (int d = 0; d < plan.attn_dp; ++d) pools.emplace_back(o.num_pages);
-  std::vector<SequenceState> seqs(batch);
-  std::vector<size_t> live;
-  for (int64_t i = 0; i < batch; ++i) {
-    SequenceState& s = seqs[i];
-    s.tokens.assign(context + 1, 0);
-    for (int64_t t = 0; t <= context; ++t)
-      s.tokens[t] = static_cast<int32_t>((i * 7919 + t * 104729) % engine.config().vocab_size);
-    s.prompt_len = context + 1;
-    s.cached = context;
-    s.replica = static_cast<int>(i % plan.attn_dp);
-    live.push_back(static_cast<size_t>(i));
-  }
-  StepOptions so;
-  so.page_size = o.page_size;
-  so.max_pages_per_seq = (context + 1 + o.page_size - 1) / o.page_size;
-  so.attn_dp = plan.attn_dp;
-  so.pp = plan.pp;
-  so.max_micro_batch_size = micro_batch > 0 ? micro_batch : o.pp_max_micro_batch_size;
-  return build_step(seqs, live, pools, so);
+  const int64_t vocab = engine.config().vocab_size;
+  return synthetic_decode_step(
+      {.batch = batch,
+       .context = context,
+       .page_size = o.page_size,
+       .num_pages = o.num_pages,
+       .attn_dp = o.plan.attn_dp,
+       .micro_batching = {.pp = o.plan.pp, .max_micro_batch_size = micro_batch > 0 ? micro_batch : o.pp_max_micro_batch_size},
+       .token_of = [&](int64_t i) { return static_cast<int32_t>((i * 7919 + context * 104729) % vocab); }});
 }
 
 double median(std::vector<double> v) {
@@ -135,7 +167,7 @@ std::vector<CommTiming> time_communication(Engine& engine, const StepPlan& step,
         for (const auto& [collective, entry] : c->stats().by_collective) before[{name, collective}] = entry;
     }
   });
-  for (int i = 0; i < options.iterations; ++i) engine.execute(step);
+  for (int i = 0; i < options.iterations; ++i) run_logits_step(engine, step);
   std::vector<CommTiming> out;
   engine.for_each_rank([&](Engine::RankView& r) {
     r.model.set_graphs_enabled(engine.options().graphs);
@@ -182,7 +214,7 @@ void cost_of_step(Engine& engine, const StepPlan& step, int64_t batch, int64_t c
   const parallel::ParallelPlan& plan = engine.options().plan;
   const int world = plan.world();
   engine.for_each_rank([&](Engine::RankView& r) { r.model.set_record_routing(true); });
-  engine.execute(step);
+  run_logits_step(engine, step);
   std::vector<std::vector<std::vector<int32_t>>> routing(world);  // [rank][moe layer][pairs]
   engine.for_each_rank([&](Engine::RankView& r) {
     routing[r.rank] = r.model.last_routing();
@@ -212,7 +244,7 @@ void cost_of_step(Engine& engine, const StepPlan& step, int64_t batch, int64_t c
 }
 
 // Pipeline plans: as many groups of `batch` sequences as stages, one step of each in flight
-// (Engine::execute_pipelined). The steady-state time of a round (every group one step) is the
+// (run_pipelined). The steady-state time of a round (every group one step) is the
 // difference between runs of 2 + iterations and of 2 rounds over `iterations` (the fill and
 // drain cancel out), median of three. The bytes are those of one group's step: the routing
 // of the first group (the same sequences as decode_step(batch)) run as a step of its own.
@@ -223,10 +255,10 @@ PipelinedResult time_pipelined(Engine& engine, int64_t batch, const StepBenchOpt
   const StepPlan grouped = decode_step(engine, batch * plan.pp, options.context, batch);
   MS_CHECK(static_cast<int>(grouped.micro_batches.size()) == plan.pp, "bench-step: {} groups of {} expected, got {}",
            plan.pp, batch, grouped.micro_batches.size());
-  engine.execute_pipelined(grouped, 3);  // warm-up: captures the graphs
+  run_pipelined(engine, grouped, 3);  // warm-up: captures the graphs
   auto timed = [&](int rounds) {
     const auto t0 = std::chrono::steady_clock::now();
-    engine.execute_pipelined(grouped, rounds);
+    run_pipelined(engine, grouped, rounds);
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
   std::vector<double> round_ms;
@@ -267,11 +299,11 @@ std::vector<StepBenchResult> benchmark_decode_steps(Engine& engine, const std::v
     StepBenchResult result;
     result.batch = batch;
 
-    for (int i = 0; i < options.warmup; ++i) engine.execute(step);
+    for (int i = 0; i < options.warmup; ++i) run_logits_step(engine, step);
     std::vector<double> times;
     for (int i = 0; i < options.iterations; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
-      engine.execute(step);
+      run_logits_step(engine, step);
       times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
     result.step_ms = median(times);
@@ -288,7 +320,7 @@ std::vector<StepBenchResult> benchmark_decode_steps(Engine& engine, const std::v
         r.model.set_graphs_enabled(false);
         if (r.rank == 0) static_cast<cuda::OpTimingBackend&>(r.backend).set_enabled(true);
       });
-      for (int i = 0; i < options.iterations; ++i) engine.execute(step);
+      for (int i = 0; i < options.iterations; ++i) run_logits_step(engine, step);
       engine.for_each_rank([&](Engine::RankView& r) {
         r.model.set_graphs_enabled(engine.options().graphs);
         if (r.rank != 0) return;

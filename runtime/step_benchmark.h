@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -15,6 +16,28 @@
 #include "runtime/engine.h"
 
 namespace moeserve::runtime {
+
+// A synthetic decode step (benchmarks, tests): `batch` sequences, sequence i on replica
+// i % attn_dp with `context` cached tokens, decoding position `context` with token
+// token_of(i); each replica's sequences hold consecutive pages of its pool from page 0.
+struct DecodeStepShape {
+  int64_t batch = 1;
+  int64_t context = 0;
+  int64_t page_size = 64;
+  int64_t num_pages = 0;  // per replica
+  int attn_dp = 1;
+  step::MicroBatching micro_batching = {};
+  std::function<int32_t(int64_t sequence)> token_of = [](int64_t) { return 0; };
+};
+StepPlan synthetic_decode_step(const DecodeStepShape& shape);
+
+// Asynchronous pipelining across steps, the way serving runs it (Engine::submit / wait): the
+// step's micro-batches are independent groups of sequences, each decoding `rounds` steps, one
+// step of every group in flight at once. A group's step n + 1 is submitted once its step n has
+// been waited for (its outputs are on the host), so with as many groups as stages every stage
+// keeps working: while the last stage runs group A's step, the first runs group B's. The
+// step's inputs are reused each round (a benchmark: the tokens do not feed back).
+void run_pipelined(Engine& engine, const StepPlan& step, int rounds);
 
 struct StepBenchOptions {
   int64_t context = 1024;
@@ -26,7 +49,7 @@ struct StepBenchOptions {
 };
 
 // A pipeline plan with one group of `batch` sequences per stage in flight (asynchronous
-// pipelining, Engine::execute_pipelined): every stage runs one group's step while the next
+// pipelining, run_pipelined): every stage runs one group's step while the next
 // stage runs another's.
 struct PipelinedResult {
   int groups = 0;           // = stages

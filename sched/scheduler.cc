@@ -44,7 +44,7 @@ int64_t Scheduler::generated_tokens(RequestId id) const {
   return it == seqs_.end() ? 0 : static_cast<int64_t>(it->second.tokens.size()) - it->second.prompt_len;
 }
 
-void Scheduler::add(RequestId id, std::vector<int32_t> prompt) {
+void Scheduler::add(RequestId id, std::vector<int32_t> prompt, RequestOptions options) {
   MS_CHECK(!prompt.empty(), "request {}: empty prompt", id);
   MS_CHECK(static_cast<int64_t>(prompt.size()) <= max_tokens_per_request(),
            "request {}: {} prompt tokens exceed the {} tokens a KV cache replica holds", id, prompt.size(),
@@ -54,6 +54,7 @@ void Scheduler::add(RequestId id, std::vector<int32_t> prompt) {
   s.id = id;
   s.prompt_len = static_cast<int64_t>(prompt.size());
   s.tokens = std::move(prompt);
+  s.prompt_logits = options.prompt_logits;
   seqs_.emplace(id, std::move(s));
   waiting_.push_back(id);
 }
@@ -135,7 +136,7 @@ bool Scheduler::admit(int group, std::vector<int64_t>& budget, std::vector<Pick>
   int64_t best_cached = -1, best_running = 0;
   for (int d = 0; d < num_replicas(); ++d) {
     if (budget[d] <= 0) continue;
-    const int64_t cached = kv_[d].cached_prefix_tokens(s.tokens, len - 1);
+    const int64_t cached = s.prompt_logits ? 0 : kv_[d].cached_prefix_tokens(s.tokens, len - 1);
     const int64_t running = running_on(d);
     if (cached > best_cached || (cached == best_cached && running < best_running)) {
       best = d;
@@ -146,7 +147,7 @@ bool Scheduler::admit(int group, std::vector<int64_t>& budget, std::vector<Pick>
   if (best < 0) return false;
   kv::KvCache& kv = kv_[best];
   // The last prompt token always runs: its logits give the first generated token.
-  std::vector<int32_t> prefix = kv.acquire_prefix(s.tokens, len - 1);
+  std::vector<int32_t> prefix = s.prompt_logits ? std::vector<int32_t>{} : kv.acquire_prefix(s.tokens, len - 1);
   const int64_t missing = pages_for(len) - static_cast<int64_t>(prefix.size());
   const int64_t headroom =
       best_running > 0 ? static_cast<int64_t>(std::ceil(options_.admission_headroom * kv.num_pages())) : 0;
@@ -211,17 +212,14 @@ ScheduledStep Scheduler::build(int group, const std::vector<Pick>& picks) const 
   ScheduledStep step;
   step.group = group;
   if (picks.empty()) return step;
-  runtime::StepOptions step_options;
-  step_options.attn_dp = options_.attn_dp;
   // Pipeline groups: a group's step is one micro-batch (the other stages run other groups).
-  step_options.pp = options_.pipeline_groups > 1 ? 1 : options_.pp;
-  step_options.max_micro_batch_size = options_.max_micro_batch_size;
-  const size_t per_micro_batch =
-      static_cast<size_t>(runtime::micro_batch_size(static_cast<int64_t>(picks.size()), step_options));
+  const step::MicroBatching batching{.pp = options_.pipeline_groups > 1 ? 1 : options_.pp,
+                                     .max_micro_batch_size = options_.max_micro_batch_size};
+  const size_t per_micro_batch = static_cast<size_t>(step::micro_batch_size(static_cast<int64_t>(picks.size()), batching));
   for (size_t start = 0; start < picks.size(); start += per_micro_batch) {
     const size_t end = std::min(picks.size(), start + per_micro_batch);
     const size_t m = step.plan.micro_batches.size();
-    runtime::MicroBatch mb;
+    step::MicroBatch mb;
     mb.replicas.resize(static_cast<size_t>(options_.attn_dp));
     // Block-table width: the widest sequence, rounded up to a power of two (few step shapes).
     int64_t widest = 1;
@@ -232,12 +230,19 @@ ScheduledStep Scheduler::build(int group, const std::vector<Pick>& picks) const 
     for (size_t n = start; n < end; ++n) {
       const Pick& p = picks[n];
       const Sequence& s = *p.seq;
-      runtime::ReplicaBatch& rb = mb.replicas[s.replica];
+      step::ReplicaBatch& rb = mb.replicas[s.replica];
       const bool last = p.end == static_cast<int64_t>(s.tokens.size());
+      const int64_t first_row = static_cast<int64_t>(rb.batch.logit_rows.size());
       ScheduledChunk chunk{s.id, s.replica, m, p.begin, p.end, -1};
-      if (last) chunk.logit_row = static_cast<int64_t>(rb.batch.logit_rows.size());
-      runtime::append_sequence(rb, n, s.tokens, p.begin, p.end, s.pages, options_.page_size,
-                               last ? runtime::LogitRows::kLast : runtime::LogitRows::kNone);
+      // Until its prompt's last chunk is committed a prompt-logits sequence has only prompt tokens.
+      step::LogitRows rows = last ? step::LogitRows::kLast : step::LogitRows::kNone;
+      if (s.prompt_logits) {
+        rows = step::LogitRows::kEvery;
+        chunk.prompt_rows = true;
+        chunk.first_prompt_row = first_row;
+      }
+      if (last) chunk.logit_row = first_row + (rows == step::LogitRows::kEvery ? p.end - p.begin - 1 : 0);
+      step::append_sequence(rb, n, s.tokens, p.begin, p.end, s.pages, options_.page_size, rows);
       if (p.end - p.begin == 1 && last)
         ++step.decode_tokens;
       else
@@ -246,8 +251,8 @@ ScheduledStep Scheduler::build(int group, const std::vector<Pick>& picks) const 
     }
     if (options_.pad_batches)
       for (int d = 0; d < options_.attn_dp; ++d) {
-        runtime::ReplicaBatch& rb = mb.replicas[d];
-        runtime::pad_batch(rb, runtime::padded_token_count(rb.batch.num_tokens()), scratch_page_[d],
+        step::ReplicaBatch& rb = mb.replicas[d];
+        step::pad_batch(rb, step::padded_token_count(rb.batch.num_tokens()), scratch_page_[d],
                            options_.page_size);
       }
     step.plan.micro_batches.push_back(std::move(mb));
@@ -255,22 +260,22 @@ ScheduledStep Scheduler::build(int group, const std::vector<Pick>& picks) const 
   return step;
 }
 
-std::vector<runtime::StepPlan> Scheduler::warmup_steps() const {
-  auto padded = [&](int64_t t) { return options_.pad_batches ? runtime::padded_token_count(t) : t; };
+std::vector<step::StepPlan> Scheduler::warmup_steps() const {
+  auto padded = [&](int64_t t) { return options_.pad_batches ? step::padded_token_count(t) : t; };
   // The largest step first (it sizes the shared activation memory once), then every padded
   // decode size: the steps whose graphs are replayed while serving.
   std::vector<int64_t> sizes{padded(max_step_tokens())};
   for (int64_t t = 1; t <= options_.max_running_requests; ++t)
     if (padded(t) != sizes.back() && padded(t) < sizes.front()) sizes.push_back(padded(t));
-  std::vector<runtime::StepPlan> steps;
+  std::vector<step::StepPlan> steps;
   for (int64_t tokens : sizes) {
-    runtime::MicroBatch mb;
+    step::MicroBatch mb;
     mb.replicas.resize(static_cast<size_t>(options_.attn_dp));
     for (int d = 0; d < options_.attn_dp; ++d) {
       mb.replicas[d].batch.max_pages_per_seq = 1;
-      runtime::pad_batch(mb.replicas[d], tokens, scratch_page_[d], options_.page_size);
+      step::pad_batch(mb.replicas[d], tokens, scratch_page_[d], options_.page_size);
     }
-    runtime::StepPlan plan;
+    step::StepPlan plan;
     plan.micro_batches.push_back(std::move(mb));
     steps.push_back(std::move(plan));
   }
@@ -291,7 +296,10 @@ void Scheduler::commit(const ScheduledStep& step, std::span<const int32_t> sampl
     s.in_flight = false;
     s.computed = chunk.end;
     kv_[s.replica].cache_prefix(s.tokens, s.pages, s.computed);
-    if (samples) s.tokens.push_back(token);
+    if (samples) {
+      s.tokens.push_back(token);
+      s.prompt_logits = false;  // the prompt's rows are all delivered
+    }
   }
   MS_CHECK(next == sampled.size(), "scheduler: {} sampled tokens for {} chunks with logits", sampled.size(), next);
 }

@@ -1,8 +1,8 @@
 // The scheduler of the serving loop: request states, waiting and running queues, KV page
 // admission, continuous batching of prefill and decode, chunked prefill, preemption by
 // recompute, attention-DP replicas and pipeline micro-batches. Pure bookkeeping: it fills
-// runtime StepPlans (token ids, positions, cache slots, block tables) and never touches a
-// tensor; the caller runs the plan (runtime::Engine::execute), samples, and commits.
+// StepPlans (step/step_plan.h: token ids, positions, cache slots, block tables) and never
+// touches a tensor; the caller (runtime::StepLoop) runs the plan, samples, and commits.
 //
 // One step (schedule):
 //   1. Running sequences, oldest first. A sequence with one uncached token (decode) always
@@ -17,10 +17,12 @@
 //      evictable pages cover the rest of the prompt plus a headroom for running decodes.
 //   3. The chosen chunks, in that order, are cut into pipeline micro-batches (ceil(n / pp)
 //      sequences each unless max_micro_batch_size says otherwise); each replica's batch is
-//      padded to runtime::padded_token_count on its scratch page.
+//      padded to step::padded_token_count on its scratch page.
 // A chunk that reaches the end of its sequence's tokens asks for logits: the caller samples
 // the next token and passes it to commit(), which marks the chunk's tokens cached and
-// indexes their whole pages in the prefix cache.
+// indexes their whole pages in the prefix cache. A request added with prompt_logits gets a
+// logit row for every prompt token (each of its prefill chunks asks for all its tokens' rows,
+// in position order); it reuses no cached prefix, whose tokens would have no rows.
 //
 // Pipeline groups (pipeline_groups > 1, for pipeline plans): the running sequences form that
 // many groups, each admitting up to an even share of the requests that could run (running and
@@ -39,7 +41,7 @@
 #include <vector>
 
 #include "kv/kv_cache.h"
-#include "runtime/step_builder.h"
+#include "step/step_plan.h"
 
 namespace moeserve::sched {
 
@@ -61,6 +63,10 @@ struct SchedulerOptions {
   double admission_headroom = 0.05;
 };
 
+struct RequestOptions {
+  bool prompt_logits = false;  // a logit row for every prompt token (ScheduledChunk::prompt_rows)
+};
+
 // One sequence's part of a step.
 struct ScheduledChunk {
   RequestId id;
@@ -68,11 +74,16 @@ struct ScheduledChunk {
   size_t micro_batch;
   int64_t begin, end;    // its tokens [begin, end) run this step
   int64_t logit_row = -1;  // >= 0: the row of (micro_batch, replica)'s logits to sample from
+  // Prompt logits (RequestOptions::prompt_logits): rows [first_prompt_row, first_prompt_row +
+  // end - begin) of (micro_batch, replica)'s logits are tokens [begin, end)'s, when
+  // prompt_rows. A recompute after preemption may deliver a position again (same logits).
+  bool prompt_rows = false;
+  int64_t first_prompt_row = -1;
 };
 
 struct ScheduledStep {
   int group = 0;
-  runtime::StepPlan plan;
+  step::StepPlan plan;
   std::vector<ScheduledChunk> chunks;
   int64_t prefill_tokens = 0;  // tokens of chunks with more than one token, or not at the end
   int64_t decode_tokens = 0;
@@ -89,7 +100,7 @@ class Scheduler {
 
   // Queues a request; its prompt must not be empty and its ids must be valid for the model
   // (the caller checks them).
-  void add(RequestId id, std::vector<int32_t> prompt);
+  void add(RequestId id, std::vector<int32_t> prompt, RequestOptions options = {});
   // Ends a request wherever it is (finished, aborted, disconnected): its pages are released
   // and its whole computed pages stay in the prefix cache. False if the id is unknown.
   bool finish(RequestId id);
@@ -117,7 +128,7 @@ class Scheduler {
   // once at start-up sizes the activation memory (shared by every step size) and the backend
   // workspaces, so that memory does not grow while serving, and runs each decode shape once
   // (its graph is captured the next time it runs).
-  std::vector<runtime::StepPlan> warmup_steps() const;
+  std::vector<step::StepPlan> warmup_steps() const;
 
   int num_replicas() const { return static_cast<int>(kv_.size()); }
   const kv::KvCache& kv(int replica) const { return kv_.at(replica); }
@@ -137,6 +148,7 @@ class Scheduler {
     bool in_flight = false;       // scheduled, not yet committed
     int64_t cached_prompt_tokens = 0;
     bool admitted_before = false;
+    bool prompt_logits = false;  // until the prompt's last chunk is committed
   };
   struct Pick {
     Sequence* seq;

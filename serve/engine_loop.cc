@@ -1,14 +1,8 @@
 #include "serve/engine_loop.h"
 
-#include <algorithm>
-#include <map>
-
 #include <fmt/format.h>
 
-#include "backend/cpu/cpu_backend.h"
-#include "core/env.h"
 #include "core/error.h"
-#include "core/thread_pool.h"
 #include "serve/api_error.h"
 
 namespace moeserve::serve {
@@ -27,26 +21,19 @@ struct EngineLoop::Active {
   Clock::time_point arrival = Clock::now();
   Clock::time_point last_token;
   bool admitted = false;
-  // The options of this request's next draw: draws are a pure function of (seed, step).
-  ops::SamplingOptions next_draw() const {
-    ops::SamplingOptions options = request.sampling;
-    options.step = static_cast<uint64_t>(output.generated());
-    return options;
-  }
 };
 
 EngineLoop::EngineLoop(std::unique_ptr<runtime::Engine> engine, const tokenizer::Tokenizer& tokenizer,
                        EngineLoopOptions options)
     : EngineLoop(*engine, tokenizer, std::move(options)) {
-  // The engine thread already runs, but it only reads engine_, which stays the same object.
+  // The engine thread already runs, but only the step loop uses the engine, through a
+  // reference to this same object.
   owned_engine_ = std::move(engine);
 }
 
 EngineLoop::EngineLoop(runtime::Engine& engine, const tokenizer::Tokenizer& tokenizer, EngineLoopOptions options)
-    : engine_(&engine),
-      tokenizer_(tokenizer),
+    : tokenizer_(tokenizer),
       options_(std::move(options)),
-      scheduler_(std::make_unique<sched::Scheduler>(options_.scheduler)),
       ttft_(latency_buckets_seconds()),
       inter_token_(latency_buckets_seconds()),
       e2e_(latency_buckets_seconds()),
@@ -54,13 +41,23 @@ EngineLoop::EngineLoop(runtime::Engine& engine, const tokenizer::Tokenizer& toke
       step_time_(latency_buckets_seconds()),
       decode_step_time_(latency_buckets_seconds()) {
   MS_CHECK(options_.max_queued_requests >= 0, "--max-queued-requests must be >= 0");
-  if (options_.warmup)
-    for (const runtime::StepPlan& plan : scheduler_->warmup_steps()) engine_->execute(plan);
+  loop_ = make_loop(engine, options_.scheduler);
   publish_snapshot();
   thread_ = std::thread([this] { run(); });
 }
 
 EngineLoop::~EngineLoop() { stop(); }
+
+std::unique_ptr<runtime::StepLoop> EngineLoop::make_loop(runtime::Engine& engine,
+                                                         const sched::SchedulerOptions& options) {
+  auto loop = std::make_unique<runtime::StepLoop>(
+      engine, runtime::StepLoopOptions{.scheduler = options, .on_scheduled = [this](const sched::ScheduledStep& step,
+                                                                                     Clock::time_point start) {
+                                         note_admissions(step, start);
+                                       }});
+  if (options_.warmup) loop->warm_up();
+  return loop;
+}
 
 std::shared_ptr<RequestStream> EngineLoop::submit(EngineRequest request) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -110,7 +107,7 @@ void EngineLoop::on_engine_thread(const std::function<void()>& fn) {
 int64_t EngineLoop::flush_prefix_cache() {
   int64_t evicted = 0;
   on_engine_thread([&] {
-    evicted = scheduler_->flush_prefix_cache();
+    if (loop_) evicted = loop_->scheduler().flush_prefix_cache();
     publish_snapshot();
   });
   return evicted;
@@ -148,10 +145,11 @@ EngineSnapshot EngineLoop::current_snapshot() {
 
 void EngineLoop::publish_snapshot() {
   EngineSnapshot s;
-  s.running = scheduler_->running();
-  s.waiting = scheduler_->waiting();
-  for (int d = 0; d < scheduler_->num_replicas(); ++d) {
-    const kv::KvCache& kv = scheduler_->kv(d);
+  const sched::Scheduler* scheduler = loop_ ? &loop_->scheduler() : nullptr;
+  s.running = scheduler ? scheduler->running() : 0;
+  s.waiting = scheduler ? scheduler->waiting() : 0;
+  for (int d = 0; scheduler && d < scheduler->num_replicas(); ++d) {
+    const kv::KvCache& kv = scheduler->kv(d);
     s.kv_pages_total += kv.num_pages();
     s.kv_pages_used += kv.used_pages();
     s.kv_pages_cached += kv.cached_pages();
@@ -159,7 +157,7 @@ void EngineLoop::publish_snapshot() {
     s.prefix_query_tokens += kv.stats().query_tokens;
     s.prefix_hit_tokens += kv.stats().hit_tokens;
   }
-  s.preemptions = scheduler_->preemptions();
+  s.preemptions = scheduler ? scheduler->preemptions() : 0;
   std::lock_guard<std::mutex> lock(mutex_);
   s.steps = snapshot_.steps;
   s.waiting += static_cast<int64_t>(incoming_.size());
@@ -169,7 +167,7 @@ void EngineLoop::publish_snapshot() {
 void EngineLoop::finish(uint64_t id, OutputEvent event) {
   auto it = active_.find(id);
   if (it == active_.end()) return;
-  scheduler_->finish(id);
+  if (loop_) loop_->finish(id);
   if (event.error_status == 0) {
     event.prompt_tokens = static_cast<int64_t>(it->second->request.prompt.size());
     event.completion_tokens = it->second->output.generated();
@@ -195,76 +193,84 @@ void EngineLoop::fail_all(int status, const std::string& message) {
   }
 }
 
+bool EngineLoop::wait_for_work(std::vector<std::pair<uint64_t, std::unique_ptr<Active>>>& incoming,
+                               std::vector<uint64_t>& cancels, std::vector<std::function<void()>>& controls) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  wake_.wait(lock, [&] {
+    return stop_ || (!incoming_.empty() && !pending_replan_) || !cancels_.empty() || !controls_.empty() ||
+           (busy() && failure_.empty()) || (pending_replan_ && idle());
+  });
+  if (stop_) {
+    incoming = std::move(incoming_);
+    incoming_.clear();
+    return false;
+  }
+  if (!pending_replan_) incoming.swap(incoming_);  // while switching, new requests wait
+  cancels.swap(cancels_);
+  controls.swap(controls_);
+  return true;
+}
+
+void EngineLoop::admit(std::vector<std::pair<uint64_t, std::unique_ptr<Active>>>& incoming) {
+  for (auto& [id, active] : incoming) {
+    const EngineRequest& request = active->request;
+    active_.emplace(id, std::move(active));
+    try {
+      MS_CHECK(loop_ != nullptr, "no engine to run request {}", id);
+      loop_->add(id, {.prompt = request.prompt, .sampling = request.sampling, .top_logprobs = request.top_logprobs});
+    } catch (const std::exception& e) {  // the HTTP side checks sizes first; never take the loop down
+      OutputEvent event;
+      event.error_status = 400;
+      event.error = e.what();
+      ++failed_;
+      finish(id, std::move(event));
+    }
+  }
+}
+
+void EngineLoop::cancel_now(const std::vector<uint64_t>& cancels) {
+  for (uint64_t id : cancels) {
+    if (!active_.count(id)) {  // still waiting out a re-plan in the incoming queue?
+      std::unique_ptr<Active> waiting;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (auto it = incoming_.begin(); it != incoming_.end(); ++it)
+          if (it->first == id) {
+            waiting = std::move(it->second);
+            incoming_.erase(it);
+            break;
+          }
+      }
+      if (!waiting) continue;
+      active_.emplace(id, std::move(waiting));
+    }
+    ++cancelled_;
+    OutputEvent event;
+    event.error_status = 499;  // nobody reads it: the client is gone
+    event.error = "cancelled";
+    finish(id, std::move(event));
+  }
+}
+
 void EngineLoop::run() {
   for (;;) {
     std::vector<std::pair<uint64_t, std::unique_ptr<Active>>> incoming;
     std::vector<uint64_t> cancels;
     std::vector<std::function<void()>> controls;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] {
-        return stop_ || (!incoming_.empty() && !pending_replan_) || !cancels_.empty() || !controls_.empty() ||
-               ((!scheduler_->idle() || !in_flight_.empty()) && failure_.empty()) ||
-               (pending_replan_ && scheduler_->idle() && in_flight_.empty());
-      });
-      if (stop_) {
-        incoming = std::move(incoming_);
-        incoming_.clear();
-      } else {
-        if (!pending_replan_) incoming.swap(incoming_);  // while switching, new requests wait
-        cancels.swap(cancels_);
-        controls.swap(controls_);
-      }
-    }
-    for (auto& [id, active] : incoming) {
-      active_.emplace(id, std::move(active));
-      try {
-        scheduler_->add(id, active_.at(id)->request.prompt);
-      } catch (const std::exception& e) {  // the HTTP side checks sizes first; never take the loop down
-        OutputEvent event;
-        event.error_status = 400;
-        event.error = e.what();
-        ++failed_;
-        finish(id, std::move(event));
-      }
-    }
-    if (stop_) break;
+    const bool running = wait_for_work(incoming, cancels, controls);
+    admit(incoming);
+    if (!running) break;
     for (auto& control : controls) control();
-    for (uint64_t id : cancels) {
-      if (!active_.count(id)) {  // still waiting out a re-plan in the incoming queue?
-        std::unique_ptr<Active> waiting;
-        {
-          std::lock_guard<std::mutex> lock(mutex_);
-          for (auto it = incoming_.begin(); it != incoming_.end(); ++it)
-            if (it->first == id) {
-              waiting = std::move(it->second);
-              incoming_.erase(it);
-              break;
-            }
-        }
-        if (!waiting) continue;
-        active_.emplace(id, std::move(waiting));
-      }
-      ++cancelled_;
-      OutputEvent event;
-      event.error_status = 499;  // nobody reads it: the client is gone
-      event.error = "cancelled";
-      finish(id, std::move(event));
-    }
-    bool failed;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      failed = !failure_.empty();
-    }
-    if (failed) {
-      fail_all(500, "the engine failed: " + failure());
-      abandon_replan("the engine failed: " + failure());
+    cancel_now(cancels);
+    if (const std::string failed = failure(); !failed.empty()) {
+      fail_all(500, "the engine failed: " + failed);
+      abandon_replan("the engine failed: " + failed);
       continue;
     }
     bool switch_now;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      switch_now = pending_replan_ && scheduler_->idle() && in_flight_.empty();
+      switch_now = pending_replan_ && idle();
     }
     if (switch_now) {
       switch_plan();
@@ -272,7 +278,7 @@ void EngineLoop::run() {
       continue;
     }
     try {
-      if (!scheduler_->idle() || !in_flight_.empty()) step();
+      if (busy()) step();
     } catch (const std::exception& e) {  // a bookkeeping bug: stop serving rather than serve wrong tokens
       {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -283,13 +289,7 @@ void EngineLoop::run() {
     publish_snapshot();
   }
   // Steps still in flight complete on the ranks (the engine may outlive this loop).
-  for (const Flight& flight : in_flight_) {
-    try {
-      engine_->wait(flight.ticket);
-    } catch (const std::exception&) {  // the engine failed: the requests fail below anyway
-    }
-  }
-  in_flight_.clear();
+  if (loop_) loop_->finish_in_flight();
   fail_all(503, "the server is shutting down");
   publish_snapshot();
   abandon_replan("the server is shutting down");
@@ -329,20 +329,17 @@ std::string EngineLoop::plan_name() const {
 
 void EngineLoop::install(const ReplanTarget& target, double& build_s, double& warmup_s) {
   // Free the old engine first: on GPUs both would not fit.
+  loop_.reset();
   owned_engine_.reset();
-  engine_ = nullptr;
-  auto scheduler = std::make_unique<sched::Scheduler>(target.scheduler);
   const auto build_start = Clock::now();
   std::unique_ptr<runtime::Engine> engine = target.build_engine();
   MS_CHECK(engine != nullptr, "replan: building the engine for plan '{}' gave nothing", target.plan_name);
   const auto warmup_start = Clock::now();
   build_s = seconds_between(build_start, warmup_start);
-  if (options_.warmup)
-    for (const runtime::StepPlan& plan : scheduler->warmup_steps()) engine->execute(plan);
+  std::unique_ptr<runtime::StepLoop> loop = make_loop(*engine, target.scheduler);
   warmup_s = seconds_between(warmup_start, Clock::now());
   owned_engine_ = std::move(engine);
-  engine_ = owned_engine_.get();
-  scheduler_ = std::move(scheduler);
+  loop_ = std::move(loop);
   std::lock_guard<std::mutex> lock(mutex_);
   options_.scheduler = target.scheduler;
   options_.plan_name = target.plan_name;
@@ -397,134 +394,12 @@ void EngineLoop::switch_plan() {
   replan_done_.notify_all();
 }
 
-HeadMode EngineLoop::choose_head(sched::ScheduledStep& step) const {
-  // The least that lets every row draw: greedy rows without logprobs need only each row's
-  // argmax; sampled rows their top candidates and softmax normaliser (both reduced on the
-  // devices); full fp32 logits come to the host only for logprobs or a top_k beyond the
-  // candidates. A step of several micro-batches (the candidates' fallback can fetch the last
-  // one's logits only) and a pipeline group's step (a later group's step may replace its
-  // logits on the devices before a fallback could fetch them) draw every row on the devices
-  // right after its micro-batch instead (kSampled), under options uploaded with the batch.
-  HeadMode head = HeadMode::kGreedy;
-  for (const auto& chunk : step.chunks) {
-    if (chunk.logit_row < 0) continue;
-    const EngineRequest& r = active_.at(chunk.id)->request;
-    const bool greedy_row = r.sampling.temperature <= 0.0f || r.sampling.top_k == 1;
-    if (r.top_logprobs >= 0 || r.sampling.top_k > DeepseekV3::kSampleCandidates) {
-      head = HeadMode::kLogits;
-    } else if (!greedy_row && head == HeadMode::kGreedy) {
-      head = HeadMode::kCandidates;
-    }
-  }
-  static const bool host_draw = env_switch("MOESERVE_PIPELINE_HOST_DRAW", false);  // the old way, for comparison
-  if (head == HeadMode::kCandidates && (step.plan.micro_batches.size() != 1 || pipelined()))
-    head = host_draw ? HeadMode::kLogits : HeadMode::kSampled;
-  if (head == HeadMode::kSampled) {  // each logit row's draw (greedy rows: temperature 0)
-    for (auto& micro_batch : step.plan.micro_batches)
-      for (auto& replica : micro_batch.replicas) replica.batch.sampling.assign(replica.batch.logit_rows.size(), {});
-    for (const auto& chunk : step.chunks) {
-      if (chunk.logit_row < 0) continue;
-      step.plan.micro_batches[chunk.micro_batch].replicas[chunk.replica].batch.sampling[chunk.logit_row] =
-          active_.at(chunk.id)->next_draw();
-    }
-  }
-  if (head == HeadMode::kCandidates) {  // each logit row's temperature (greedy rows: 0)
-    for (auto& micro_batch : step.plan.micro_batches)
-      for (auto& replica : micro_batch.replicas) replica.batch.temperatures.assign(replica.batch.logit_rows.size(), 0.0f);
-    for (const auto& chunk : step.chunks) {
-      if (chunk.logit_row < 0) continue;
-      const ops::SamplingOptions& o = active_.at(chunk.id)->request.sampling;
-      step.plan.micro_batches[chunk.micro_batch].replicas[chunk.replica].batch.temperatures[chunk.logit_row] =
-          o.top_k == 1 ? 0.0f : std::max(o.temperature, 0.0f);
-    }
-  }
-  return head;
-}
-
-bool EngineLoop::engine_failed(const std::exception& e) {
+void EngineLoop::engine_failed(const std::exception& e) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     failure_ = e.what();
   }
-  in_flight_.clear();  // the engine has stopped: nothing submitted will complete
   fail_all(500, std::string("the engine failed: ") + e.what());
-  return false;
-}
-
-bool EngineLoop::draw(const sched::ScheduledStep& step, HeadMode head, runtime::StepOutputs& outputs,
-                      std::vector<int32_t>& sampled, std::vector<TokenLogprob>& logprobs) {
-  const std::vector<std::vector<Tensor>>& logits = outputs.rows;  // or argmax ids when greedy
-  const std::vector<std::vector<SampleCandidates>>& candidates = outputs.candidates;
-  const int64_t vocab = engine_->config().vocab_size;
-  std::vector<const sched::ScheduledChunk*> rows;  // the chunks that sample, in step order
-  for (const auto& chunk : step.chunks)
-    if (chunk.logit_row >= 0) rows.push_back(&chunk);
-  sampled.assign(rows.size(), 0);
-  logprobs.assign(rows.size(), TokenLogprob{});
-  // A pipeline group's step may outlive a request (cancelled while it ran): nothing to draw.
-  std::vector<const Active*> owner(rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) {
-    auto it = active_.find(rows[i]->id);
-    owner[i] = it == active_.end() ? nullptr : it->second.get();
-  }
-  auto sample = [&](size_t i) {
-    if (owner[i] == nullptr) return;
-    const sched::ScheduledChunk& chunk = *rows[i];
-    if (head == HeadMode::kGreedy || head == HeadMode::kSampled) {  // ids drawn on the devices
-      sampled[i] = logits.at(chunk.micro_batch).at(chunk.replica).i32()[chunk.logit_row];
-      return;
-    }
-    if (head == HeadMode::kCandidates) {  // -1: drawn from the row's logits below
-      const SampleCandidates& c = candidates.at(chunk.micro_batch).at(chunk.replica);
-      const int64_t r = chunk.logit_row;
-      sampled[i] = cpu::sample_candidates({c.values.data() + r * c.count, c.ids.data() + r * c.count, c.count,
-                                           c.normaliser[r]},
-                                          vocab, owner[i]->next_draw());
-      return;
-    }
-    const int top_logprobs = owner[i]->request.top_logprobs;
-    const float* row = logits.at(chunk.micro_batch).at(chunk.replica).f32() + chunk.logit_row * vocab;
-    sampled[i] = cpu::sample_row(row, vocab, owner[i]->next_draw());
-    if (top_logprobs >= 0) logprobs[i] = token_logprob(row, vocab, sampled[i], top_logprobs);
-  };
-  if (head != HeadMode::kLogits) {
-    for (size_t i = 0; i < rows.size(); ++i) sample(i);
-  } else {
-    // Rows are independent and each sorts a vocabulary of logits: over the host's cores (the
-    // ranks' threads are idle between steps). Results do not depend on the split.
-    ThreadPool::global().parallel_for(rows.size(), 1, [&](size_t begin, size_t end) {
-      for (size_t i = begin; i < end; ++i) sample(i);
-    });
-  }
-  // Draws that reached past their row's candidates (a top-p over a flat row): drawn on the
-  // devices over the rows' whole logits, still there until the next step (one call per
-  // replica; only the tokens come back). Steps in flight never take the candidates head: a
-  // later step would have overwritten these logits.
-  std::map<int, std::vector<size_t>> fallback;  // replica -> indices into rows
-  for (size_t i = 0; i < rows.size(); ++i)
-    if (sampled[i] < 0) fallback[rows[i]->replica].push_back(i);
-  for (const auto& [replica, indices] : fallback) {
-    std::vector<int64_t> logit_rows;
-    std::vector<ops::SamplingOptions> options;
-    for (size_t i : indices) {
-      logit_rows.push_back(rows[i]->logit_row);
-      options.push_back(owner[i]->next_draw());
-    }
-    std::vector<int32_t> tokens;
-    try {
-      tokens = engine_->sample_logits_rows(replica, logit_rows, options);
-    } catch (const std::exception& e) {
-      return engine_failed(e);
-    }
-    for (size_t j = 0; j < indices.size(); ++j) sampled[indices[j]] = tokens[j];
-    sampling_fallbacks_ += static_cast<int64_t>(indices.size());
-  }
-  if (head == HeadMode::kCandidates) sampled_rows_ += static_cast<int64_t>(rows.size());
-  if (head == HeadMode::kSampled) device_drawn_rows_ += static_cast<int64_t>(rows.size());
-  // Rows that asked for logprobs always run with the logits head, where sample() filled them.
-  for (size_t i = 0; i < rows.size(); ++i)
-    if (owner[i] != nullptr && owner[i]->request.top_logprobs < 0) logprobs[i] = TokenLogprob{sampled[i], 0, {}};
-  return true;
 }
 
 void EngineLoop::note_admissions(const sched::ScheduledStep& step, Clock::time_point start) {
@@ -538,126 +413,53 @@ void EngineLoop::note_admissions(const sched::ScheduledStep& step, Clock::time_p
 }
 
 void EngineLoop::step() {
-  if (pipelined()) {
-    step_in_flight();
-  } else {
-    step_in_order();
+  try {
+    runtime::StepResult result = loop_->step();
+    if (result.stalled) {
+      // Nothing can run (the waiting head does not fit yet and nothing runs to free pages):
+      // cannot happen for requests that passed the size checks; fail them rather than spin.
+      fail_all(500, "the scheduler could not place any request");
+    } else {
+      complete(result);
+    }
+  } catch (const runtime::EngineFailure& e) {
+    engine_failed(e);
   }
   std::lock_guard<std::mutex> lock(mutex_);
   ++snapshot_.steps;
 }
 
-void EngineLoop::step_in_order() {
-  const auto start = Clock::now();
-  sched::ScheduledStep step = scheduler_->schedule();
-  if (step.empty()) {
-    // Nothing can run (the waiting head does not fit yet and nothing runs to free pages):
-    // cannot happen for requests that passed the size checks; fail them rather than spin.
-    fail_all(500, "the scheduler could not place any request");
-    return;
-  }
-  note_admissions(step, start);
-  const HeadMode head = choose_head(step);
-  const auto forward_start = Clock::now();
-  runtime::StepOutputs outputs;
-  try {
-    if (head == HeadMode::kGreedy) outputs.rows = engine_->execute_greedy(step.plan);
-    if (head == HeadMode::kCandidates) outputs.candidates = engine_->execute_candidates(step.plan);
-    if (head == HeadMode::kSampled) outputs.rows = engine_->execute_sampled(step.plan);
-    if (head == HeadMode::kLogits) outputs.rows = engine_->execute(step.plan);
-  } catch (const std::exception& e) {
-    engine_failed(e);
-    return;
-  }
-  const auto forward_end = Clock::now();
-  std::vector<int32_t> sampled;
-  std::vector<TokenLogprob> logprobs;
-  if (!draw(step, head, outputs, sampled, logprobs)) return;
-  complete(step, sampled, logprobs, start,
-           seconds_between(start, forward_start) + seconds_between(forward_end, Clock::now()));
-}
-
-void EngineLoop::step_in_flight() {
-  // Every group without a step in flight gets its next one (groups with nothing to run skip).
-  const int groups = scheduler_->options().pipeline_groups;
-  const auto top_up_start = Clock::now();
-  for (int g = 0; g < groups; ++g) {
-    if (std::any_of(in_flight_.begin(), in_flight_.end(), [&](const Flight& f) { return f.step.group == g; }))
-      continue;
-    const auto start = Clock::now();
-    sched::ScheduledStep step = scheduler_->schedule(g);
-    if (step.empty()) continue;
-    note_admissions(step, start);
-    const HeadMode head = choose_head(step);
-    runtime::StepTicket ticket;
-    try {
-      ticket = engine_->submit(step.plan, head);
-    } catch (const std::exception& e) {
-      engine_failed(e);
-      return;
-    }
-    in_flight_.push_back({std::move(step), head, ticket, start});
-  }
-  if (in_flight_.empty()) {
-    fail_all(500, "the scheduler could not place any request");  // as in step_in_order
-    return;
-  }
-  Flight oldest = std::move(in_flight_.front());
-  in_flight_.pop_front();
-  const auto wait_start = Clock::now();
-  runtime::StepOutputs outputs;
-  try {
-    outputs = engine_->wait(oldest.ticket);
-  } catch (const std::exception& e) {
-    engine_failed(e);
-    return;
-  }
-  const auto wait_end = Clock::now();
-  std::vector<int32_t> sampled;
-  std::vector<TokenLogprob> logprobs;
-  if (!draw(oldest.step, oldest.head, outputs, sampled, logprobs)) return;
-  // Host time of this call: the top-up (schedule, submit) and the draw; not the time the step
-  // spent in flight behind the other groups'.
-  complete(oldest.step, sampled, logprobs, oldest.start,
-           seconds_between(top_up_start, wait_start) + seconds_between(wait_end, Clock::now()));
-}
-
-void EngineLoop::complete(const sched::ScheduledStep& step, const std::vector<int32_t>& sampled,
-                          std::vector<TokenLogprob>& logprobs, Clock::time_point start, double host_seconds) {
-  const auto commit_start = Clock::now();
-  scheduler_->commit(step, sampled);
-  const auto now = Clock::now();
-  size_t next = 0;
-  for (const auto& chunk : step.chunks) {
-    if (chunk.logit_row < 0) continue;
-    const int32_t token = sampled[next];
-    TokenLogprob logprob = std::move(logprobs[next]);
-    ++next;
-    auto it = active_.find(chunk.id);
+void EngineLoop::complete(runtime::StepResult& result) {
+  const auto stream_start = Clock::now();
+  for (runtime::DrawnToken& drawn : result.tokens) {
+    auto it = active_.find(drawn.id);
     if (it == active_.end()) continue;  // ended while its step was in flight
     Active& a = *it->second;
     const bool first = a.output.generated() == 0;
-    (first ? ttft_ : inter_token_).observe(seconds_between(first ? a.arrival : a.last_token, now));
-    a.last_token = now;
+    (first ? ttft_ : inter_token_).observe(seconds_between(first ? a.arrival : a.last_token, stream_start));
+    a.last_token = stream_start;
     ++generation_tokens_;
-    const OutputProcessor::Update update = a.output.push(token);
+    const OutputProcessor::Update update = a.output.push(drawn.token);
     OutputEvent event;
     event.text = update.text;
-    event.token_ids.push_back(token);
+    event.token_ids.push_back(drawn.token);
     event.text_offsets.push_back(update.text_offset);
-    if (a.request.top_logprobs >= 0) event.logprobs.push_back(std::move(logprob));
+    if (a.request.top_logprobs >= 0) event.logprobs.push_back(std::move(drawn.logprob));
     if (update.finish_reason.empty()) {
       a.stream->push(std::move(event));
       continue;
     }
     event.finish_reason = update.finish_reason;
-    event.cached_tokens = scheduler_->cached_prompt_tokens(chunk.id);
-    finish(chunk.id, std::move(event));
+    event.cached_tokens = loop_->scheduler().cached_prompt_tokens(drawn.id);
+    finish(drawn.id, std::move(event));
   }
   const auto end = Clock::now();
-  step_time_.observe(seconds_between(start, end));
-  if (step.prefill_tokens == 0) decode_step_time_.observe(seconds_between(start, end));
-  scheduler_cpu_seconds_.fetch_add(host_seconds + seconds_between(commit_start, end));
+  step_time_.observe(seconds_between(result.scheduled, end));
+  if (result.prefill_tokens == 0) decode_step_time_.observe(seconds_between(result.scheduled, end));
+  scheduler_cpu_seconds_.fetch_add(result.host_seconds + seconds_between(stream_start, end));
+  sampled_rows_ += result.candidate_rows;
+  sampling_fallbacks_ += result.fallback_rows;
+  device_drawn_rows_ += result.device_drawn_rows;
 }
 
 std::string EngineLoop::render_metrics() const {

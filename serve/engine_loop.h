@@ -1,15 +1,13 @@
-// The serving loop: one engine thread owns the scheduler (sched/scheduler.h) and runs
-// step = schedule -> Engine::execute on every rank -> sample each finished row on the leader
-// (temperature, top_p, top_k, min_p, seed; logprobs) -> commit -> detokenize, stop checks
-// -> push output events to each request's stream. HTTP threads submit requests and cancel
-// them (client gone); they never touch the scheduler.
+// The serving loop: one engine thread drives the step loop (runtime/step_loop.h: schedule ->
+// run on every rank -> draw -> commit) and turns each step's tokens into output events:
+// detokenize, stop checks, push to each request's stream; it also owns re-plans and metrics.
+// HTTP threads submit requests and cancel them (client gone); they never touch the step loop.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -20,6 +18,7 @@
 
 #include "ops/ops.h"
 #include "runtime/engine.h"
+#include "runtime/step_loop.h"
 #include "sched/scheduler.h"
 #include "serve/metrics.h"
 #include "serve/output_processor.h"
@@ -115,37 +114,25 @@ class EngineLoop {
 
  private:
   struct Active;
-  // A pipeline group's step submitted to the engine and not yet completed.
-  struct Flight {
-    sched::ScheduledStep step;
-    HeadMode head;
-    runtime::StepTicket ticket;
-    std::chrono::steady_clock::time_point start;
-  };
+  // The engine thread's loop, and its parts: take what the HTTP threads queued, then step.
   void run();
-  // One step at a time (step_in_order), or pipeline groups' steps overlapping (step_in_flight:
-  // each group without a step in flight gets one, then the oldest completes).
+  // Waits for work; moves the queued requests, cancels and controls out under the lock.
+  bool wait_for_work(std::vector<std::pair<uint64_t, std::unique_ptr<Active>>>& incoming,
+                     std::vector<uint64_t>& cancels, std::vector<std::function<void()>>& controls);
+  void admit(std::vector<std::pair<uint64_t, std::unique_ptr<Active>>>& incoming);
+  void cancel_now(const std::vector<uint64_t>& cancels);
+  // Runs one step loop step and streams its tokens (runtime::StepLoop::step).
   void step();
-  void step_in_order();
-  void step_in_flight();
-  bool pipelined() const { return scheduler_->options().pipeline_groups > 1; }
+  // A step loop over `engine` with the metrics hooks, warmed up when options_.warmup.
+  std::unique_ptr<runtime::StepLoop> make_loop(runtime::Engine& engine, const sched::SchedulerOptions& options);
+  bool busy() const { return loop_ && !loop_->idle(); }
+  bool idle() const { return !loop_ || loop_->idle(); }
   // Observes the queue time of the step's first-scheduled requests.
   void note_admissions(const sched::ScheduledStep& step, std::chrono::steady_clock::time_point start);
-  // The head a step needs (and, for candidates, each logit row's temperature in its batch).
-  HeadMode choose_head(sched::ScheduledStep& step) const;
-  // Draws a token per logit row of a step that ran (in step order), with its logprobs where
-  // asked; rows of requests that ended meanwhile draw nothing. False after an engine failure
-  // (every request then failed).
-  bool draw(const sched::ScheduledStep& step, HeadMode head, runtime::StepOutputs& outputs,
-            std::vector<int32_t>& sampled, std::vector<TokenLogprob>& logprobs);
-  // Commits a step's tokens and streams them; ends finished requests; step metrics (`start`:
-  // when the step was scheduled; `host_seconds`: the leader's time on it so far outside the
-  // forward).
-  void complete(const sched::ScheduledStep& step, const std::vector<int32_t>& sampled,
-                std::vector<TokenLogprob>& logprobs, std::chrono::steady_clock::time_point start,
-                double host_seconds);
-  // Records an engine failure and fails every request; returns false.
-  bool engine_failed(const std::exception& e);
+  // Streams a step's tokens; ends finished requests; step metrics.
+  void complete(runtime::StepResult& result);
+  // Records an engine failure and fails every request.
+  void engine_failed(const std::exception& e);
   void finish(uint64_t id, OutputEvent event);
   void fail_all(int status, const std::string& message);
   void publish_snapshot();
@@ -158,13 +145,11 @@ class EngineLoop {
   // Engine thread: frees the engine, builds `target`'s and warms it up.
   void install(const ReplanTarget& target, double& build_s, double& warmup_s);
 
-  runtime::Engine* engine_;
   std::unique_ptr<runtime::Engine> owned_engine_;  // null when the caller owns the engine
   const tokenizer::Tokenizer& tokenizer_;
   EngineLoopOptions options_;  // scheduler options and plan name change under mutex_ on a re-plan
-  std::unique_ptr<sched::Scheduler> scheduler_;  // engine thread only
+  std::unique_ptr<runtime::StepLoop> loop_;  // engine thread only; null while a re-plan builds
   std::unordered_map<uint64_t, std::unique_ptr<Active>> active_;  // engine thread only
-  std::deque<Flight> in_flight_;                                   // engine thread only, oldest first
 
   mutable std::mutex mutex_;  // guards what follows up to the thread
   std::condition_variable wake_;

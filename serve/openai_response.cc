@@ -39,12 +39,12 @@ Json finish_reason_json(const std::string& reason) { return reason.empty() ? Jso
 
 }  // namespace
 
-Json logprobs_json(const ResponseContext& ctx, const std::vector<TokenLogprob>& logprobs,
+Json logprobs_json(const ResponseContext& ctx, const std::vector<runtime::TokenLogprob>& logprobs,
                    const std::vector<int64_t>& text_offsets, bool requested) {
   if (!requested) return nullptr;
   if (ctx.chat) {
     Json content = Json::array();
-    for (const TokenLogprob& lp : logprobs) {
+    for (const runtime::TokenLogprob& lp : logprobs) {
       Json top = Json::array();
       for (const auto& [id, value] : lp.top)
         top.push_back({{"token", token_text(ctx, id)}, {"logprob", value}, {"bytes", token_bytes(ctx, id)}});
@@ -57,7 +57,7 @@ Json logprobs_json(const ResponseContext& ctx, const std::vector<TokenLogprob>& 
   }
   Json tokens = Json::array(), values = Json::array(), tops = Json::array(), offsets = Json::array();
   for (size_t i = 0; i < logprobs.size(); ++i) {
-    const TokenLogprob& lp = logprobs[i];
+    const runtime::TokenLogprob& lp = logprobs[i];
     tokens.push_back(token_text(ctx, lp.token));
     values.push_back(lp.logprob);
     Json top = Json::object();

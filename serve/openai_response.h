@@ -26,7 +26,7 @@ struct ResponseContext {
 struct ChoiceOutput {
   std::string text;
   std::vector<int32_t> token_ids;
-  std::vector<TokenLogprob> logprobs;
+  std::vector<runtime::TokenLogprob> logprobs;
   std::vector<int64_t> text_offsets;
   std::string finish_reason;
   bool logprobs_requested = false;
@@ -40,7 +40,7 @@ struct Usage {
 std::string new_response_id(bool chat);
 
 // The logprobs object of a choice (completions or chat shape), or null when not requested.
-nlohmann::ordered_json logprobs_json(const ResponseContext& ctx, const std::vector<TokenLogprob>& logprobs,
+nlohmann::ordered_json logprobs_json(const ResponseContext& ctx, const std::vector<runtime::TokenLogprob>& logprobs,
                                      const std::vector<int64_t>& text_offsets, bool requested);
 nlohmann::ordered_json usage_json(const Usage& usage);
 

@@ -11,14 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "serve/logprobs.h"
+#include "runtime/logprobs.h"
 
 namespace moeserve::serve {
 
 struct OutputEvent {
   std::string text;
   std::vector<int32_t> token_ids;
-  std::vector<TokenLogprob> logprobs;  // one per token when asked for
+  std::vector<runtime::TokenLogprob> logprobs;  // one per token when asked for
   std::vector<int64_t> text_offsets;   // one per token: where its text starts in the output
   std::string finish_reason;           // set on the last event: "stop", "length"
   int error_status = 0;                // set on a failure (the last event): 500, 503

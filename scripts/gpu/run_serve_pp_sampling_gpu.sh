@@ -1,8 +1,6 @@
 #!/usr/bin/env bash
-# Sampled requests served by pp2 on two H200s with its two groups of requests in flight: each
-# sampled row drawn on the device right after its micro-batch (the default) against the full
-# logits brought to the host and drawn there (MOESERVE_PIPELINE_HOST_DRAW=1, the way before),
-# tp2 beside them; top_k 50 and top_p 0.9 (flat synthetic rows: a whole-row draw) at
+# Sampled requests served by pp2 on two H200s with its two groups of requests in flight (each
+# sampled row drawn on the device right after its micro-batch), tp2 beside it; top_k 50 and top_p 0.9 (flat synthetic rows: a whole-row draw) at
 # concurrency 64 (scripts/gpu/serve_load.py). Logs in $OUT.
 set -u
 export NCCL_NVLS_ENABLE=0
@@ -11,14 +9,13 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 MODEL=synthetic:kimi-k2.6:layers=6
 port=30200
-for variant in "pp2 0" "pp2 1" "tp2 0"; do
-  read -r plan host_draw <<< "$variant"
-  name=${plan}_hostdraw${host_draw}
-  MOESERVE_PIPELINE_HOST_DRAW=$host_draw "$BIN" serve --model $MODEL --backend cuda --plan $plan --port $port \
+for plan in pp2 tp2; do
+  name=$plan
+  "$BIN" serve --model $MODEL --backend cuda --plan $plan --port $port \
     --max-running-requests 64 --context-length 1024 > "$OUT/serve_$name.log" 2>&1 &
   server=$!
   for i in $(seq 1 180); do curl -s localhost:$port/health > /dev/null 2>&1 && break; sleep 1; done
-  echo "== $plan, MOESERVE_PIPELINE_HOST_DRAW=$host_draw"
+  echo "== $plan"
   timeout 200 python3 scripts/gpu/serve_load.py --port $port --concurrency 64 --requests 128 --input-len 128 \
     --output-len 256 --temperature 0.8 --top-k 50 --prompt-seed 1 | tee "$OUT/serve_load_${name}_topk50.json"
   timeout 200 python3 scripts/gpu/serve_load.py --port $port --concurrency 64 --requests 64 --input-len 128 \

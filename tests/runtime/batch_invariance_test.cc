@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "parallel/plan_parse.h"
 #include "runtime/engine.h"
+#include "runtime/generate.h"
 
 namespace moeserve::runtime {
 namespace {
@@ -49,7 +50,7 @@ std::vector<std::vector<int32_t>> tokens_of(const std::vector<GenerateResult>& r
 const std::vector<std::vector<int32_t>>& reference_tokens() {
   static const auto tokens = [] {
     Engine engine(open_model("synthetic:tiny"), options_for("single"));
-    return tokens_of(engine.generate(all_requests(), false));
+    return tokens_of(runtime::generate(engine, all_requests()));
   }();
   return tokens;
 }
@@ -58,10 +59,10 @@ class EveryPlan : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(EveryPlan, BatchEqualsAloneAndSingleRank) {
   Engine engine(open_model("synthetic:tiny"), options_for(GetParam()));
-  const auto batch = tokens_of(engine.generate(all_requests(), false));
+  const auto batch = tokens_of(runtime::generate(engine, all_requests()));
   EXPECT_EQ(batch, reference_tokens());
   for (size_t i = 0; i < kPrompts.size(); ++i) {
-    const auto alone = tokens_of(engine.generate({request(kPrompts[i])}, false));
+    const auto alone = tokens_of(runtime::generate(engine, {request(kPrompts[i])}));
     ASSERT_EQ(alone.size(), 1u);
     EXPECT_EQ(alone[0], batch[i]) << "request " << i;
   }
@@ -81,7 +82,7 @@ TEST(Pipeline, MicroBatchSettingsDoNotChangeTokens) {
       o.pp_max_micro_batch_size = size;
       o.pp_async_batch_depth = depth;
       Engine engine(open_model("synthetic:tiny"), o);
-      EXPECT_EQ(tokens_of(engine.generate(all_requests(), false)), reference_tokens())
+      EXPECT_EQ(tokens_of(runtime::generate(engine, all_requests())), reference_tokens())
           << "micro-batch size " << size << " depth " << depth;
     }
 }
@@ -94,16 +95,16 @@ TEST(Plans, HybridAttentionTpAndDp) {
     EngineOptions o = options_for("single");
     o.plan = parallel::plan_from_flags(flags);
     Engine engine(open_model("synthetic:tiny"), o);
-    EXPECT_EQ(tokens_of(engine.generate(all_requests(), false)), reference_tokens()) << o.plan.name;
+    EXPECT_EQ(tokens_of(runtime::generate(engine, all_requests())), reference_tokens()) << o.plan.name;
   }
 }
 
 TEST(Plans, PromptLogitsMatchSingleRank) {
   Engine single(open_model("synthetic:tiny"), options_for("single"));
-  const auto ref = single.generate(all_requests(), true);
+  const auto ref = runtime::generate(single, all_requests(), {.prompt_logits = true});
   for (const char* name : {"tp8", "ep8-dp", "ep4tp2", "tp2pp4", "ep2pp2-dp"}) {
     Engine engine(open_model("synthetic:tiny"), options_for(name));
-    const auto got = engine.generate(all_requests(), true);
+    const auto got = runtime::generate(engine, all_requests(), {.prompt_logits = true});
     for (size_t i = 0; i < ref.size(); ++i) {
       const Tensor& a = ref[i].prompt_logits;
       const Tensor& b = got[i].prompt_logits;

@@ -20,6 +20,7 @@
 
 #include "parallel/plan_parse.h"
 #include "runtime/engine.h"
+#include "runtime/generate.h"
 
 namespace moeserve::runtime {
 namespace {
@@ -51,6 +52,7 @@ std::vector<GenerateRequest> requests() {
     GenerateRequest r;
     r.prompt = p;
     r.max_new_tokens = kNewTokens;
+    r.top_logprobs = 0;  // the logits head: the full logit rows gathered, as counted above
     out.push_back(r);
   }
   return out;
@@ -91,7 +93,7 @@ void check_plan(const Case& k) {
   const ModelSource model = open_model("synthetic:tiny");
   const ModelConfig& c = model.config;
   Engine engine(model, engine_options(k));
-  engine.generate(requests(), false);
+  runtime::generate(engine, requests());
 
   const int64_t h = c.hidden_size, V = c.vocab_size, E = c.n_routed_experts, top_k = c.num_experts_per_tok;
   const int A = plan.attn_tp, R = plan.ranks_per_stage();
@@ -99,9 +101,10 @@ void check_plan(const Case& k) {
   // Every sequence is live for kNewTokens steps; a step is ceil(B / micro-batch size) passes.
   const int64_t mbs = k.micro_batch_size ? k.micro_batch_size : (plan.pp == 1 ? B : (B + plan.pp - 1) / plan.pp);
   const int64_t P = kNewTokens * ((B + mbs - 1) / mbs);
-  const auto stats = engine.comm_stats();
-  const auto passes = engine.forward_passes_per_rank();
-  const auto shards = engine.shards();
+  const EngineStats engine_stats = engine.stats();
+  const auto& stats = engine_stats.comm;
+  const auto& passes = engine_stats.forward_passes;
+  const auto& shards = engine_stats.shards;
   int64_t dispatch_total = 0, combine_total = 0;
   for (int r = 0; r < plan.world(); ++r) {
     SCOPED_TRACE("rank " + std::to_string(r));

@@ -1,4 +1,4 @@
-// Asynchronous steps on CPU ranks. Engine::execute_pipelined: every rank runs every group's
+// Asynchronous steps on CPU ranks. run_pipelined (runtime/step_benchmark.h): every rank runs every group's
 // step once per round, the groups' results are those of the synchronous step (the same KV
 // entries are rewritten each round). Engine::submit / wait: each group's outputs, in every
 // head mode, equal the synchronous step's, whatever the order of the waits; misuse fails with
@@ -10,10 +10,15 @@
 #include "core/error.h"
 #include "parallel/plan_parse.h"
 #include "runtime/engine.h"
-#include "runtime/step_builder.h"
+#include "runtime/step_benchmark.h"
 
 namespace moeserve::runtime {
 namespace {
+
+// A synchronous step: submit, then wait.
+StepOutputs run_step(Engine& engine, const StepPlan& step, HeadMode head = HeadMode::kLogits) {
+  return engine.wait(engine.submit(step, head));
+}
 
 constexpr int64_t kContext = 20;
 
@@ -29,25 +34,14 @@ EngineOptions options_for(const std::string& plan_name) {
 // `groups` micro-batches of `per_group` sequences decoding position kContext.
 StepPlan grouped_decode_step(const Engine& engine, int64_t groups, int64_t per_group) {
   const EngineOptions& o = engine.options();
-  std::vector<PagePool> pools;
-  for (int d = 0; d < o.plan.attn_dp; ++d) pools.emplace_back(o.num_pages);
-  std::vector<SequenceState> seqs(static_cast<size_t>(groups * per_group));
-  std::vector<size_t> live;
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    SequenceState& s = seqs[i];
-    for (int64_t t = 0; t <= kContext; ++t) s.tokens.push_back(static_cast<int32_t>((i * 31 + t * 7) % 200 + 1));
-    s.prompt_len = kContext + 1;
-    s.cached = kContext;
-    s.replica = static_cast<int>(i % o.plan.attn_dp);
-    live.push_back(i);
-  }
-  StepOptions so;
-  so.page_size = o.page_size;
-  so.max_pages_per_seq = (kContext + 1 + o.page_size - 1) / o.page_size;
-  so.attn_dp = o.plan.attn_dp;
-  so.pp = o.plan.pp;
-  so.max_micro_batch_size = per_group;
-  return build_step(seqs, live, pools, so);
+  return synthetic_decode_step(
+      {.batch = groups * per_group,
+       .context = kContext,
+       .page_size = o.page_size,
+       .num_pages = o.num_pages,
+       .attn_dp = o.plan.attn_dp,
+       .micro_batching = {.pp = o.plan.pp, .max_micro_batch_size = per_group},
+       .token_of = [](int64_t i) { return static_cast<int32_t>((i * 31 + kContext * 7) % 200 + 1); }});
 }
 
 class Pipelined : public ::testing::TestWithParam<std::string> {};
@@ -59,14 +53,14 @@ TEST_P(Pipelined, EveryRankRunsEveryGroupEveryRoundAndResultsMatchTheSynchronous
   ASSERT_EQ(static_cast<int>(step.micro_batches.size()), stages);
   // Fill the cache rows the step reads (positions < kContext hold zeros otherwise: still a
   // deterministic input), then the reference logits of the synchronous step.
-  const auto before = engine.execute(step);
-  const auto passes_before = engine.forward_passes_per_rank();
+  const auto before = run_step(engine, step).rows;
+  const auto passes_before = engine.stats().forward_passes;
   constexpr int kRounds = 3;
-  engine.execute_pipelined(step, kRounds);
-  const auto passes_after = engine.forward_passes_per_rank();
+  run_pipelined(engine, step, kRounds);
+  const auto passes_after = engine.stats().forward_passes;
   for (size_t r = 0; r < passes_after.size(); ++r)
     EXPECT_EQ(passes_after[r] - passes_before[r], kRounds * stages) << "rank " << r;
-  const auto after = engine.execute(step);
+  const auto after = run_step(engine, step).rows;
   ASSERT_EQ(after.size(), before.size());
   for (size_t m = 0; m < after.size(); ++m)
     for (size_t d = 0; d < after[m].size(); ++d) {
@@ -99,17 +93,13 @@ TEST_P(Pipelined, SubmittedStepsGiveTheSynchronousOutputsInEveryHeadMode) {
   for (auto& micro_batch : step.micro_batches)  // a candidate head samples each row at its temperature
     for (auto& replica : micro_batch.replicas)
       replica.batch.temperatures.assign(replica.batch.logit_rows.size(), 0.7f);
-  engine.execute(step);  // the cache rows the groups read
+  run_step(engine, step);  // the cache rows the groups read
   for (HeadMode head : {HeadMode::kLogits, HeadMode::kGreedy, HeadMode::kCandidates}) {
     SCOPED_TRACE(testing::Message() << "head mode " << static_cast<int>(head));
     std::vector<StepOutputs> expected;
     for (int m = 0; m < stages; ++m) {
       const StepPlan group = group_of(step, static_cast<size_t>(m));
-      StepOutputs out;
-      if (head == HeadMode::kLogits) out.rows = engine.execute(group);
-      if (head == HeadMode::kGreedy) out.rows = engine.execute_greedy(group);
-      if (head == HeadMode::kCandidates) out.candidates = engine.execute_candidates(group);
-      expected.push_back(std::move(out));
+      expected.push_back(run_step(engine, group, head));
     }
     // Every group twice in flight; waited newest first in the first round, oldest first after.
     std::vector<StepTicket> tickets;
@@ -135,13 +125,13 @@ TEST_P(Pipelined, SubmittedStepsGiveTheSynchronousOutputsInEveryHeadMode) {
   }
 }
 
-TEST(PipelinedArguments, WaitsMustMatchSubmittedStepsAndSynchronousCallsWaitForThem) {
+TEST(PipelinedArguments, WaitsMustMatchSubmittedStepsAndRankCallsNeedThemWaitedFor) {
   Engine engine(open_model("synthetic:tiny"), options_for("pp2"));
   const StepPlan step = grouped_decode_step(engine, 2, 1);
   const StepTicket ticket = engine.submit(group_of(step, 0), HeadMode::kGreedy);
   try {
-    engine.execute(step);
-    FAIL() << "a synchronous step ran while a submitted one was not waited for";
+    engine.sample_logits_rows(0, {}, {});
+    FAIL() << "a synchronous call ran while a submitted step was not waited for";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("1 submitted steps were not waited for"), std::string::npos) << e.what();
   }
@@ -153,7 +143,7 @@ TEST(PipelinedArguments, WaitsMustMatchSubmittedStepsAndSynchronousCallsWaitForT
     EXPECT_NE(std::string(e.what()).find("was not submitted or was already waited for"), std::string::npos)
         << e.what();
   }
-  EXPECT_NO_THROW(engine.execute(step));  // the engine is still usable
+  EXPECT_NO_THROW(run_step(engine, step));  // the engine is still usable
 }
 
 // A rank that fails inside a submitted step (here the last stage: a candidate head without the
@@ -171,8 +161,8 @@ TEST(PipelinedArguments, ARankFailingInASubmittedStepFailsItsWaitAndStopsTheEngi
     EXPECT_NE(std::string(e.what()).find("temperatures"), std::string::npos) << e.what();
   }
   try {
-    engine.execute(step);
-    FAIL() << "a step ran after a failed one";
+    engine.submit(step, HeadMode::kLogits);
+    FAIL() << "a step was accepted after a failed one";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("stopped after a failed step"), std::string::npos) << e.what();
   }
@@ -182,7 +172,7 @@ TEST(PipelinedArguments, RoundsMustBePositive) {
   Engine engine(open_model("synthetic:tiny"), options_for("pp2"));
   const StepPlan step = grouped_decode_step(engine, 2, 1);
   try {
-    engine.execute_pipelined(step, 0);
+    run_pipelined(engine, step, 0);
     FAIL() << "rounds = 0 was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("rounds must be positive"), std::string::npos) << e.what();

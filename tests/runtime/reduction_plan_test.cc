@@ -13,6 +13,7 @@
 #include "model/deepseek_v3_weights.h"
 #include "parallel/plan_parse.h"
 #include "runtime/engine.h"
+#include "runtime/generate.h"
 
 namespace moeserve::runtime {
 namespace {
@@ -73,7 +74,7 @@ std::vector<GenerateResult> generate(const ModelSource& model, const EngineOptio
     requests.push_back(r);
   }
   Engine engine(model, options);
-  return engine.generate(requests, /*return_prompt_logits=*/true);
+  return runtime::generate(engine, requests, {.prompt_logits = true});
 }
 
 TEST(ReductionPlans, EveryNestingPresetGivesTheSingleRanksBits) {

@@ -402,7 +402,7 @@ void expect_consistent_batches(const ScheduledStep& step, const SchedulerOptions
         const int32_t row = b.seq_of_token[t];
         EXPECT_EQ(b.block_tables[row * b.max_pages_per_seq + b.positions[t] / o.page_size], page);
       }
-      EXPECT_EQ(b.num_tokens(), runtime::padded_token_count(b.num_tokens()));
+      EXPECT_EQ(b.num_tokens(), step::padded_token_count(b.num_tokens()));
     }
 }
 
@@ -430,7 +430,7 @@ TEST(SchedulerGroups, RandomWorkloadWithStepsInFlightKeepsEveryInvariant) {
       std::set<std::pair<int, int32_t>> pages;
       for (const auto& mb : step.plan.micro_batches)
         for (int d = 0; d < o.attn_dp; ++d) {
-          const runtime::ReplicaBatch& rb = mb.replicas[d];
+          const step::ReplicaBatch& rb = mb.replicas[d];
           for (int64_t t = 0; t < rb.batch.num_tokens(); ++t) {
             const auto row = static_cast<size_t>(rb.batch.seq_of_token[t]);
             if (row >= rb.sequences.size()) continue;
@@ -539,6 +539,36 @@ TEST(Scheduler, RandomWorkloadKeepsEveryInvariant) {
     s.flush_prefix_cache();
     for (int d = 0; d < o.attn_dp; ++d) EXPECT_EQ(s.kv(d).free_pages(), o.pages_per_replica - 1);
   }
+}
+
+TEST(Scheduler, PromptLogitsGiveEveryPromptTokenARowAcrossChunks) {
+  SchedulerOptions o = small_options();
+  o.chunked_prefill_size = 4;
+  Scheduler s(o);
+  s.add(1, prompt_of(9));
+  step_once(s);  // request 1's prompt is now in the prefix cache
+  s.finish(1);
+  s.add(2, prompt_of(9), {.prompt_logits = true});  // the same prompt: no prefix reuse
+  std::vector<int64_t> positions;  // the position of each prompt row, in delivery order
+  for (int i = 0; i < 3; ++i) {
+    const ScheduledStep step = step_once(s);
+    ASSERT_EQ(step.chunks.size(), 1u);
+    const ScheduledChunk& c = step.chunks[0];
+    ASSERT_TRUE(c.prompt_rows);
+    const step::ReplicaBatch& rb = step.plan.micro_batches[c.micro_batch].replicas[c.replica];
+    for (int64_t t = c.begin; t < c.end; ++t) {
+      const int32_t token_index = rb.batch.logit_rows[c.first_prompt_row + t - c.begin];
+      positions.push_back(rb.batch.positions[token_index]);
+    }
+    EXPECT_EQ(c.logit_row, c.end == 9 ? c.first_prompt_row + c.end - c.begin - 1 : -1);
+  }
+  EXPECT_EQ(positions, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(s.cached_prompt_tokens(2), 0);
+  // Decode after the prompt: one row, the usual way.
+  const ScheduledStep decode = step_once(s);
+  ASSERT_EQ(decode.chunks.size(), 1u);
+  EXPECT_FALSE(decode.chunks[0].prompt_rows);
+  EXPECT_EQ(decode.chunks[0].logit_row, 0);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // The serving loop on synthetic:tiny under several plans: whatever the scheduler does
 // (continuous batching, chunked prefill, padding, preemption, prefix reuse, DP replicas,
 // PP micro-batches, pipeline groups with steps in flight), every request's greedy tokens equal
-// Engine::generate's for it, and every KV page comes back, also when requests are cancelled
+// runtime::generate's for it, and every KV page comes back, also when requests are cancelled
 // while their step is in flight.
 #include <gtest/gtest.h>
 

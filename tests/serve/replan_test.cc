@@ -1,5 +1,5 @@
 // Live re-plan in the engine loop (EngineLoop::replan) on synthetic:tiny: requests in flight
-// and requests arriving during the switch all finish with the greedy tokens Engine::generate
+// and requests arriving during the switch all finish with the greedy tokens runtime::generate
 // gives them; a new engine that fails to build brings the old plan back; a loop without an
 // engine factory refuses.
 #include <gtest/gtest.h>

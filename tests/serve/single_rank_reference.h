@@ -1,4 +1,4 @@
-// Greedy tokens of `prompts` from Engine::generate on one CPU rank of synthetic:tiny: the
+// Greedy tokens of `prompts` from runtime::generate on one CPU rank of synthetic:tiny: the
 // reference every serving-loop test compares its outputs with.
 #pragma once
 
@@ -8,6 +8,7 @@
 #include "model/model_source.h"
 #include "parallel/plan_parse.h"
 #include "runtime/engine.h"
+#include "runtime/generate.h"
 
 namespace moeserve::serve {
 
@@ -26,7 +27,7 @@ inline std::vector<std::vector<int32_t>> single_rank_reference(const std::vector
     requests.push_back(r);
   }
   std::vector<std::vector<int32_t>> out;
-  for (const auto& r : engine.generate(requests, false)) out.push_back(r.tokens);
+  for (const auto& r : runtime::generate(engine, requests)) out.push_back(r.tokens);
   return out;
 }
 

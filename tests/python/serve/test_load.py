@@ -5,7 +5,7 @@ a request, every page is free once the prefix cache is flushed, and the server's
 memory is within 10% of what it was before the load.
 
 "Before the load" is measured after a warm-up of 200 requests of the same mix: the forward
-keeps one workspace per padded step size (runtime/step_builder.h: padded_token_count) and
+keeps one workspace per padded step size (step/step_plan.h: padded_token_count) and
 the allocator keeps its arenas, so the first load grows memory once by design; what must not
 happen is growth with the number of requests served.
 """

@@ -1,10 +1,10 @@
-#include "serve/logprobs.h"
+#include "runtime/logprobs.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
-namespace moeserve::serve {
+namespace moeserve::runtime {
 
 TokenLogprob token_logprob(const float* logits, int64_t vocab, int32_t token, int top_n) {
   const float max = *std::max_element(logits, logits + vocab);
@@ -26,4 +26,4 @@ TokenLogprob token_logprob(const float* logits, int64_t vocab, int32_t token, in
   return out;
 }
 
-}  // namespace moeserve::serve
+}  // namespace moeserve::runtime

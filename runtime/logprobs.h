@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-namespace moeserve::serve {
+namespace moeserve::runtime {
 
 struct TokenLogprob {
   int32_t token = 0;
@@ -16,4 +16,4 @@ struct TokenLogprob {
 
 TokenLogprob token_logprob(const float* logits, int64_t vocab, int32_t token, int top_n);
 
-}  // namespace moeserve::serve
+}  // namespace moeserve::runtime

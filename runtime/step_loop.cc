@@ -1,0 +1,234 @@
+#include "runtime/step_loop.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/thread_pool.h"
+
+namespace moeserve::runtime {
+
+namespace {
+double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+}  // namespace
+
+StepLoop::StepLoop(Engine& engine, StepLoopOptions options)
+    : engine_(engine), options_(std::move(options)), scheduler_(options_.scheduler) {}
+
+void StepLoop::finish_in_flight() {
+  for (const Flight& flight : in_flight_) {
+    try {
+      engine_.wait(flight.ticket);
+    } catch (const std::exception&) {  // the engine failed: whoever drove the loop was told
+    }
+  }
+  in_flight_.clear();
+}
+
+template <typename Fn>
+auto StepLoop::on_engine(Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    in_flight_.clear();  // the engine has stopped: nothing submitted will complete
+    throw EngineFailure(e.what());
+  }
+}
+
+void StepLoop::warm_up() {
+  for (step::StepPlan& plan : scheduler_.warmup_steps())
+    on_engine([&] { return engine_.wait(engine_.submit(std::move(plan), HeadMode::kLogits)); });
+}
+
+void StepLoop::add(sched::RequestId id, LoopRequest request) {
+  scheduler_.add(id, request.prompt, {.prompt_logits = request.prompt_logits});
+  requests_.emplace(id, std::move(request));
+}
+
+void StepLoop::finish(sched::RequestId id) {
+  scheduler_.finish(id);
+  requests_.erase(id);
+}
+
+ops::SamplingOptions StepLoop::next_draw(sched::RequestId id, const LoopRequest& request) const {
+  ops::SamplingOptions options = request.sampling;
+  options.step = static_cast<uint64_t>(scheduler_.generated_tokens(id));
+  return options;
+}
+
+HeadMode StepLoop::choose_head(sched::ScheduledStep& step) const {
+  // The least that lets every row draw: greedy rows without logprobs need only each row's
+  // argmax; sampled rows their top candidates and softmax normaliser (both reduced on the
+  // devices); full fp32 logits come to the host only for logprobs, prompt logits or a top_k
+  // beyond the candidates. A step of several micro-batches (the candidates' fallback can fetch
+  // the last one's logits only) and a pipeline group's step (a later group's step may replace
+  // its logits on the devices before a fallback could fetch them) draw every row on the
+  // devices right after its micro-batch instead (kSampled), under options uploaded with the batch.
+  HeadMode head = HeadMode::kGreedy;
+  for (const auto& chunk : step.chunks) {
+    const LoopRequest& r = requests_.at(chunk.id);
+    if (chunk.prompt_rows) head = HeadMode::kLogits;
+    if (chunk.logit_row < 0) continue;
+    const bool greedy_row = r.sampling.temperature <= 0.0f || r.sampling.top_k == 1;
+    if (r.top_logprobs >= 0 || r.sampling.top_k > DeepseekV3::kSampleCandidates) {
+      head = HeadMode::kLogits;
+    } else if (!greedy_row && head == HeadMode::kGreedy) {
+      head = HeadMode::kCandidates;
+    }
+  }
+  const bool pipelined = scheduler_.options().pipeline_groups > 1;
+  if (head == HeadMode::kCandidates && (step.plan.micro_batches.size() != 1 || pipelined)) head = HeadMode::kSampled;
+  return head;
+}
+
+void StepLoop::set_row_options(sched::ScheduledStep& step, HeadMode head) const {
+  if (head != HeadMode::kSampled && head != HeadMode::kCandidates) return;
+  for (auto& micro_batch : step.plan.micro_batches)
+    for (auto& replica : micro_batch.replicas) {
+      const size_t rows = replica.batch.logit_rows.size();
+      // Rows that draw nothing (padding) are greedy: temperature 0.
+      if (head == HeadMode::kSampled) replica.batch.sampling.assign(rows, {});
+      if (head == HeadMode::kCandidates) replica.batch.temperatures.assign(rows, 0.0f);
+    }
+  for (const auto& chunk : step.chunks) {
+    if (chunk.logit_row < 0) continue;
+    const LoopRequest& r = requests_.at(chunk.id);
+    ForwardBatch& batch = step.plan.micro_batches[chunk.micro_batch].replicas[chunk.replica].batch;
+    if (head == HeadMode::kSampled) batch.sampling[chunk.logit_row] = next_draw(chunk.id, r);
+    if (head == HeadMode::kCandidates)
+      batch.temperatures[chunk.logit_row] = r.sampling.top_k == 1 ? 0.0f : std::max(r.sampling.temperature, 0.0f);
+  }
+}
+
+void StepLoop::top_up() {
+  const int groups = scheduler_.options().pipeline_groups;
+  for (int g = 0; g < groups; ++g) {
+    if (std::any_of(in_flight_.begin(), in_flight_.end(), [&](const Flight& f) { return f.step.group == g; }))
+      continue;
+    const auto scheduled = Clock::now();
+    sched::ScheduledStep step = scheduler_.schedule(g);
+    if (step.empty()) continue;
+    if (options_.on_scheduled) options_.on_scheduled(step, scheduled);
+    const HeadMode head = choose_head(step);
+    set_row_options(step, head);
+    const StepTicket ticket = on_engine([&] { return engine_.submit(step.plan, head); });
+    in_flight_.push_back({std::move(step), head, ticket, scheduled});
+  }
+}
+
+StepResult StepLoop::step() {
+  const auto top_up_start = Clock::now();
+  top_up();
+  StepResult result;
+  if (in_flight_.empty()) {
+    result.stalled = true;
+    return result;
+  }
+  Flight oldest = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  const auto wait_start = Clock::now();
+  StepOutputs outputs = on_engine([&] { return engine_.wait(oldest.ticket); });
+  const auto wait_end = Clock::now();
+  draw(oldest, outputs, result);
+  collect_prompt_logits(oldest.step, outputs, result);
+  std::vector<int32_t> sampled;
+  for (const DrawnToken& t : result.tokens) sampled.push_back(t.token);
+  scheduler_.commit(oldest.step, sampled);
+  // Tokens of requests that ended while the step ran were drawn as placeholders: drop them.
+  std::erase_if(result.tokens, [&](const DrawnToken& t) { return !requests_.count(t.id); });
+  result.scheduled = oldest.scheduled;
+  result.prefill_tokens = oldest.step.prefill_tokens;
+  // Not the time the step spent in flight behind other groups' steps.
+  result.host_seconds = seconds_between(top_up_start, wait_start) + seconds_between(wait_end, Clock::now());
+  return result;
+}
+
+StepLoop::Rows StepLoop::rows_of(const sched::ScheduledStep& step) const {
+  Rows rows;
+  for (const auto& chunk : step.chunks) {
+    if (chunk.logit_row < 0) continue;
+    rows.chunks.push_back(&chunk);
+    auto it = requests_.find(chunk.id);  // a pipeline group's step may outlive a request
+    rows.owners.push_back(it == requests_.end() ? nullptr : &it->second);
+  }
+  return rows;
+}
+
+void StepLoop::draw(const Flight& flight, StepOutputs& outputs, StepResult& result) {
+  const HeadMode head = flight.head;
+  const std::vector<std::vector<Tensor>>& logits = outputs.rows;  // or drawn ids
+  const int64_t vocab = engine_.config().vocab_size;
+  const Rows rows = rows_of(flight.step);
+  std::vector<DrawnToken>& drawn = result.tokens;
+  drawn.assign(rows.chunks.size(), DrawnToken{});
+  auto sample = [&](size_t i) {
+    const sched::ScheduledChunk& chunk = *rows.chunks[i];
+    drawn[i].id = chunk.id;
+    const LoopRequest* owner = rows.owners[i];
+    if (owner == nullptr) return;
+    if (head == HeadMode::kGreedy || head == HeadMode::kSampled) {  // ids drawn on the devices
+      drawn[i].token = logits.at(chunk.micro_batch).at(chunk.replica).i32()[chunk.logit_row];
+    } else if (head == HeadMode::kCandidates) {  // -1: drawn over the row's whole logits below
+      const SampleCandidates& c = outputs.candidates.at(chunk.micro_batch).at(chunk.replica);
+      const int64_t r = chunk.logit_row;
+      drawn[i].token = cpu::sample_candidates(
+          {c.values.data() + r * c.count, c.ids.data() + r * c.count, c.count, c.normaliser[r]}, vocab,
+          next_draw(chunk.id, *owner));
+    } else {
+      const float* row = logits.at(chunk.micro_batch).at(chunk.replica).f32() + chunk.logit_row * vocab;
+      drawn[i].token = cpu::sample_row(row, vocab, next_draw(chunk.id, *owner));
+      if (owner->top_logprobs >= 0) drawn[i].logprob = token_logprob(row, vocab, drawn[i].token, owner->top_logprobs);
+    }
+  };
+  if (head != HeadMode::kLogits) {
+    for (size_t i = 0; i < drawn.size(); ++i) sample(i);
+  } else {
+    // Rows are independent and each sorts a vocabulary of logits: over the host's cores (the
+    // ranks' threads are idle between steps). Results do not depend on the split.
+    ThreadPool::global().parallel_for(drawn.size(), 1, [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) sample(i);
+    });
+  }
+  draw_fallbacks(rows, drawn, result);
+  if (head == HeadMode::kCandidates) result.candidate_rows = static_cast<int64_t>(drawn.size());
+  if (head == HeadMode::kSampled) result.device_drawn_rows = static_cast<int64_t>(drawn.size());
+  // Rows that asked for logprobs always run with the logits head, where sample() filled them.
+  for (size_t i = 0; i < drawn.size(); ++i)
+    if (rows.owners[i] != nullptr && rows.owners[i]->top_logprobs < 0) drawn[i].logprob = {drawn[i].token, 0, {}};
+}
+
+void StepLoop::draw_fallbacks(const Rows& rows, std::vector<DrawnToken>& drawn, StepResult& result) {
+  // The rows' logits are still on the devices until the next step (one call per replica; only
+  // the tokens come back). Steps in flight never take the candidates head: a later step would
+  // have overwritten these logits.
+  std::map<int, std::vector<size_t>> fallback;  // replica -> indices into rows
+  for (size_t i = 0; i < drawn.size(); ++i)
+    if (drawn[i].token < 0) fallback[rows.chunks[i]->replica].push_back(i);
+  for (const auto& [replica, indices] : fallback) {
+    std::vector<int64_t> logit_rows;
+    std::vector<ops::SamplingOptions> options;
+    for (size_t i : indices) {
+      logit_rows.push_back(rows.chunks[i]->logit_row);
+      options.push_back(next_draw(rows.chunks[i]->id, *rows.owners[i]));
+    }
+    const std::vector<int32_t> tokens = on_engine([&] { return engine_.sample_logits_rows(replica, logit_rows, options); });
+    for (size_t j = 0; j < indices.size(); ++j) drawn[indices[j]].token = tokens[j];
+    result.fallback_rows += static_cast<int64_t>(indices.size());
+  }
+}
+
+void StepLoop::collect_prompt_logits(const sched::ScheduledStep& step, const StepOutputs& outputs,
+                                     StepResult& result) const {
+  const int64_t vocab = engine_.config().vocab_size;
+  for (const auto& chunk : step.chunks) {
+    if (!chunk.prompt_rows || !requests_.count(chunk.id)) continue;
+    const int64_t n = chunk.end - chunk.begin;
+    Tensor rows(DType::F32, {n, vocab});
+    const Tensor& all = outputs.rows.at(chunk.micro_batch).at(chunk.replica);
+    std::memcpy(rows.f32(), all.f32() + chunk.first_prompt_row * vocab, rows.nbytes());
+    result.prompt_logits.push_back({chunk.id, chunk.begin, std::move(rows)});
+  }
+}
+
+}  // namespace moeserve::runtime

@@ -1,0 +1,139 @@
+// The step loop that `moeserve generate` and `moeserve serve` share: one scheduler
+// (sched/scheduler.h) over the engine's KV cache, and step = schedule -> run on every rank
+// (Engine::submit) -> draw each finished row's next token (temperature, top_p, top_k, min_p,
+// seed; logprobs) -> commit. Continuous batching comes from the scheduler; with pipeline
+// groups (SchedulerOptions::pipeline_groups > 1) every group keeps one step in flight, so
+// while the last stage runs one group's step the first runs another's.
+//
+// It knows nothing of text, stop conditions or clients: the caller reads each step's tokens,
+// decides which requests are done and calls finish(). Single-threaded: one thread drives it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "core/error.h"
+#include "ops/ops.h"
+#include "runtime/engine.h"
+#include "runtime/logprobs.h"
+#include "sched/scheduler.h"
+
+namespace moeserve::runtime {
+
+using Clock = std::chrono::steady_clock;
+
+struct LoopRequest {
+  std::vector<int32_t> prompt = {};  // ids valid for the model (the caller checks them)
+  ops::SamplingOptions sampling = {};  // `step` is set per draw: draws are a pure function of (seed, step)
+  int top_logprobs = -1;          // >= 0: each token's logprob and its top_logprobs alternatives
+  bool prompt_logits = false;     // every prompt token's fp32 logits (StepResult::prompt_logits)
+};
+
+// One token drawn for a request.
+struct DrawnToken {
+  sched::RequestId id;
+  int32_t token;
+  TokenLogprob logprob;  // {token, 0, {}} without top_logprobs
+};
+
+// The logits of prompt tokens [begin, begin + rows.dim(0)) of a request (one prefill chunk).
+struct PromptLogitRows {
+  sched::RequestId id;
+  int64_t begin;
+  Tensor rows;  // [tokens, vocab] fp32
+};
+
+// A step that completed and was committed.
+struct StepResult {
+  bool stalled = false;  // nothing could be scheduled and nothing runs: the waiting requests never fit
+  std::vector<DrawnToken> tokens;  // in step order; none for requests finished while it ran
+  std::vector<PromptLogitRows> prompt_logits;
+  Clock::time_point scheduled;  // when the step was scheduled
+  double host_seconds = 0;      // the leader's time on it outside the forward (schedule, draw, commit)
+  int64_t prefill_tokens = 0;   // ScheduledStep::prefill_tokens
+  // How its rows were drawn (for metrics): from device-reduced candidates, of those the ones
+  // that fell back to a draw over their whole logits, and those drawn whole on the devices.
+  int64_t candidate_rows = 0, fallback_rows = 0, device_drawn_rows = 0;
+};
+
+// The engine failed a step: it has stopped, and so has the loop (nothing in flight completes).
+class EngineFailure : public Error {
+ public:
+  using Error::Error;
+};
+
+struct StepLoopOptions {
+  sched::SchedulerOptions scheduler = {};
+  // Called for every step scheduled, when it is scheduled (serve: queue-time metrics).
+  std::function<void(const sched::ScheduledStep&, Clock::time_point)> on_scheduled = {};
+};
+
+class StepLoop {
+ public:
+  StepLoop(Engine& engine, StepLoopOptions options);
+  ~StepLoop() { finish_in_flight(); }
+  StepLoop(const StepLoop&) = delete;
+  StepLoop& operator=(const StepLoop&) = delete;
+
+  // Runs every padded step size once (sched::Scheduler::warmup_steps), before serving.
+  void warm_up();
+
+  // Queues a request (throws what Scheduler::add throws, e.g. a prompt too long for the cache).
+  void add(sched::RequestId id, LoopRequest request);
+  // Ends a request wherever it is; a step in flight that holds it draws nothing for it.
+  void finish(sched::RequestId id);
+  // Lets the steps in flight complete on the ranks and drops their results (shutting down:
+  // the engine may outlive the loop). Engine failures are not reported again.
+  void finish_in_flight();
+  // Nothing waiting, running or in flight.
+  bool idle() const { return scheduler_.idle() && in_flight_.empty(); }
+
+  // Submits a step for every pipeline group without one in flight, then completes the oldest
+  // in flight: waits for it, draws its rows, commits. Throws EngineFailure when the engine
+  // failed; anything else it throws is a bookkeeping bug.
+  StepResult step();
+
+  sched::Scheduler& scheduler() { return scheduler_; }
+  const sched::Scheduler& scheduler() const { return scheduler_; }
+
+ private:
+  struct Flight {
+    sched::ScheduledStep step;
+    HeadMode head;
+    StepTicket ticket;
+    Clock::time_point scheduled;
+  };
+  // The logit rows a step draws from, in step order, and the request of each (null: ended).
+  struct Rows {
+    std::vector<const sched::ScheduledChunk*> chunks;
+    std::vector<const LoopRequest*> owners;
+  };
+  void top_up();
+  // The head a step needs (and, for candidates or device draws, each logit row's options in
+  // its batch).
+  HeadMode choose_head(sched::ScheduledStep& step) const;
+  void set_row_options(sched::ScheduledStep& step, HeadMode head) const;
+  // The options of a request's next draw.
+  ops::SamplingOptions next_draw(sched::RequestId id, const LoopRequest& request) const;
+  Rows rows_of(const sched::ScheduledStep& step) const;
+  void draw(const Flight& flight, StepOutputs& outputs, StepResult& result);
+  // Draws that reached past their row's candidates, over the rows' whole logits on the devices.
+  void draw_fallbacks(const Rows& rows, std::vector<DrawnToken>& drawn, StepResult& result);
+  void collect_prompt_logits(const sched::ScheduledStep& step, const StepOutputs& outputs, StepResult& result) const;
+  // Runs an engine call; an exception from it stops the loop and becomes an EngineFailure.
+  template <typename Fn>
+  auto on_engine(Fn&& fn) -> decltype(fn());
+
+  Engine& engine_;
+  StepLoopOptions options_;
+  sched::Scheduler scheduler_;
+  std::unordered_map<sched::RequestId, LoopRequest> requests_;
+  std::deque<Flight> in_flight_;  // oldest first
+};
+
+}  // namespace moeserve::runtime

@@ -1,0 +1,28 @@
+// The tokens of one forward pass on one rank, as the scheduler lays them out and the model
+// consumes them: pure host data, no tensors.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "step/sampling_options.h"
+
+namespace moeserve {
+
+// One step's tokens on this rank (host memory; the forward uploads what the backend needs).
+// Tokens of several sequences are concatenated; each token carries its sequence's index
+// into `block_tables`, its position, and the cache slot its latent is written to.
+struct ForwardBatch {
+  std::vector<int32_t> tokens;        // [T]
+  std::vector<int32_t> positions;     // [T]
+  std::vector<int32_t> seq_of_token;  // [T]
+  std::vector<int32_t> slots;         // [T] page * page_size + offset
+  std::vector<int32_t> block_tables;  // [num_seqs * max_pages_per_seq]
+  int64_t max_pages_per_seq = 0;
+  std::vector<int32_t> logit_rows;    // token indices whose logits are returned
+  std::vector<float> temperatures;    // [logit_rows]: each row's sampling temperature (candidate heads)
+  std::vector<ops::SamplingOptions> sampling;  // [logit_rows]: each row's draw (sampled heads)
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+};
+
+}  // namespace moeserve
