@@ -41,7 +41,8 @@ std::string join_ids(const std::vector<int32_t>& ids) {
 void write_npy(const std::string& path, const Tensor& tensor) {
   MS_CHECK(tensor.dtype() == DType::F32, "{}: only F32 tensors can be written", path);
   std::string shape = "(";
-  for (size_t i = 0; i < tensor.rank(); ++i) shape += std::to_string(tensor.dim(i)) + (tensor.rank() == 1 ? "," : (i + 1 < tensor.rank() ? ", " : ""));
+  for (size_t i = 0; i < tensor.rank(); ++i)
+    shape += std::to_string(tensor.dim(i)) + (tensor.rank() == 1 ? "," : (i + 1 < tensor.rank() ? ", " : ""));
   shape += ")";
   std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
   // Magic (6) + version (2) + length (2) + header, padded with spaces to a multiple of 64.

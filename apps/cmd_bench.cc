@@ -26,7 +26,7 @@ struct BenchArgs {
   std::string output_file;
   bool output_details = false;
   bool disable_progress = false;
-  std::string tokenizer;           // sharegpt: whose token counts
+  std::string tokenizer;            // sharegpt: whose token counts
   int64_t sharegpt_output_len = 0;  // sharegpt: > 0 fixes every output length
   bench::DatasetOptions dataset;
 };
@@ -87,8 +87,8 @@ void run_bench_command(const BenchArgs& args) {
   std::vector<bench::BenchPrompt> prompts;
   const std::string sharegpt = "sharegpt:";
   if (args.dataset.name.rfind(sharegpt, 0) == 0) {
-    MS_CHECK(!args.tokenizer.empty(), "--dataset {}: needs --tokenizer (a model directory or \"synthetic\") to count tokens",
-             args.dataset.name);
+    MS_CHECK(!args.tokenizer.empty(),
+             "--dataset {}: needs --tokenizer (a model directory or \"synthetic\") to count tokens", args.dataset.name);
     const auto tok = tokenizer::load_tokenizer(args.tokenizer);
     prompts = bench::sharegpt_prompts(args.dataset.name.substr(sharegpt.size()), args.dataset.num_prompts,
                                       args.sharegpt_output_len, args.dataset.seed, [&](const std::string& text) {
@@ -151,8 +151,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--random-range-ratio", args->dataset.range_ratio,
                   "Lengths drawn from [len * ratio, len] (1: exactly len)")
       ->capture_default_str();
-  cmd->add_option("--vocab-size", args->dataset.vocab_size, "random-ids: ids drawn from [0, N)")
-      ->capture_default_str();
+  cmd->add_option("--vocab-size", args->dataset.vocab_size, "random-ids: ids drawn from [0, N)")->capture_default_str();
   cmd->add_option("--request-rate", args->request_rate, "Poisson arrivals per second, or inf (all at once)")
       ->capture_default_str();
   cmd->add_option("--seed", args->dataset.seed, "Seed of prompts, lengths and arrivals")->capture_default_str();

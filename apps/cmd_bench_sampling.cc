@@ -4,14 +4,13 @@
 // `--backend cuda`, beside it the device's whole-row draw of the same rows in one call
 // (ops::SampleParams: the candidates' fallback for rows whose filters reach past them), timed
 // from the call to the tokens on the host, and whether it drew the host's tokens.
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "apps/commands.h"
 #include "backend/cpu/sampling.h"
@@ -35,7 +34,8 @@ struct BenchSamplingArgs {
 };
 
 void run_bench_sampling(const BenchSamplingArgs& args) {
-  MS_CHECK(args.vocab > 0 && args.rows > 0 && args.repeat > 0, "bench-sampling: --vocab, --rows and --repeat must be positive");
+  MS_CHECK(args.vocab > 0 && args.rows > 0 && args.repeat > 0,
+           "bench-sampling: --vocab, --rows and --repeat must be positive");
   std::vector<float> logits(static_cast<size_t>(args.vocab * args.rows));
   for (size_t i = 0; i < logits.size(); ++i) logits[i] = args.spread * uniform_pm1(7, i);
   ops::SamplingOptions o;
@@ -57,28 +57,31 @@ void run_bench_sampling(const BenchSamplingArgs& args) {
   };
   std::vector<int32_t> host(static_cast<size_t>(args.rows));
   const double host_ms = best_of([&] {
-    for (int64_t r = 0; r < args.rows; ++r) host[r] = cpu::sample_row(logits.data() + r * args.vocab, args.vocab, options[r]);
+    for (int64_t r = 0; r < args.rows; ++r)
+      host[r] = cpu::sample_row(logits.data() + r * args.vocab, args.vocab, options[r]);
   });
   int64_t checksum = 0;
   for (int32_t id : host) checksum += id;
-  std::printf("vocab %lld, %lld rows, logits in [-%g, %g], temperature %g, top_p %g, top_k %d: %.3f ms per row "
-              "(best of %d), checksum %lld\n",
-              (long long)args.vocab, (long long)args.rows, args.spread, args.spread, args.temperature, args.top_p,
-              args.top_k, host_ms / static_cast<double>(args.rows), args.repeat, (long long)checksum);
+  std::printf(
+      "vocab %lld, %lld rows, logits in [-%g, %g], temperature %g, top_p %g, top_k %d: %.3f ms per row "
+      "(best of %d), checksum %lld\n",
+      (long long)args.vocab, (long long)args.rows, args.spread, args.spread, args.temperature, args.top_p, args.top_k,
+      host_ms / static_cast<double>(args.rows), args.repeat, (long long)checksum);
   if (args.backend == "cpu") return;
   std::unique_ptr<ops::Backend> device = runtime::make_rank_backend(args.backend, 0);
   ops::BufferPtr d_logits = device->alloc(logits.size() * 4), d_tokens = device->alloc(host.size() * 4);
   device->upload(*d_logits, 0, logits.data(), logits.size() * 4);
   std::vector<int32_t> drawn(host.size());
   const double device_ms = best_of([&] {
-    device->sample({static_cast<const float*>(d_logits->data()), options.data(), static_cast<int32_t*>(d_tokens->data()),
-                    args.rows, args.vocab});
+    device->sample({static_cast<const float*>(d_logits->data()), options.data(),
+                    static_cast<int32_t*>(d_tokens->data()), args.rows, args.vocab});
     device->download(drawn.data(), *d_tokens, 0, drawn.size() * 4);
   });
-  std::printf("%s whole-row draw of the same %lld rows in one call: %.3f ms (%.4f ms per row, %.1fx the host's "
-              "thread), %s tokens\n",
-              args.backend.c_str(), (long long)args.rows, device_ms, device_ms / static_cast<double>(args.rows),
-              host_ms / device_ms, drawn == host ? "the host's" : "DIFFERENT");
+  std::printf(
+      "%s whole-row draw of the same %lld rows in one call: %.3f ms (%.4f ms per row, %.1fx the host's "
+      "thread), %s tokens\n",
+      args.backend.c_str(), (long long)args.rows, device_ms, device_ms / static_cast<double>(args.rows),
+      host_ms / device_ms, drawn == host ? "the host's" : "DIFFERENT");
   MS_CHECK(drawn == host, "bench-sampling: the {} backend drew different tokens from the host", args.backend);
 }
 
@@ -86,7 +89,8 @@ void run_bench_sampling(const BenchSamplingArgs& args) {
 
 void add_bench_sampling_command(CLI::App& app) {
   auto args = std::make_shared<BenchSamplingArgs>();
-  CLI::App* cmd = app.add_subcommand("bench-sampling", "Time the host's full-row sampler on random logits (one thread)");
+  CLI::App* cmd =
+      app.add_subcommand("bench-sampling", "Time the host's full-row sampler on random logits (one thread)");
   cmd->add_option("--vocab", args->vocab, "Vocabulary size")->capture_default_str();
   cmd->add_option("--rows", args->rows, "Rows sampled per repetition")->capture_default_str();
   cmd->add_option("--spread", args->spread, "Logits uniform in [-spread, spread]")->capture_default_str();

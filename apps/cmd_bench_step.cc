@@ -88,12 +88,17 @@ nlohmann::json report_pipelined(const runtime::StepBenchResult& r, const Ceiling
   const runtime::PipelinedResult& p = *r.pipelined;
   const double p_bytes = p.max_rank_bytes();
   const double p_gbs = p_bytes / (p.group_step_ms() * 1e-3) / 1e9;
-  std::printf("  pipelined, %d groups of %lld in flight: %.3f ms per group step (%.3f per round), %.1f tok/s, "
-              "%.3f GB/GPU/group step, %.1f GB/s/GPU, %.1f%% of copy\n",
-              p.groups, (long long)r.batch, p.group_step_ms(), p.round_ms, p.tokens_per_s, p_bytes / 1e9, p_gbs,
-              100 * fraction(p_gbs, ceilings.copy_gbs));
-  return {{"groups", p.groups}, {"group_step_ms", p.group_step_ms()}, {"round_ms", p.round_ms},
-          {"tokens_per_s", p.tokens_per_s}, {"bytes_per_gpu", p_bytes}, {"gbs_per_gpu", p_gbs},
+  std::printf(
+      "  pipelined, %d groups of %lld in flight: %.3f ms per group step (%.3f per round), %.1f tok/s, "
+      "%.3f GB/GPU/group step, %.1f GB/s/GPU, %.1f%% of copy\n",
+      p.groups, (long long)r.batch, p.group_step_ms(), p.round_ms, p.tokens_per_s, p_bytes / 1e9, p_gbs,
+      100 * fraction(p_gbs, ceilings.copy_gbs));
+  return {{"groups", p.groups},
+          {"group_step_ms", p.group_step_ms()},
+          {"round_ms", p.round_ms},
+          {"tokens_per_s", p.tokens_per_s},
+          {"bytes_per_gpu", p_bytes},
+          {"gbs_per_gpu", p_gbs},
           {"copy_fraction", fraction(p_gbs, ceilings.copy_gbs)}};
 }
 
@@ -113,8 +118,11 @@ void report_comm(const runtime::StepBenchResult& r, nlohmann::json& row) {
     std::printf("  comm %-8s %-14s %3lld calls x %10.0f B: %.3f ms/step in the step, %.3f ms/step alone\n",
                 c.group.c_str(), c.collective.c_str(), (long long)c.calls_per_step, c.bytes_per_call, c.ms_per_step,
                 c.ms_alone_per_step);
-    row["comm"].push_back({{"group", c.group}, {"collective", c.collective}, {"calls_per_step", c.calls_per_step},
-                           {"bytes_per_call", c.bytes_per_call}, {"ms_per_step", c.ms_per_step},
+    row["comm"].push_back({{"group", c.group},
+                           {"collective", c.collective},
+                           {"calls_per_step", c.calls_per_step},
+                           {"bytes_per_call", c.bytes_per_call},
+                           {"ms_per_step", c.ms_per_step},
                            {"ms_alone_per_step", c.ms_alone_per_step}});
   }
 }
@@ -129,9 +137,14 @@ nlohmann::json report_row(const runtime::StepBenchResult& r, int world, const Ce
   std::printf("%6lld %10.3f %11.1f %12.3f %10.1f %7.1f%% %10.2f %7.1f%% %12s\n", (long long)r.batch, r.step_ms,
               r.tokens_per_s, bytes / 1e9, gbs, 100 * fraction(gbs, ceilings.copy_gbs), tflops,
               100 * fraction(tflops, ceilings.bf16_tflops), hit.c_str());
-  nlohmann::json row = {{"batch", r.batch}, {"step_ms", r.step_ms}, {"tokens_per_s", r.tokens_per_s},
-                        {"bytes_per_gpu", bytes}, {"gbs_per_gpu", gbs}, {"copy_fraction", fraction(gbs, ceilings.copy_gbs)},
-                        {"tflops_per_gpu", tflops}, {"gemm_fraction", fraction(tflops, ceilings.bf16_tflops)},
+  nlohmann::json row = {{"batch", r.batch},
+                        {"step_ms", r.step_ms},
+                        {"tokens_per_s", r.tokens_per_s},
+                        {"bytes_per_gpu", bytes},
+                        {"gbs_per_gpu", gbs},
+                        {"copy_fraction", fraction(gbs, ceilings.copy_gbs)},
+                        {"tflops_per_gpu", tflops},
+                        {"gemm_fraction", fraction(tflops, ceilings.bf16_tflops)},
                         {"experts_hit_rank0", r.experts_hit_per_rank[0]}};
   if (r.pipelined) row["pipelined"] = report_pipelined(r, ceilings);
   if (!r.op_ms_per_step.empty()) report_ops(r, row);
@@ -154,8 +167,8 @@ void run_bench_step(const BenchStepArgs& args) {
   bench.breakdown = args.breakdown;
   const auto results = runtime::benchmark_decode_steps(engine, batches, bench);
 
-  std::printf("model %s, plan %s (%d rank%s, %s), context %lld, CUDA graphs %s, reduction plan %s%s\n",
-              spec.c_str(), options.plan.name.c_str(), options.plan.world(), options.plan.world() > 1 ? "s" : "",
+  std::printf("model %s, plan %s (%d rank%s, %s), context %lld, CUDA graphs %s, reduction plan %s%s\n", spec.c_str(),
+              options.plan.name.c_str(), options.plan.world(), options.plan.world() > 1 ? "s" : "",
               options.backend.c_str(), (long long)args.context, options.graphs ? "on" : "off",
               options.run.reduction_plan.name.c_str(), options.batch_invariant ? ", batch-invariant kernels" : "");
   if (ceilings.copy_gbs > 0)
@@ -166,10 +179,16 @@ void run_bench_step(const BenchStepArgs& args) {
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& r : results) rows.push_back(report_row(r, options.plan.world(), ceilings));
   if (!args.json_out.empty()) {
-    nlohmann::json doc = {{"model", spec}, {"plan", options.plan.name}, {"world", options.plan.world()},
-                          {"backend", options.backend}, {"context", args.context}, {"graphs", options.graphs},
+    nlohmann::json doc = {{"model", spec},
+                          {"plan", options.plan.name},
+                          {"world", options.plan.world()},
+                          {"backend", options.backend},
+                          {"context", args.context},
+                          {"graphs", options.graphs},
                           {"batch_invariant", options.batch_invariant},
-                          {"copy_gbs", ceilings.copy_gbs}, {"bf16_tflops", ceilings.bf16_tflops}, {"rows", rows}};
+                          {"copy_gbs", ceilings.copy_gbs},
+                          {"bf16_tflops", ceilings.bf16_tflops},
+                          {"rows", rows}};
     std::ofstream(args.json_out) << doc.dump(2) << "\n";
   }
 }
@@ -178,14 +197,16 @@ void run_bench_step(const BenchStepArgs& args) {
 
 void add_bench_step_command(CLI::App& app) {
   auto args = std::make_shared<BenchStepArgs>();
-  CLI::App* cmd = app.add_subcommand("bench-step", "Time the decode step per batch size against measured hardware ceilings");
+  CLI::App* cmd =
+      app.add_subcommand("bench-step", "Time the decode step per batch size against measured hardware ceilings");
   cmd->add_option("--model,-m", args->model, "Model spec (synthetic:NAME or a directory)")->capture_default_str();
   cmd->add_option("--layers", args->layers, "Override the layer count of a synthetic model");
   cmd->add_option("--batch", args->batches, "Batch sizes, comma-separated")->capture_default_str();
   cmd->add_option("--plan", args->plan.preset, "Parallel plan preset (default single)");
   add_plan_flags(cmd, args->plan);
   cmd->add_option("--context", args->context, "Cached tokens per sequence")->capture_default_str();
-  cmd->add_option("--iterations", args->iterations, "Timed steps per batch size (median reported)")->capture_default_str();
+  cmd->add_option("--iterations", args->iterations, "Timed steps per batch size (median reported)")
+      ->capture_default_str();
   cmd->add_option("--warmup", args->warmup, "Untimed steps first")->capture_default_str();
   cmd->add_flag("--breakdown", args->breakdown, "Per-op times on rank 0 (GPU)");
   cmd->add_flag("--no-cuda-graph", args->no_cuda_graph, "Run steps op by op instead of replaying CUDA graphs");

@@ -160,8 +160,11 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--prompt-ids", args->prompt_ids, "Prompt token ids, comma-separated; repeat for a batch");
   cmd->add_option("--prompt", args->prompts, "Prompt text (the model's tokenizer); repeat for a batch");
   cmd->add_option("--chat", args->chat, "A conversation as OpenAI-style messages JSON, rendered by the chat template");
-  cmd->add_option("--chat-template", args->chat_template, "Chat template name (kimi-k2, kimi-k2-thinking, deepseek-v3)");
-  cmd->add_option("--backend", args->backend, "Where ranks run: cpu (fp32 reference), cpu-bf16 (the CUDA backend's bf16 rounding on the host) or cuda (rank r on GPU r)")
+  cmd->add_option("--chat-template", args->chat_template,
+                  "Chat template name (kimi-k2, kimi-k2-thinking, deepseek-v3)");
+  cmd->add_option("--backend", args->backend,
+                  "Where ranks run: cpu (fp32 reference), cpu-bf16 (the CUDA backend's bf16 rounding on the host) or "
+                  "cuda (rank r on GPU r)")
       ->capture_default_str();
   cmd->add_flag("--no-cuda-graph", args->no_cuda_graph, "Run decode steps op by op instead of replaying CUDA graphs");
   cmd->add_option("-n,--max-new-tokens", args->max_new_tokens, "Tokens to generate per prompt")->capture_default_str();
@@ -174,7 +177,8 @@ void add_generate_command(CLI::App& app) {
                   "Parallel plan preset (single, tp2, ep4, ep4-dp, pp2, ep4tp2, tp2pp4, ...); default single");
   add_plan_flags(cmd, args->plan);
   add_engine_flags(cmd, args->engine);
-  cmd->add_flag("--stats", args->stats, "Print per-rank communication (calls, bytes per collective and layer) to stderr");
+  cmd->add_flag("--stats", args->stats,
+                "Print per-rank communication (calls, bytes per collective and layer) to stderr");
   cmd->add_option("--kv-pages", args->kv_pages, "KV cache pages per layer (0: just enough)");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Do not stop at the model's EOS token");
   cmd->add_option("--logprobs", args->logprobs,

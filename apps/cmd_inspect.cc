@@ -1,8 +1,8 @@
 // moeserve inspect: config summary, parameter counts and bytes per dtype.
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <map>
-
-#include <fmt/format.h>
 
 #include "apps/cli_util.h"
 #include "apps/commands.h"
@@ -26,10 +26,11 @@ void run_inspect(const std::string& spec) {
   std::printf("MLA              q_lora %lld, kv_lora %lld, qk_nope %lld, qk_rope %lld, v %lld\n",
               (long long)c.q_lora_rank, (long long)c.kv_lora_rank, (long long)c.qk_nope_head_dim,
               (long long)c.qk_rope_head_dim, (long long)c.v_head_dim);
-  std::printf("MoE              %lld routed experts (top-%lld, %lld groups, top-%lld groups), %lld shared, "
-              "expert inter %lld\n",
-              (long long)c.n_routed_experts, (long long)c.num_experts_per_tok, (long long)c.n_group,
-              (long long)c.topk_group, (long long)c.n_shared_experts, (long long)c.moe_intermediate_size);
+  std::printf(
+      "MoE              %lld routed experts (top-%lld, %lld groups, top-%lld groups), %lld shared, "
+      "expert inter %lld\n",
+      (long long)c.n_routed_experts, (long long)c.num_experts_per_tok, (long long)c.n_group, (long long)c.topk_group,
+      (long long)c.n_shared_experts, (long long)c.moe_intermediate_size);
   std::printf("RoPE             theta %g, %s", c.rope_theta, c.rope_scaling.type.c_str());
   if (c.rope_scaling.type == "yarn")
     std::printf(" (factor %g, original context %lld)", c.rope_scaling.factor,

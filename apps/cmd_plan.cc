@@ -1,7 +1,7 @@
 // moeserve plan show: what each rank of a plan owns and how much memory it needs.
-#include <cstdio>
-
 #include <fmt/format.h>
+
+#include <cstdio>
 
 #include "apps/cli_util.h"
 #include "apps/commands.h"
@@ -31,7 +31,8 @@ void run_plan_show(const PlanCliArgs& args, const std::string& spec) {
               plan.world(), plan.pp, plan.attn_tp, plan.attn_dp, plan.moe_ep, plan.moe_tp);
   std::printf("model %s: %lld layers, %lld heads, %lld routed experts, vocab %lld; %s parameters = %s in bf16\n",
               spec.c_str(), (long long)c.num_hidden_layers, (long long)c.num_attention_heads,
-              (long long)c.n_routed_experts, (long long)c.vocab_size, human_count(static_cast<double>(params.total)).c_str(),
+              (long long)c.n_routed_experts, (long long)c.vocab_size,
+              human_count(static_cast<double>(params.total)).c_str(),
               parallel::format_bytes(static_cast<double>(params.total * kDeployedBytes)).c_str());
   std::printf("%-4s %-5s %-3s %-3s %-9s %-9s %-11s %-11s %-15s %-12s %-12s %s\n", "rank", "stage", "dp", "tp", "layers",
               "heads", "experts", "expert-cols", "vocab", "weights", "owned", "KV/token");
@@ -42,9 +43,9 @@ void run_plan_show(const PlanCliArgs& args, const std::string& spec) {
     held_total += w.held_elements * kDeployedBytes;
     owned_total += w.owned_elements * kDeployedBytes;
     const std::string vocab = s.first_stage || s.last_stage ? range_str(s.vocab) : "-";
-    std::printf("%-4d %-5d %-3d %-3d %-9s %-9s %-11s %-11s %-15s %-12s %-12s %s\n", r, s.coord.stage,
-                s.coord.dp_index, s.coord.tp_index, range_str(s.layers).c_str(), range_str(s.heads).c_str(),
-                range_str(s.experts).c_str(), range_str(s.expert_intermediate).c_str(), vocab.c_str(),
+    std::printf("%-4d %-5d %-3d %-3d %-9s %-9s %-11s %-11s %-15s %-12s %-12s %s\n", r, s.coord.stage, s.coord.dp_index,
+                s.coord.tp_index, range_str(s.layers).c_str(), range_str(s.heads).c_str(), range_str(s.experts).c_str(),
+                range_str(s.expert_intermediate).c_str(), vocab.c_str(),
                 parallel::format_bytes(static_cast<double>(w.held_elements * kDeployedBytes)).c_str(),
                 parallel::format_bytes(static_cast<double>(w.owned_elements * kDeployedBytes)).c_str(),
                 parallel::format_bytes(static_cast<double>(kv_bytes_per_token(c, plan, r, kDeployedBytes))).c_str());
@@ -86,7 +87,8 @@ void add_plan_command(CLI::App& app) {
   show->callback([args, model] { run_plan_show(*args, *model); });
 
   auto max_world = std::make_shared<int>(8);
-  CLI::App* list = plan->add_subcommand("list", "List the presets (powers of two up to --max-world ranks) the model admits");
+  CLI::App* list =
+      plan->add_subcommand("list", "List the presets (powers of two up to --max-world ranks) the model admits");
   list->add_option("--model,-m", *model, "Model spec")->capture_default_str();
   list->add_option("--max-world", *max_world, "Largest world size")->capture_default_str();
   list->callback([model, max_world] { run_plan_list(*model, *max_world); });

@@ -3,7 +3,6 @@
 // rebuilds the engine under P and resumes; prints the time to ready. A plan the server
 // refuses (invalid, does not fit) leaves it serving on the old plan, and this exits 1.
 #include <cstdio>
-
 #include <nlohmann/json.hpp>
 
 #include "apps/commands.h"
@@ -40,10 +39,11 @@ void run_restart(const RestartArgs& args) {
     MS_CHECK(false, "restart --plan {}: HTTP {}: {}", args.plan, response.status, message);
   }
   MS_CHECK(body.is_object(), "restart: the server's reply is not JSON: {}", response.body);
-  std::printf("moeserve: %s -> %s: ready in %.3f s (drain %.3f s, build %.3f s, warm-up %.3f s; %lld requests waited)\n",
-              body.value("previous_plan", std::string("?")).c_str(), body.value("plan", std::string("?")).c_str(),
-              body.value("time_to_ready_s", 0.0), body.value("drain_s", 0.0), body.value("build_s", 0.0),
-              body.value("warmup_s", 0.0), static_cast<long long>(body.value("requests_waited", int64_t{0})));
+  std::printf(
+      "moeserve: %s -> %s: ready in %.3f s (drain %.3f s, build %.3f s, warm-up %.3f s; %lld requests waited)\n",
+      body.value("previous_plan", std::string("?")).c_str(), body.value("plan", std::string("?")).c_str(),
+      body.value("time_to_ready_s", 0.0), body.value("drain_s", 0.0), body.value("build_s", 0.0),
+      body.value("warmup_s", 0.0), static_cast<long long>(body.value("requests_waited", int64_t{0})));
   std::fflush(stdout);
 }
 

@@ -2,10 +2,11 @@
 // the continuous-batching scheduler (sched/) and the paged, prefix-shared KV cache (kv/).
 // Binds to loopback unless --host says otherwise; SIGTERM or SIGINT drains: no new requests,
 // the ones in flight finish (up to --drain-timeout), then the process exits 0.
+#include <pthread.h>
+
 #include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <pthread.h>
 
 #include "apps/commands.h"
 #include "apps/plan_cli.h"
@@ -53,6 +54,74 @@ std::unique_ptr<tokenizer::Tokenizer> tokenizer_of(const ModelSource& model) {
   return tokenizer::load_tokenizer(model.directory);
 }
 
+// What an engine and its scheduler need under `plan`: the start-up plan and every re-plan
+// (POST /admin/replan) go through here.
+serve::ReplanTarget replan_target(const ModelSource& model, const ServeArgs& args, const ModelRunOptions& run,
+                                  const parallel::ParallelPlan& plan) {
+  // A re-plan outside the reduction plan is refused here, before anything drains.
+  check_reduction_plan(model.config, plan, run);
+  runtime::EngineOptions engine_options;
+  engine_options.backend = args.backend;
+  engine_options.plan = plan;
+  engine_options.page_size = args.engine.page_size;
+  engine_options.num_pages = args.kv_pages;
+  engine_options.pp_max_micro_batch_size = args.engine.pp_max_micro_batch_size;
+  engine_options.pp_async_batch_depth = args.engine.pp_async_batch_depth;
+  engine_options.run = run;
+  engine_options.batch_invariant = args.engine.batch_invariant;
+  serve::ReplanTarget target;
+  target.plan_name = plan.name;
+  sched::SchedulerOptions& so = target.scheduler;
+  so.page_size = args.engine.page_size;
+  so.pages_per_replica = args.kv_pages;
+  so.attn_dp = plan.attn_dp;
+  so.pp = plan.pp;
+  so.max_micro_batch_size = args.engine.pp_max_micro_batch_size;
+  so.pipeline_groups = args.pp_groups > 0 ? args.pp_groups : plan.pp;
+  so.max_running_requests = args.plan.max_running_requests;
+  so.chunked_prefill_size = args.chunked_prefill_size;
+  so.prefix_cache = !args.disable_radix_cache;
+  target.build_engine = [&model, engine_options] { return std::make_unique<runtime::Engine>(model, engine_options); };
+  return target;
+}
+
+// The model as the API shows it: name, limits, end ids, chat template.
+serve::ServedModel served_model(const ServeArgs& args, const ModelSource& model, const tokenizer::Tokenizer& tok) {
+  serve::ServedModel served;
+  served.name = args.served_model_name.empty() ? args.model : args.served_model_name;
+  served.vocab_size = model.config.vocab_size;
+  served.context_length = args.plan.context_length > 0
+                              ? std::min(args.plan.context_length, model.config.max_position_embeddings)
+                              : model.config.max_position_embeddings;
+  served.max_request_tokens = (args.kv_pages - 1) * args.engine.page_size;
+  if (model.config.eos_token_id >= 0) served.eos_id = static_cast<int32_t>(model.config.eos_token_id);
+  served.end_of_turn_id = tok.added_token_id("<|im_end|>");
+  try {
+    served.chat_template = tokenizer::chat_template_name_for(tok, args.chat_template);
+  } catch (const Error& e) {
+    MS_CHECK(args.chat_template.empty(), "--chat-template: {}", e.what());
+    std::fprintf(stderr, "moeserve: no chat template (%s); /v1/chat/completions is off\n", e.what());
+  }
+  served.tokenizer = &tok;
+  return served;
+}
+
+// Serves until SIGTERM / SIGINT, then stops accepting, drains within --drain-timeout and stops.
+void serve_until_signal(const sigset_t& signals, serve::EngineLoop& loop, serve::HttpServer& http,
+                        const ServeArgs& args) {
+  int signal = 0;
+  sigwait(&signals, &signal);
+  std::printf("moeserve: %s: draining (%d requests in flight)\n", signal == SIGTERM ? "SIGTERM" : "SIGINT",
+              static_cast<int>(loop.snapshot().running + loop.snapshot().waiting));
+  std::fflush(stdout);
+  http.stop_accepting();
+  const bool drained = loop.drain(std::chrono::milliseconds(static_cast<int64_t>(args.drain_timeout_s * 1000)));
+  loop.stop();
+  http.stop();
+  std::printf("moeserve: stopped%s\n", drained ? "" : " (drain timeout: requests in flight were failed)");
+  std::fflush(stdout);
+}
+
 void run_serve(ServeArgs args) {
   // Signals are taken by sigwait on this thread only: block them before any thread starts.
   sigset_t signals;
@@ -75,35 +144,9 @@ void run_serve(ServeArgs args) {
   MS_CHECK(args.pp_groups >= 0, "--pp-groups must be >= 0 (0: one per pipeline stage), got {}", args.pp_groups);
   if (args.chunked_prefill_size == 0)
     args.chunked_prefill_size = args.backend == "cuda" ? kDefaultChunkedPrefillCuda : kDefaultChunkedPrefillCpu;
-  // What an engine and its scheduler need under a plan: the start-up plan and every re-plan
-  // (POST /admin/replan) go through here.
   const ModelRunOptions run = run_options_for(args.engine.reduction_plan);
   auto target_for = [&model, &args, run](const parallel::ParallelPlan& plan) {
-    // A re-plan outside the reduction plan is refused here, before anything drains.
-    check_reduction_plan(model.config, plan, run);
-    runtime::EngineOptions engine_options;
-    engine_options.backend = args.backend;
-    engine_options.plan = plan;
-    engine_options.page_size = args.engine.page_size;
-    engine_options.num_pages = args.kv_pages;
-    engine_options.pp_max_micro_batch_size = args.engine.pp_max_micro_batch_size;
-    engine_options.pp_async_batch_depth = args.engine.pp_async_batch_depth;
-    engine_options.run = run;
-    engine_options.batch_invariant = args.engine.batch_invariant;
-    serve::ReplanTarget target;
-    target.plan_name = plan.name;
-    sched::SchedulerOptions& so = target.scheduler;
-    so.page_size = args.engine.page_size;
-    so.pages_per_replica = args.kv_pages;
-    so.attn_dp = plan.attn_dp;
-    so.pp = plan.pp;
-    so.max_micro_batch_size = args.engine.pp_max_micro_batch_size;
-    so.pipeline_groups = args.pp_groups > 0 ? args.pp_groups : plan.pp;
-    so.max_running_requests = args.plan.max_running_requests;
-    so.chunked_prefill_size = args.chunked_prefill_size;
-    so.prefix_cache = !args.disable_radix_cache;
-    target.build_engine = [&model, engine_options] { return std::make_unique<runtime::Engine>(model, engine_options); };
-    return target;
+    return replan_target(model, args, run, plan);
   };
   const parallel::ParallelPlan plan = plan_for_model(args.plan, model.config, bytes_per_element);
   serve::ReplanTarget start = target_for(plan);
@@ -122,22 +165,7 @@ void run_serve(ServeArgs args) {
                 static_cast<long long>(args.plan.max_running_requests),
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - warmup_start).count());
 
-  serve::ServedModel served;
-  served.name = args.served_model_name.empty() ? args.model : args.served_model_name;
-  served.vocab_size = model.config.vocab_size;
-  served.context_length =
-      args.plan.context_length > 0 ? std::min(args.plan.context_length, model.config.max_position_embeddings)
-                                   : model.config.max_position_embeddings;
-  served.max_request_tokens = (args.kv_pages - 1) * args.engine.page_size;
-  if (model.config.eos_token_id >= 0) served.eos_id = static_cast<int32_t>(model.config.eos_token_id);
-  served.end_of_turn_id = tok->added_token_id("<|im_end|>");
-  try {
-    served.chat_template = tokenizer::chat_template_name_for(*tok, args.chat_template);
-  } catch (const Error& e) {
-    MS_CHECK(args.chat_template.empty(), "--chat-template: {}", e.what());
-    std::fprintf(stderr, "moeserve: no chat template (%s); /v1/chat/completions is off\n", e.what());
-  }
-  served.tokenizer = tok.get();
+  const serve::ServedModel served = served_model(args, model, *tok);
   serve::ApiServer api(loop, served, args.api_key);
   // A re-plan keeps every flag but the plan: the memory check (--mem-per-rank, with
   // --context-length and --max-running-requests) applies to the new plan too.
@@ -155,29 +183,18 @@ void run_serve(ServeArgs args) {
   http_options.error_body = [](int status, const std::string& message) {
     return serve::api_error_json(status, message);
   };
-  serve::HttpServer http(http_options,
-                         [&api](const serve::HttpRequest& request, serve::HttpExchange& exchange) {
-                           api.handle(request, exchange);
-                         });
+  serve::HttpServer http(http_options, [&api](const serve::HttpRequest& request, serve::HttpExchange& exchange) {
+    api.handle(request, exchange);
+  });
   http.start();
   const bool ipv6 = args.host.find(':') != std::string::npos;
-  std::printf("moeserve: serving %s (plan %s, %d ranks, %lld KV pages of %lld tokens per replica) on http://%s%s%s:%d\n",
-              served.name.c_str(), plan.name.c_str(), plan.world(),
-              static_cast<long long>(args.kv_pages), static_cast<long long>(args.engine.page_size), ipv6 ? "[" : "",
-              args.host.c_str(), ipv6 ? "]" : "", http.port());
+  std::printf(
+      "moeserve: serving %s (plan %s, %d ranks, %lld KV pages of %lld tokens per replica) on http://%s%s%s:%d\n",
+      served.name.c_str(), plan.name.c_str(), plan.world(), static_cast<long long>(args.kv_pages),
+      static_cast<long long>(args.engine.page_size), ipv6 ? "[" : "", args.host.c_str(), ipv6 ? "]" : "", http.port());
   std::fflush(stdout);
 
-  int signal = 0;
-  sigwait(&signals, &signal);
-  std::printf("moeserve: %s: draining (%d requests in flight)\n", signal == SIGTERM ? "SIGTERM" : "SIGINT",
-              static_cast<int>(loop.snapshot().running + loop.snapshot().waiting));
-  std::fflush(stdout);
-  http.stop_accepting();
-  const bool drained = loop.drain(std::chrono::milliseconds(static_cast<int64_t>(args.drain_timeout_s * 1000)));
-  loop.stop();
-  http.stop();
-  std::printf("moeserve: stopped%s\n", drained ? "" : " (drain timeout: requests in flight were failed)");
-  std::fflush(stdout);
+  serve_until_signal(signals, loop, http, args);
 }
 
 }  // namespace
@@ -192,7 +209,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--host", args->host, "Address to bind (loopback by default)")->capture_default_str();
   cmd->add_option("--port", args->port, "Port (0: any free port; the chosen one is printed)")->capture_default_str();
   cmd->add_option("--api-key", args->api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
-  cmd->add_option("--backend", args->backend, "cpu, cpu-bf16 (the CUDA backend's bf16 rounding on the host) or cuda")->capture_default_str();
+  cmd->add_option("--backend", args->backend, "cpu, cpu-bf16 (the CUDA backend's bf16 rounding on the host) or cuda")
+      ->capture_default_str();
   cmd->add_option("--plan", args->plan.preset, "Parallel plan preset (single, tp2, ep2, pp2, ep2-dp, ...)");
   add_plan_flags(cmd, args->plan);  // also --max-running-requests and --context-length
   add_engine_flags(cmd, args->engine);

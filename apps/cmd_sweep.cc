@@ -40,9 +40,9 @@ struct SweepArgs {
   std::string out_dir;
   std::string mem_per_rank;
   int64_t context_length = 0;
-  int64_t kv_pages = 0;           // 0: the server's default
+  int64_t kv_pages = 0;              // 0: the server's default
   int64_t max_running_requests = 0;  // 0: the largest concurrency
-  int64_t num_prompts = 0;        // 0: 4 x the concurrency of the point
+  int64_t num_prompts = 0;           // 0: 4 x the concurrency of the point
   double startup_timeout_s = 600;
   std::string reduction_plan = "single";  // the server's --reduction-plan
   bool batch_invariant = false;           // the server's --batch-invariant
@@ -62,8 +62,7 @@ std::vector<std::string> split_list(const std::string& text, const char* flag) {
 // `moeserve serve` as a child process, its output in a log file; SIGTERM on destruction.
 class ServerProcess {
  public:
-  ServerProcess(const std::vector<std::string>& args, const std::filesystem::path& log, double timeout_s)
-      : log_(log) {
+  ServerProcess(const std::vector<std::string>& args, const std::filesystem::path& log, double timeout_s) : log_(log) {
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     MS_CHECK(fd >= 0, "sweep: cannot write the server log {}", log.string());
     const off_t start_offset = ::lseek(fd, 0, SEEK_END);
@@ -241,9 +240,19 @@ std::vector<std::string> runnable_plans(const SweepArgs& args, const SweepPlan& 
 }
 
 std::vector<std::string> serve_command(const SweepArgs& args, const std::string& plan, int64_t max_running) {
-  std::vector<std::string> serve = {"serve", "--model", args.model, "--backend", args.backend, "--port", "0",
-                                    "--plan", plan, "--max-running-requests", std::to_string(max_running),
-                                    "--reduction-plan", args.reduction_plan};
+  std::vector<std::string> serve = {"serve",
+                                    "--model",
+                                    args.model,
+                                    "--backend",
+                                    args.backend,
+                                    "--port",
+                                    "0",
+                                    "--plan",
+                                    plan,
+                                    "--max-running-requests",
+                                    std::to_string(max_running),
+                                    "--reduction-plan",
+                                    args.reduction_plan};
   if (args.batch_invariant) serve.push_back("--batch-invariant");
   if (!args.mem_per_rank.empty()) serve.insert(serve.end(), {"--mem-per-rank", args.mem_per_rank});
   if (args.context_length > 0) serve.insert(serve.end(), {"--context-length", std::to_string(args.context_length)});
@@ -372,9 +381,10 @@ void check_outcome(const SweepArgs& args, const bench::SweepResult& result) {
     failed += p.metrics.failed;
   }
   if (compared > 0)
-    std::printf("sweep: %lld of %lld greedy outputs equal %s's%s\n", static_cast<long long>(same),
-                static_cast<long long>(compared), result.reference_plan.c_str(),
-                args.reduction_plan == "single" ? "" : fmt::format(" (reduction plan {})", args.reduction_plan).c_str());
+    std::printf(
+        "sweep: %lld of %lld greedy outputs equal %s's%s\n", static_cast<long long>(same),
+        static_cast<long long>(compared), result.reference_plan.c_str(),
+        args.reduction_plan == "single" ? "" : fmt::format(" (reduction plan {})", args.reduction_plan).c_str());
   MS_CHECK(!result.points.empty(), "sweep: no plan could be measured");
   MS_CHECK(failed == 0, "sweep: {} requests failed (see {}/bench.jsonl and server.log)", failed, args.out_dir);
 }

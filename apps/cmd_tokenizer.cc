@@ -1,9 +1,9 @@
 // moeserve tokenize / detokenize / chat-template / bench-tokenizer: inspect a model's tokenizer
 // and chat template, and measure encode throughput.
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cstdio>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "apps/cli_util.h"
@@ -101,9 +101,10 @@ void add_detokenize(CLI::App& app) {
     bool stream = false, skip_special = false;
   };
   auto opt = std::make_shared<Options>();
-  CLI::App* cmd = app.add_subcommand(
-      "detokenize", "Print the text of token ids (exactly, no newline added); --stream prints the chunks a "
-                    "streaming detokenizer emits, as a JSON list");
+  CLI::App* cmd =
+      app.add_subcommand("detokenize",
+                         "Print the text of token ids (exactly, no newline added); --stream prints the chunks a "
+                         "streaming detokenizer emits, as a JSON list");
   cmd->add_option("--tokenizer", opt->tokenizer, kTokenizerHelp)->required();
   cmd->add_option("--ids", opt->ids, "comma-separated token ids");
   cmd->add_option("--ids-file", opt->ids_file,
@@ -116,8 +117,8 @@ void add_detokenize(CLI::App& app) {
     if (!opt->ids_file.empty()) {
       MS_CHECK(opt->ids.empty(), "--ids-file excludes --ids");
       for_each_line(opt->ids_file, [&](const std::string& line) {
-        const std::string text = detokenize(*tok, parse_ids(line, "an --ids-file line"), opt->stream,
-                                            opt->skip_special);
+        const std::string text =
+            detokenize(*tok, parse_ids(line, "an --ids-file line"), opt->stream, opt->skip_special);
         std::printf("%s\n", opt->stream ? text.c_str() : tokenizer::python_json_dumps(text).c_str());
       });
       return;
@@ -144,8 +145,7 @@ void add_chat_template(CLI::App& app) {
   cmd->add_option("--chat-template", opt->template_name,
                   "template name, instead of the model's own (" +
                       fmt::format("{}", fmt::join(tokenizer::chat_template_names(), ", ")) + ")");
-  cmd->add_option("--messages", opt->messages, "the conversation as a JSON list of {role, content, ...}")
-      ->required();
+  cmd->add_option("--messages", opt->messages, "the conversation as a JSON list of {role, content, ...}")->required();
   cmd->add_option("--tools", opt->tools, "the tools as a JSON list (OpenAI format)");
   cmd->add_flag("--add-generation-prompt", opt->add_generation_prompt, "end with the assistant's turn opening");
   cmd->callback([opt] {
@@ -164,11 +164,10 @@ void add_bench_tokenizer(CLI::App& app) {
     int repeat = 5;
   };
   auto opt = std::make_shared<Options>();
-  CLI::App* cmd = app.add_subcommand(
-      "bench-tokenizer", "Measure single-threaded encode throughput on a file (best of --repeat runs)");
+  CLI::App* cmd = app.add_subcommand("bench-tokenizer",
+                                     "Measure single-threaded encode throughput on a file (best of --repeat runs)");
   cmd->add_option("--tokenizer", opt->tokenizer, kTokenizerHelp)->required();
-  cmd->add_option("--file", opt->file, "UTF-8 text file, encoded whole (special-token text stays text)")
-      ->required();
+  cmd->add_option("--file", opt->file, "UTF-8 text file, encoded whole (special-token text stays text)")->required();
   cmd->add_option("--repeat", opt->repeat, "number of timed runs")->check(CLI::PositiveNumber);
   cmd->callback([opt] {
     const auto tok = load_tokenizer(opt->tokenizer);

@@ -3,10 +3,9 @@
 // and --max-running-requests).
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "model/config.h"
 #include "model/deepseek_v3.h"
@@ -18,8 +17,8 @@ namespace moeserve::apps {
 struct PlanCliArgs {
   std::string preset;
   parallel::PlanFlags flags;
-  std::string mem_per_rank;          // "" : no memory check
-  int64_t context_length = 0;        // 0 : the model's max_position_embeddings
+  std::string mem_per_rank;    // "" : no memory check
+  int64_t context_length = 0;  // 0 : the model's max_position_embeddings
   int64_t max_running_requests = 1;
 };
 

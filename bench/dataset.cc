@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <fstream>
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "core/error.h"
 

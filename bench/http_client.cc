@@ -135,7 +135,8 @@ HttpResponse http_call(const HttpUrl& url, const HttpCall& call) {
                      (url.host.find(':') != std::string::npos ? "[" + url.host + "]" : url.host) + ":" +
                      std::to_string(url.port) + "\r\nConnection: close\r\n";
   for (const auto& [name, value] : call.headers) head += name + ": " + value + "\r\n";
-  if (!call.body.empty() || call.method == "POST") head += "Content-Length: " + std::to_string(call.body.size()) + "\r\n";
+  if (!call.body.empty() || call.method == "POST")
+    head += "Content-Length: " + std::to_string(call.body.size()) + "\r\n";
   head += "\r\n";
   head += call.body;
   for (size_t sent = 0; sent < head.size();) {
@@ -149,8 +150,7 @@ HttpResponse http_call(const HttpUrl& url, const HttpCall& call) {
   Reader reader(socket.fd(), call.timeout);
   HttpResponse response;
   const std::string status_line = reader.line();
-  MS_CHECK(status_line.rfind("HTTP/1.", 0) == 0 && status_line.size() >= 12, "HTTP: bad status line '{}'",
-           status_line);
+  MS_CHECK(status_line.rfind("HTTP/1.", 0) == 0 && status_line.size() >= 12, "HTTP: bad status line '{}'", status_line);
   response.status = std::atoi(status_line.c_str() + 9);
   bool chunked = false;
   long long content_length = -1;

@@ -1,10 +1,10 @@
 #include "bench/report.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
-
-#include <fmt/format.h>
 
 namespace moeserve::bench {
 
@@ -70,7 +70,8 @@ SweepResult sweep_from_json(const Json& in) {
   for (const Json& j : in.at("points"))
     r.points.push_back({j.at("plan").get<std::string>(), j.at("max_concurrency").get<int64_t>(), metrics_from_json(j),
                         j.value("outputs_equal_reference", int64_t{0}), j.value("outputs_compared", int64_t{0})});
-  for (const Json& j : in.at("skipped")) r.skipped.push_back({j.at("plan").get<std::string>(), j.at("reason").get<std::string>()});
+  for (const Json& j : in.at("skipped"))
+    r.skipped.push_back({j.at("plan").get<std::string>(), j.at("reason").get<std::string>()});
   r.switches = in.at("switches");
   return r;
 }
@@ -94,11 +95,20 @@ std::string html_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -159,12 +169,14 @@ std::string svg_chart(const SweepResult& r, const std::string& id, const std::st
   s += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"#333\"/>\n", left, top, top + plot_h);
   s += fmt::format("<line x1=\"{0}\" y1=\"{2}\" x2=\"{1}\" y2=\"{2}\" stroke=\"#333\"/>\n", left, left + plot_w,
                    top + plot_h);
-  s += fmt::format("<text class=\"x-label\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">concurrency (requests in "
-                   "flight)</text>\n",
-                   left + plot_w / 2, height - 15);
-  s += fmt::format("<text class=\"y-label\" x=\"0\" y=\"0\" text-anchor=\"middle\" "
-                   "transform=\"translate(20,{}) rotate(-90)\">{}</text>\n",
-                   top + plot_h / 2, html_escape(y_label));
+  s += fmt::format(
+      "<text class=\"x-label\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">concurrency (requests in "
+      "flight)</text>\n",
+      left + plot_w / 2, height - 15);
+  s += fmt::format(
+      "<text class=\"y-label\" x=\"0\" y=\"0\" text-anchor=\"middle\" "
+      "transform=\"translate(20,{}) rotate(-90)\">{}</text>\n",
+      top + plot_h / 2, html_escape(y_label));
   // One line per plan, then the legend.
   for (size_t k = 0; k < plans.size(); ++k) {
     const char* color = kColors[k % std::size(kColors)];
@@ -175,12 +187,14 @@ std::string svg_chart(const SweepResult& r, const std::string& id, const std::st
       if (!p) continue;
       const double v = value(p->metrics);
       points += fmt::format("{:.1f},{:.1f} ", x_of(i), y_of(v));
-      dots += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"><title>{} at {}: {}</title></circle>\n",
-                          x_of(i), y_of(v), color, html_escape(plans[k]), r.concurrency[i], format_number(v));
+      dots += fmt::format(
+          "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"><title>{} at {}: {}</title></circle>\n", x_of(i),
+          y_of(v), color, html_escape(plans[k]), r.concurrency[i], format_number(v));
     }
-    s += fmt::format("<polyline class=\"series\" data-plan=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\" "
-                     "points=\"{}\"/>\n",
-                     html_escape(plans[k]), color, points);
+    s += fmt::format(
+        "<polyline class=\"series\" data-plan=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\" "
+        "points=\"{}\"/>\n",
+        html_escape(plans[k]), color, points);
     s += dots;
   }
   s += "<g class=\"legend\">\n";
@@ -211,7 +225,8 @@ const Column kColumns[] = {
 std::string workload_line(const SweepResult& r) {
   std::string items;
   for (const auto& [key, value] : r.workload.items())
-    items += fmt::format("{}{} {}", items.empty() ? "" : ", ", key, value.is_string() ? value.get<std::string>() : value.dump());
+    items += fmt::format("{}{} {}", items.empty() ? "" : ", ", key,
+                         value.is_string() ? value.get<std::string>() : value.dump());
   const std::string reduction =
       (r.reduction_plan == "single" ? std::string() : fmt::format(", reduction plan {}", r.reduction_plan)) +
       (r.batch_invariant ? ", batch-invariant kernels" : "");
@@ -274,9 +289,8 @@ std::string sweep_markdown(const SweepResult& r) {
   std::string out = "# Plan sweep\n\n" + workload_line(r) + "\n\n";
   for (const Column& col : kColumns) out += markdown_table(r, col.heading, metric_cell(r, col));
   if (!r.reference_plan.empty())
-    out += markdown_table(r, same_outputs_heading(r), [&r](const std::string& plan, int64_t c) {
-      return same_outputs_cell(r, plan, c);
-    });
+    out += markdown_table(r, same_outputs_heading(r),
+                          [&r](const std::string& plan, int64_t c) { return same_outputs_cell(r, plan, c); });
   out += "## Best plan per concurrency (output tok/s)\n\n| concurrency | plan | output tok/s |\n|---:|---|---:|\n";
   for (const auto& [c, plan] : best_plan_by_concurrency(r))
     out += fmt::format("| {} | {} | {} |\n", c, plan, format_number(find_point(r, plan, c)->metrics.output_throughput));
@@ -297,7 +311,8 @@ std::string sweep_html(const SweepResult& r) {
   std::string out =
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>moeserve plan sweep: " +
       html_escape(r.model) +
-      "</title>\n<style>body{font-family:sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:12px 0}"
+      "</title>\n<style>body{font-family:sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:12px "
+      "0}"
       "td,th{border:1px solid #ccc;padding:4px 10px;text-align:right}th:first-child,td:first-child{text-align:left}"
       ".charts{display:flex;flex-wrap:wrap;gap:16px}</style>\n</head>\n<body>\n";
   out += "<h1>Plan sweep: " + html_escape(r.model) + "</h1>\n<p>" + html_escape(workload_line(r)) + "</p>\n";
@@ -308,9 +323,8 @@ std::string sweep_html(const SweepResult& r) {
   out += "</div>\n";
   for (const Column& col : kColumns) out += html_table(r, col.heading, metric_cell(r, col));
   if (!r.reference_plan.empty())
-    out += html_table(r, same_outputs_heading(r), [&r](const std::string& plan, int64_t c) {
-      return same_outputs_cell(r, plan, c);
-    });
+    out += html_table(r, same_outputs_heading(r),
+                      [&r](const std::string& plan, int64_t c) { return same_outputs_cell(r, plan, c); });
   out += "<h2>Best plan per concurrency</h2>\n<table>\n<tr><th>concurrency</th><th>plan</th></tr>\n";
   for (const auto& [c, plan] : best_plan_by_concurrency(r))
     out += fmt::format("<tr><td>{}</td><td>{}</td></tr>\n", c, html_escape(plan));

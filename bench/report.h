@@ -6,10 +6,9 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "bench/metrics.h"
 
@@ -33,10 +32,10 @@ struct SweepResult {
   std::string reduction_plan = "single";  // the servers' --reduction-plan
   bool batch_invariant = false;           // the servers' --batch-invariant
   std::string reference_plan;             // the first plan measured: outputs are compared with its
-  std::vector<std::string> plans;     // as asked
-  std::vector<int64_t> concurrency;   // as asked
-  nlohmann::ordered_json workload;    // dataset settings of every run
-  std::vector<SweepPoint> points;     // measured, plan by plan
+  std::vector<std::string> plans;         // as asked
+  std::vector<int64_t> concurrency;       // as asked
+  nlohmann::ordered_json workload;        // dataset settings of every run
+  std::vector<SweepPoint> points;         // measured, plan by plan
   std::vector<SweepSkip> skipped;
   nlohmann::ordered_json switches = nlohmann::ordered_json::array();  // start and each re-plan
 };

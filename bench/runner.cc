@@ -25,8 +25,8 @@ std::vector<std::pair<std::string, std::string>> headers_for(const std::string& 
   return headers;
 }
 
-RequestOutcome send_one(const RunOptions& options, const BenchPrompt& prompt) {
-  RequestOutcome out;
+// A greedy streaming completion of prompt.output_len tokens that reports usage and token ids.
+Json completion_body(const RunOptions& options, const BenchPrompt& prompt) {
   Json body = {{"model", options.model}};
   if (!prompt.ids.empty())
     body["prompt"] = prompt.ids;
@@ -38,11 +38,15 @@ RequestOutcome send_one(const RunOptions& options, const BenchPrompt& prompt) {
   body["stream"] = true;
   body["stream_options"] = {{"include_usage", true}};
   body["return_token_ids"] = true;
+  return body;
+}
 
+RequestOutcome send_one(const RunOptions& options, const BenchPrompt& prompt) {
+  RequestOutcome out;
   HttpCall call;
   call.method = "POST";
   call.path = "/v1/completions";
-  call.body = body.dump();
+  call.body = completion_body(options, prompt).dump();
   call.headers = headers_for(options.api_key);
   SseParser sse;
   std::string error_body;
@@ -97,8 +101,10 @@ RequestOutcome send_one(const RunOptions& options, const BenchPrompt& prompt) {
     return out;
   }
   if (!out.error.empty()) return out;
-  if (!done) out.error = "the stream ended without [DONE]";
-  else if (!usage_seen) out.error = "the stream carried no usage";
+  if (!done)
+    out.error = "the stream ended without [DONE]";
+  else if (!usage_seen)
+    out.error = "the stream carried no usage";
   else if (out.output_len != static_cast<int64_t>(out.output_ids.size()))
     out.error = "usage says " + std::to_string(out.output_len) + " completion tokens, the stream carried " +
                 std::to_string(out.output_ids.size());
@@ -174,8 +180,8 @@ RunResult run_benchmark(const RunOptions& options, const std::vector<BenchPrompt
   const Clock::time_point start = Clock::now();
   auto worker = [&] {
     for (size_t i = next++; i < n; i = next++) {
-      std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(
-                                                std::chrono::duration<double>(arrival_s[i])));
+      std::this_thread::sleep_until(
+          start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrival_s[i])));
       result.outcomes[i] = send_one(resolved, prompts[i]);
       if (!result.outcomes[i].success) ++failed;
       progress.tick(++done, failed.load());

@@ -6,10 +6,9 @@
 
 #include <cstdint>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "bench/dataset.h"
 #include "bench/http_client.h"
@@ -23,7 +22,7 @@ struct RunOptions {
   std::string api_key;
   int64_t max_concurrency = 1;
   double request_rate = std::numeric_limits<double>::infinity();  // requests per second
-  uint64_t seed = 1;  // arrival times
+  uint64_t seed = 1;                                              // arrival times
   bool progress = true;  // a progress bar on a terminal (stderr), plain lines otherwise
 };
 

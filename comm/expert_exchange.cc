@@ -120,8 +120,7 @@ ExpertExchange::Received ExpertExchange::dispatch(const void* x, Handle& handle)
       recv_ids.insert(recv_ids.end(), handle.recv_expert_counts[src * experts_per_group + le],
                       static_cast<int32_t>(local_expert_begin_ + le));
   const auto* ids = static_cast<const int32_t*>(keep(handle, upload_i32(recv_ids)));
-  const auto* ones =
-      static_cast<const float*>(keep(handle, upload_f32(std::vector<float>(handle.received, 1.0f))));
+  const auto* ones = static_cast<const float*>(keep(handle, upload_f32(std::vector<float>(handle.received, 1.0f))));
   void* y = keep(handle, alloc(handle.received * hidden, act));  // [received, hidden]
   return {recv_x, ids, ones, y, handle.received};
 }

@@ -31,11 +31,11 @@ struct ExpertPlacement {
 
 // Where a rank's routed (token, k) pairs go, computed on the host from its top-k ids alone.
 struct ExpertLayout {
-  int64_t tokens = 0;                      // routed tokens of this rank
-  std::vector<int32_t> send_expert_counts; // [ranks, experts_per_group] rows per (destination, expert)
-  std::vector<size_t> send_rows;           // [ranks] rows per destination
-  std::vector<int32_t> send_source_rows;   // [sent]: sent row -> the token's row (offset by row_begin)
-  std::vector<int64_t> position;           // [tokens * top_k * moe_tp]: (i * top_k + k) * moe_tp + j -> sent row
+  int64_t tokens = 0;                       // routed tokens of this rank
+  std::vector<int32_t> send_expert_counts;  // [ranks, experts_per_group] rows per (destination, expert)
+  std::vector<size_t> send_rows;            // [ranks] rows per destination
+  std::vector<int32_t> send_source_rows;    // [sent]: sent row -> the token's row (offset by row_begin)
+  std::vector<int64_t> position;            // [tokens * top_k * moe_tp]: (i * top_k + k) * moe_tp + j -> sent row
 };
 
 // topk_ids [tokens, top_k] (global expert ids); the tokens are rows [row_begin, row_begin +
@@ -46,7 +46,7 @@ class ExpertExchange {
  public:
   struct Params {
     ops::Backend& backend;
-    Communicator& group;         // the stage's MoE group, placement.ranks members
+    Communicator& group;  // the stage's MoE group, placement.ranks members
     ExpertPlacement placement;
     int64_t local_expert_begin;  // the first (global) expert of this rank's group
     int64_t hidden;              // row width, in the backend's activation dtype
@@ -66,14 +66,14 @@ class ExpertExchange {
   // The rows a rank received, for its experts: one expert per row, weight 1 (the routing
   // weights are applied by the sender's combine).
   struct Received {
-    const void* x;             // [rows, hidden]
-    const int32_t* expert_ids; // [rows] global expert ids
-    const float* weights;      // [rows] ones
-    void* y;                   // [rows, hidden]: where the experts write their outputs
+    const void* x;              // [rows, hidden]
+    const int32_t* expert_ids;  // [rows] global expert ids
+    const float* weights;       // [rows] ones
+    void* y;                    // [rows, hidden]: where the experts write their outputs
     int64_t rows;
   };
   struct CombineTarget {
-    void* out;         // [rows, hidden]; fp32 when out_f32. Rows outside the handle's tokens get 0
+    void* out;  // [rows, hidden]; fp32 when out_f32. Rows outside the handle's tokens get 0
     int64_t rows;
     bool out_f32 = false;
   };

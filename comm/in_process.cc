@@ -65,12 +65,18 @@ bool summable(DType dtype) {
 void sum_inputs(DType dtype, const std::vector<const void*>& inputs, size_t offset, size_t count, void* out,
                 const std::string& group) {
   switch (dtype) {
-    case DType::F32: return sum_rank_order<float>(inputs, offset, count, out);
-    case DType::F64: return sum_rank_order<double>(inputs, offset, count, out);
-    case DType::I32: return sum_rank_order<int32_t>(inputs, offset, count, out);
-    case DType::I64: return sum_rank_order<int64_t>(inputs, offset, count, out);
-    case DType::BF16: return sum_rank_order_bf16(inputs, offset, count, out);
-    default: fail("group '{}': cannot sum {} values", group, dtype_name(dtype));
+    case DType::F32:
+      return sum_rank_order<float>(inputs, offset, count, out);
+    case DType::F64:
+      return sum_rank_order<double>(inputs, offset, count, out);
+    case DType::I32:
+      return sum_rank_order<int32_t>(inputs, offset, count, out);
+    case DType::I64:
+      return sum_rank_order<int64_t>(inputs, offset, count, out);
+    case DType::BF16:
+      return sum_rank_order_bf16(inputs, offset, count, out);
+    default:
+      fail("group '{}': cannot sum {} values", group, dtype_name(dtype));
   }
 }
 
@@ -144,9 +150,8 @@ class InProcessCommunicator final : public Communicator {
   void all_reduce_sum(void* data, size_t count, DType dtype) override {
     const size_t bytes = count * dtype_size(dtype);
     std::vector<std::byte> result(bytes);
-    collective({Collective::AllReduce, dtype, count, 0, data}, [&] {
-      sum_inputs(dtype, sends(), 0, count, result.data(), group_->name);
-    });
+    collective({Collective::AllReduce, dtype, count, 0, data},
+               [&] { sum_inputs(dtype, sends(), 0, count, result.data(), group_->name); });
     if (bytes) std::memcpy(data, result.data(), bytes);
     stats_.record(Collective::AllReduce, static_cast<int64_t>(bytes));
   }
@@ -186,7 +191,9 @@ class InProcessCommunicator final : public Communicator {
         const std::vector<size_t>& counts = *group_->slots[src].send_counts;
         const size_t offset = std::accumulate(counts.begin(), counts.begin() + rank_, size_t{0});
         const size_t n = counts[rank_];
-        if (n) std::memcpy(result.data() + out * elem, static_cast<const std::byte*>(group_->slots[src].send) + offset * elem, n * elem);
+        if (n)
+          std::memcpy(result.data() + out * elem,
+                      static_cast<const std::byte*>(group_->slots[src].send) + offset * elem, n * elem);
         out += n;
       }
     });
@@ -361,7 +368,8 @@ std::unique_ptr<Communicator> InProcessWorld::communicator(int rank, const std::
     }
     group = slot;
   }
-  return std::make_unique<InProcessCommunicator>(state_, std::move(group), static_cast<int>(position - members.begin()));
+  return std::make_unique<InProcessCommunicator>(state_, std::move(group),
+                                                 static_cast<int>(position - members.begin()));
 }
 
 void InProcessWorld::abort(const std::string& reason) {

@@ -11,22 +11,30 @@ namespace moeserve::comm {
 
 namespace {
 
-#define MS_NCCL(call)                                                                                      \
-  do {                                                                                                     \
-    const ncclResult_t status_ = (call);                                                                   \
-    MS_CHECK(status_ == ncclSuccess, "NCCL error in {}: {}", #call, ncclGetErrorString(status_));          \
+#define MS_NCCL(call)                                                                             \
+  do {                                                                                            \
+    const ncclResult_t status_ = (call);                                                          \
+    MS_CHECK(status_ == ncclSuccess, "NCCL error in {}: {}", #call, ncclGetErrorString(status_)); \
   } while (0)
 
 ncclDataType_t nccl_type(DType dtype) {
   switch (dtype) {
-    case DType::F32: return ncclFloat32;
-    case DType::BF16: return ncclBfloat16;
-    case DType::F16: return ncclFloat16;
-    case DType::I32: return ncclInt32;
-    case DType::I64: return ncclInt64;
-    case DType::U8: return ncclUint8;
-    case DType::I8: return ncclInt8;
-    default: fail("NCCL: unsupported dtype {}", dtype_name(dtype));
+    case DType::F32:
+      return ncclFloat32;
+    case DType::BF16:
+      return ncclBfloat16;
+    case DType::F16:
+      return ncclFloat16;
+    case DType::I32:
+      return ncclInt32;
+    case DType::I64:
+      return ncclInt64;
+    case DType::U8:
+      return ncclUint8;
+    case DType::I8:
+      return ncclInt8;
+    default:
+      fail("NCCL: unsupported dtype {}", dtype_name(dtype));
   }
 }
 
@@ -85,7 +93,8 @@ void NcclCommunicator::use_peer_all_reduce(std::shared_ptr<PeerAllReduce> group)
     MS_CHECK(cudaStreamGetDevice(stream_, &device) == cudaSuccess, "{}: cudaStreamGetDevice failed", name_);
     MS_CHECK(group->size() == size_ && group->device(rank_) == device,
              "{}: the peer all-reduce group ({} GPUs, rank {} on GPU {}) does not match this communicator "
-             "(rank {} of {} on GPU {})", name_, group->size(), rank_, group->device(rank_), rank_, size_, device);
+             "(rank {} of {} on GPU {})",
+             name_, group->size(), rank_, group->device(rank_), rank_, size_, device);
   }
   peer_ = std::move(group);
 }
@@ -132,8 +141,8 @@ void NcclCommunicator::all_to_all_v(const void* send, const std::vector<size_t>&
       MS_NCCL(ncclSend(static_cast<const char*>(send) + send_offset * elem, send_counts[peer], nccl_type(dtype), peer,
                        comm_, stream_));
     if (recv_counts[peer] > 0)
-      MS_NCCL(ncclRecv(static_cast<char*>(recv) + recv_offset * elem, recv_counts[peer], nccl_type(dtype), peer,
-                       comm_, stream_));
+      MS_NCCL(ncclRecv(static_cast<char*>(recv) + recv_offset * elem, recv_counts[peer], nccl_type(dtype), peer, comm_,
+                       stream_));
     send_offset += send_counts[peer];
     recv_offset += recv_counts[peer];
     sent += send_counts[peer];

@@ -9,9 +9,9 @@ namespace moeserve::comm {
 
 namespace {
 
-#define MS_CUDA_OK(call, what)                                                                  \
-  do {                                                                                          \
-    const cudaError_t status_ = (call);                                                         \
+#define MS_CUDA_OK(call, what)                                                                             \
+  do {                                                                                                     \
+    const cudaError_t status_ = (call);                                                                    \
     MS_CHECK(status_ == cudaSuccess, "peer all-reduce: {} failed: {}", what, cudaGetErrorString(status_)); \
   } while (0)
 
@@ -113,8 +113,8 @@ void PeerAllReduce::all_reduce_add_rms_norm(int rank, float* branch, const Resid
 }
 
 void PeerAllReduce::all_reduce_sum(int rank, void* data, size_t count, DType dtype, cudaStream_t stream) {
-  MS_CHECK(rank >= 0 && rank < size() && fits(data, count, dtype), "peer all-reduce: rank {} of {}, {} x {} does not fit",
-           rank, size(), count, dtype_name(dtype));
+  MS_CHECK(rank >= 0 && rank < size() && fits(data, count, dtype),
+           "peer all-reduce: rank {} of {}, {} x {} does not fit", rank, size(), count, dtype_name(dtype));
   peer::launch(arguments(rank, data, static_cast<int64_t>(count * dtype_size(dtype)), dtype == DType::BF16), stream);
 }
 

@@ -65,9 +65,9 @@ class PeerAllReduce {
   explicit PeerAllReduce(std::vector<int> devices);
   peer::Args arguments(int rank, void* data, int64_t bytes, bool bf16) const;
   struct RankMemory {
-    char* receive = nullptr;     // [2 halves][ranks][kMaxBytes]: what each rank sent this rank
-    uint32_t* flags = nullptr;   // [ranks][kMaxBlocks]: the call counter each rank last raised here
-    uint32_t* calls = nullptr;   // [kMaxBlocks]: this rank's call counter per block
+    char* receive = nullptr;    // [2 halves][ranks][kMaxBytes]: what each rank sent this rank
+    uint32_t* flags = nullptr;  // [ranks][kMaxBlocks]: the call counter each rank last raised here
+    uint32_t* calls = nullptr;  // [kMaxBlocks]: this rank's call counter per block
   };
   std::vector<int> devices_;
   std::vector<RankMemory> memory_;

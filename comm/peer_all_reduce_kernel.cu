@@ -1,7 +1,7 @@
 // The peer all-reduce kernel (peer_all_reduce.h describes the protocol).
+#include "comm/peer_all_reduce_kernel.h"
 #include "cuda_common/common.cuh"
 #include "cuda_common/row_norm.cuh"
-#include "comm/peer_all_reduce_kernel.h"
 
 namespace moeserve::comm::peer {
 
@@ -79,8 +79,7 @@ __global__ void __launch_bounds__(kThreads) peer_all_reduce_kernel(Args a) {
   for (int64_t offset = block * kChunkBytes + threadIdx.x * 16; offset < a.bytes; offset += gridDim.x * kChunkBytes) {
     const uint4 v = *reinterpret_cast<const uint4*>(a.data + offset);
     for (int peer = 0; peer < a.size; ++peer)
-      if (peer != a.rank)
-        *reinterpret_cast<uint4*>(a.receive[peer] + half + a.rank * kMaxBytes + offset) = v;
+      if (peer != a.rank) *reinterpret_cast<uint4*>(a.receive[peer] + half + a.rank * kMaxBytes + offset) = v;
   }
   exchange_flags(a, block, call);
   // 4. Rank-order sum of the chunks; the received ones bypass L1 (written by another GPU).

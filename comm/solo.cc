@@ -7,14 +7,22 @@ namespace moeserve::comm {
 
 const char* collective_name(Collective c) {
   switch (c) {
-    case Collective::AllReduce: return "all_reduce";
-    case Collective::AllGather: return "all_gather";
-    case Collective::ReduceScatter: return "reduce_scatter";
-    case Collective::AllToAllV: return "all_to_all_v";
-    case Collective::Send: return "send";
-    case Collective::Recv: return "recv";
-    case Collective::Broadcast: return "broadcast";
-    case Collective::Barrier: return "barrier";
+    case Collective::AllReduce:
+      return "all_reduce";
+    case Collective::AllGather:
+      return "all_gather";
+    case Collective::ReduceScatter:
+      return "reduce_scatter";
+    case Collective::AllToAllV:
+      return "all_to_all_v";
+    case Collective::Send:
+      return "send";
+    case Collective::Recv:
+      return "recv";
+    case Collective::Broadcast:
+      return "broadcast";
+    case Collective::Barrier:
+      return "barrier";
   }
   return "unknown";
 }

@@ -11,10 +11,9 @@ struct DTypeInfo {
   size_t size;
 };
 constexpr DTypeInfo kDTypes[] = {
-    {DType::F32, "F32", 4},         {DType::F16, "F16", 2},         {DType::BF16, "BF16", 2},
-    {DType::F64, "F64", 8},         {DType::F8_E4M3, "F8_E4M3", 1}, {DType::F8_E5M2, "F8_E5M2", 1},
-    {DType::I64, "I64", 8},         {DType::I32, "I32", 4},         {DType::I16, "I16", 2},
-    {DType::I8, "I8", 1},           {DType::U8, "U8", 1},           {DType::Bool, "BOOL", 1},
+    {DType::F32, "F32", 4},         {DType::F16, "F16", 2},         {DType::BF16, "BF16", 2}, {DType::F64, "F64", 8},
+    {DType::F8_E4M3, "F8_E4M3", 1}, {DType::F8_E5M2, "F8_E5M2", 1}, {DType::I64, "I64", 8},   {DType::I32, "I32", 4},
+    {DType::I16, "I16", 2},         {DType::I8, "I8", 1},           {DType::U8, "U8", 1},     {DType::Bool, "BOOL", 1},
 };
 const DTypeInfo& info(DType dtype) {
   for (const auto& entry : kDTypes)
@@ -68,9 +67,9 @@ uint16_t f32_to_f16(float f) {
   std::memcpy(&x, &f, sizeof x);
   const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   const uint32_t abs = x & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00u;            // NaN
-  if (abs >= 0x477ff000u) return sign | 0x7c00u;           // overflow to inf
-  if (abs < 0x38800000u) {  // half subnormal or zero: units of 2^-24
+  if (abs > 0x7f800000u) return sign | 0x7e00u;   // NaN
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;  // overflow to inf
+  if (abs < 0x38800000u) {                        // half subnormal or zero: units of 2^-24
     if (abs < 0x33000000u) return sign;
     const uint32_t shift = 126 - (abs >> 23);  // 14..24
     const uint32_t significand = (abs & 0x7fffffu) | 0x800000u;

@@ -22,7 +22,7 @@ template <typename... Args>
 }  // namespace moeserve
 
 // Check an invariant that bad input can break; the message is formatted only on failure.
-#define MS_CHECK(cond, ...)                 \
-  do {                                      \
+#define MS_CHECK(cond, ...)                     \
+  do {                                          \
     if (!(cond)) ::moeserve::fail(__VA_ARGS__); \
   } while (0)

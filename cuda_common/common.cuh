@@ -88,7 +88,8 @@ void launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t sha
   config.attrs = attribute;
   config.numAttrs = 1;
   const cudaError_t status = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
-  if (status != cudaSuccess) throw std::runtime_error(std::string("kernel launch failed: ") + cudaGetErrorString(status));
+  if (status != cudaSuccess)
+    throw std::runtime_error(std::string("kernel launch failed: ") + cudaGetErrorString(status));
 }
 
 }  // namespace moeserve::cuda

@@ -26,8 +26,8 @@ struct KvCacheOptions {
 };
 
 struct KvCacheStats {
-  int64_t query_tokens = 0;    // prompt tokens looked up in the prefix index
-  int64_t hit_tokens = 0;      // of which found cached
+  int64_t query_tokens = 0;  // prompt tokens looked up in the prefix index
+  int64_t hit_tokens = 0;    // of which found cached
   int64_t evicted_pages = 0;
 };
 

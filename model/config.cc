@@ -102,8 +102,8 @@ std::string parse_quantization(const json& object) {
 
 // The object holding the text model's fields: the root, or (Kimi K2.5 / VL) its text_config,
 // whose tensors are under language_model. and whose fields are reported under `path`.
-const json& text_model_of(const json& root, const std::string& source, const std::string& outer_type,
-                          ModelConfig& c, std::string& path) {
+const json& text_model_of(const json& root, const std::string& source, const std::string& outer_type, ModelConfig& c,
+                          std::string& path) {
   if (outer_type != "kimi_k25" && outer_type != "kimi_vl") {
     MS_CHECK(outer_type == "deepseek_v3" || outer_type == "kimi_k2",
              "{}: field 'model_type' is '{}'; supported: deepseek_v3, kimi_k2, kimi_k25", source, outer_type);
@@ -134,15 +134,15 @@ void read_moe_fields(const FieldReader& f, ModelConfig& c, const std::string& so
   MS_CHECK(scoring == "sigmoid", "{}: field '{}scoring_func' is '{}'; only 'sigmoid' is supported", source, path,
            scoring);
   const std::string topk_method = f.string_or("topk_method", "noaux_tc");
-  MS_CHECK(topk_method == "noaux_tc", "{}: field '{}topk_method' is '{}'; only 'noaux_tc' is supported", source,
-           path, topk_method);
+  MS_CHECK(topk_method == "noaux_tc", "{}: field '{}topk_method' is '{}'; only 'noaux_tc' is supported", source, path,
+           topk_method);
   const int64_t moe_layer_freq = f.integer_or("moe_layer_freq", 1);
   MS_CHECK(moe_layer_freq == 1, "{}: field '{}moe_layer_freq' is {}; only 1 is supported", source, path,
            moe_layer_freq);
 }
 
 void read_rope_fields(const FieldReader& f, const json& text, ModelConfig& c, const std::string& source,
-                     const std::string& path) {
+                      const std::string& path) {
   // Published checkpoints: top-level rope_theta + rope_scaling{type}; transformers 5 saves
   // rope_parameters{rope_type, rope_theta}.
   if (f.has("rope_parameters")) {
@@ -196,8 +196,8 @@ void ModelConfig::validate() const {
   MS_CHECK(q_lora_rank >= 0, "config: field 'q_lora_rank' must be null or positive, got {}", q_lora_rank);
   MS_CHECK(qk_rope_head_dim % 2 == 0, "config: field 'qk_rope_head_dim' must be even, got {}", qk_rope_head_dim);
   MS_CHECK(first_k_dense_replace >= 0 && first_k_dense_replace <= num_hidden_layers,
-           "config: field 'first_k_dense_replace' ({}) must be within [0, num_hidden_layers={}]",
-           first_k_dense_replace, num_hidden_layers);
+           "config: field 'first_k_dense_replace' ({}) must be within [0, num_hidden_layers={}]", first_k_dense_replace,
+           num_hidden_layers);
   if (first_k_dense_replace > 0) positive("intermediate_size", intermediate_size);
   if (num_moe_layers() > 0) {
     positive("n_routed_experts", n_routed_experts);
@@ -249,13 +249,12 @@ ModelConfig ModelConfig::from_json(const json& root, const std::string& source) 
   c.qk_rope_head_dim = f.integer("qk_rope_head_dim");
   c.v_head_dim = f.integer("v_head_dim");
   c.first_k_dense_replace = f.integer_or("first_k_dense_replace", 0);
-  c.intermediate_size = c.first_k_dense_replace > 0 ? f.integer("intermediate_size")
-                                                    : f.integer_or("intermediate_size", 0);
+  c.intermediate_size =
+      c.first_k_dense_replace > 0 ? f.integer("intermediate_size") : f.integer_or("intermediate_size", 0);
   if (c.first_k_dense_replace < c.num_hidden_layers) read_moe_fields(f, c, source, path);
   const std::string act = f.string_or("hidden_act", "silu");
   MS_CHECK(act == "silu", "{}: field '{}hidden_act' is '{}'; only 'silu' is supported", source, path, act);
-  MS_CHECK(!f.boolean_or("attention_bias", false), "{}: field '{}attention_bias' is true; not supported", source,
-           path);
+  MS_CHECK(!f.boolean_or("attention_bias", false), "{}: field '{}attention_bias' is true; not supported", source, path);
   c.rms_norm_eps = f.number_or("rms_norm_eps", 1e-6);
   c.max_position_embeddings = f.integer("max_position_embeddings");
   c.rope_interleave = f.boolean_or("rope_interleave", true);
@@ -314,8 +313,8 @@ ParameterCounts count_parameters(const ModelConfig& c) {
 
   ParameterCounts p;
   p.routed_experts = moe_layers * c.n_routed_experts * expert;
-  const int64_t common = embed + head + h /*final norm*/ + c.num_hidden_layers * attention +
-                         dense_layers * dense_mlp + moe_layers * (shared + router);
+  const int64_t common = embed + head + h /*final norm*/ + c.num_hidden_layers * attention + dense_layers * dense_mlp +
+                         moe_layers * (shared + router);
   p.total = common + p.routed_experts;
   p.active_per_token = common + moe_layers * c.num_experts_per_tok * expert;
   return p;

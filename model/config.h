@@ -4,9 +4,8 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json_fwd.hpp>
+#include <string>
 
 namespace moeserve {
 
@@ -15,16 +14,16 @@ struct RopeScaling {
   double factor = 1.0;
   double beta_fast = 32.0;
   double beta_slow = 1.0;
-  double mscale = 0.0;          // 0: absent
-  double mscale_all_dim = 0.0;  // 0: absent
+  double mscale = 0.0;            // 0: absent
+  double mscale_all_dim = 0.0;    // 0: absent
   double attention_factor = 0.0;  // 0: derived from factor and mscales
   int64_t original_max_position_embeddings = 0;
   bool truncate = true;
 };
 
 struct ModelConfig {
-  std::string model_type;          // deepseek_v3 | kimi_k2 | kimi_k25
-  std::string tensor_prefix;       // "" or "language_model." (K2.5-style wrappers)
+  std::string model_type;     // deepseek_v3 | kimi_k2 | kimi_k25
+  std::string tensor_prefix;  // "" or "language_model." (K2.5-style wrappers)
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;      // dense MLP (first_k_dense_replace layers)

@@ -11,6 +11,7 @@
 #include "model/deepseek_v3_weights.h"
 #include "model/forward_batch_check.h"
 #include "model/graph_cache.h"
+#include "model/layer_ops.h"
 #include "model/lm_head.h"
 #include "model/reduction_tree.h"
 #include "model/workspace.h"
@@ -20,9 +21,8 @@ namespace moeserve {
 using ops::BufferPtr;
 using parallel::Range;
 
-DeepseekV3::DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& plan, int rank,
-                       ops::Backend& backend, WeightSource& source, RankGroups groups, KvCacheShape cache,
-                       ModelRunOptions run)
+DeepseekV3::DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& plan, int rank, ops::Backend& backend,
+                       WeightSource& source, RankGroups groups, KvCacheShape cache, ModelRunOptions run)
     : config_(config), plan_(plan), run_(run), backend_(backend), groups_(groups), cache_shape_(cache) {
   shard_ = parallel::shard_of(plan, shard_dims(config), rank);
   const int stage_ranks = plan.ranks_per_stage();
@@ -32,9 +32,12 @@ DeepseekV3::DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& 
            "plan '{}' rank {}: needs a MoE (stage) communicator of {} ranks", plan.name, rank, stage_ranks);
   check_reduction_plan(config, plan, run);
   parts_ = std::max(1, run.reduction_plan.world() / stage_ranks);
-  weights_ = std::make_unique<ModelWeights>(load_weights(
-      {.config = config_, .shard = shard_, .parts = parts_, .reduction_plan = run_.reduction_plan, .backend = backend,
-       .source = source}));
+  weights_ = std::make_unique<ModelWeights>(load_weights({.config = config_,
+                                                          .shard = shard_,
+                                                          .parts = parts_,
+                                                          .reduction_plan = run_.reduction_plan,
+                                                          .backend = backend,
+                                                          .source = source}));
   weight_bytes_ = weights_->bytes;
   const int64_t width = config.kv_lora_rank + config.qk_rope_head_dim;
   const size_t cache_bytes =
@@ -44,24 +47,33 @@ DeepseekV3::DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& 
   // Candidates per row and vocab part in HeadMode::kCandidates (fewer when the part is smaller).
   const int64_t candidates = std::min(kSampleCandidates, shard_.vocab.size() / parts_);
   graphs_ = std::make_unique<GraphCache>(backend);
-  workspace_ = std::make_unique<Workspace>(
-      WorkspaceDims{.config = config_, .shard = shard_, .parts = parts_, .attn_tp = plan_.attn_tp,
-                    .head_tp = groups_.attn_tp ? groups_.attn_tp->size() : 1, .reduction_plan = reduction_plan_on(),
-                    .candidates_per_slice = candidates},
-      backend, *graphs_);
-  head_ = std::make_unique<LmHead>(LmHeadParams{.config = config_, .shard = shard_, .parts = parts_,
-                                                .vocab_slices = parts_ * plan_.attn_tp, .attn_tp = groups_.attn_tp,
-                                                .backend = backend, .weights = *weights_, .workspace = *workspace_,
+  workspace_ = std::make_unique<Workspace>(WorkspaceDims{.config = config_,
+                                                         .shard = shard_,
+                                                         .parts = parts_,
+                                                         .attn_tp = plan_.attn_tp,
+                                                         .head_tp = groups_.attn_tp ? groups_.attn_tp->size() : 1,
+                                                         .reduction_plan = reduction_plan_on(),
+                                                         .candidates_per_slice = candidates},
+                                           backend, *graphs_);
+  head_ = std::make_unique<LmHead>(LmHeadParams{.config = config_,
+                                                .shard = shard_,
+                                                .parts = parts_,
+                                                .vocab_slices = parts_ * plan_.attn_tp,
+                                                .attn_tp = groups_.attn_tp,
+                                                .backend = backend,
+                                                .weights = *weights_,
+                                                .workspace = *workspace_,
                                                 .candidates_per_slice = candidates});
   if (plan_.attn_dp > 1)
-    exchange_ = std::make_unique<comm::ExpertExchange>(comm::ExpertExchange::Params{
-        .backend = backend,
-        .group = *groups_.moe,
-        .placement = {.ranks = stage_ranks, .moe_tp = plan_.moe_tp,
-                      .experts_per_group = config_.n_routed_experts / plan_.moe_ep,
-                      .top_k = config_.num_experts_per_tok},
-        .local_expert_begin = shard_.experts.begin,
-        .hidden = config_.hidden_size});
+    exchange_ = std::make_unique<comm::ExpertExchange>(
+        comm::ExpertExchange::Params{.backend = backend,
+                                     .group = *groups_.moe,
+                                     .placement = {.ranks = stage_ranks,
+                                                   .moe_tp = plan_.moe_tp,
+                                                   .experts_per_group = config_.n_routed_experts / plan_.moe_ep,
+                                                   .top_k = config_.num_experts_per_tok},
+                                     .local_expert_begin = shard_.experts.begin,
+                                     .hidden = config_.hidden_size});
 }
 
 DeepseekV3::~DeepseekV3() = default;
@@ -88,8 +100,11 @@ ops::Buffer& DeepseekV3::hidden_states(int64_t tokens) { return *workspace_->of(
 
 Tensor DeepseekV3::forward(const ForwardBatch& batch) {
   const int64_t T = batch.num_tokens(), rows = static_cast<int64_t>(batch.logit_rows.size());
-  check_forward_batch(batch, {.config = config_, .cache = cache_shape_, .first_stage = shard_.first_stage,
-                              .last_stage = shard_.last_stage, .head_mode = head_mode_});
+  check_forward_batch(batch, {.config = config_,
+                              .cache = cache_shape_,
+                              .first_stage = shard_.first_stage,
+                              .last_stage = shard_.last_stage,
+                              .head_mode = head_mode_});
   if (head_mode_ == HeadMode::kCandidates && shard_.last_stage) head_->set_temperatures(batch.temperatures);
   if (head_mode_ == HeadMode::kSampled && shard_.last_stage) head_->set_sampling(batch.sampling);
 
@@ -164,47 +179,6 @@ void DeepseekV3::add_branch(const BranchSum& sum, Activations& a, const void* no
 void* DeepseekV3::branch_part(Activations& a, int v) const {
   return bytes(a.branch) + static_cast<int64_t>(v) * a.tokens * config_.hidden_size * 4;
 }
-namespace {
-
-// Routes x [tokens, hidden] (DeepSeek-V3's grouped top-k) into a.topk_ids / a.topk_weights
-// [tokens, top_k].
-ops::MoeRouteParams route_params(const ModelConfig& c, const LayerWeights& layer, const void* x, int64_t tokens,
-                                 Activations& a) {
-  return {x, static_cast<const float*>(ptr(layer.router)), static_cast<const float*>(ptr(layer.router_bias)),
-          static_cast<int32_t*>(ptr(a.topk_ids)), static_cast<float*>(ptr(a.topk_weights)), tokens, c.hidden_size,
-          c.n_routed_experts, c.n_group, c.topk_group, c.num_experts_per_tok, c.norm_topk_prob,
-          static_cast<float>(c.routed_scaling_factor)};
-}
-
-// Rows routed to experts: x [tokens, hidden], ids / weights [tokens, top_k], out [tokens, hidden].
-struct RoutedRows {
-  const void* x;
-  const int32_t* ids;
-  const float* weights;
-  void* out;
-  int64_t tokens, top_k;
-};
-
-// The routed experts of `part` (its experts, its columns) on `rows`.
-ops::MoeExpertsParams experts_params(const LayerPart& part, const RoutedRows& rows, int64_t hidden) {
-  return {.x = rows.x,
-          .topk_ids = rows.ids,
-          .topk_weights = rows.weights,
-          .w13 = static_cast<const void* const*>(ptr(part.expert_w13_table)),
-          .w2 = static_cast<const void* const*>(ptr(part.expert_w2_table)),
-          .out = rows.out,
-          .tokens = rows.tokens,
-          .top_k = rows.top_k,
-          .hidden = hidden,
-          .inter = part.expert_cols.size(),
-          .expert_begin = part.experts.begin,
-          .expert_end = part.experts.end,
-          .w13_host = part.expert_w13_ptrs.data(),
-          .w2_host = part.expert_w2_ptrs.data()};
-}
-
-}  // namespace
-
 DeepseekV3::BranchSum DeepseekV3::attention(const LayerWeights& layer, int64_t local_layer, Activations& a,
                                             int64_t max_pages_per_seq) {
   const ModelConfig& c = config_;
@@ -227,8 +201,8 @@ DeepseekV3::BranchSum DeepseekV3::attention(const LayerWeights& layer, int64_t l
 
   if (c.q_lora_rank > 0) {  // q_a [T, q_lora] path: replicated, once for every part
     backend_.linear({ptr(a.normed), ptr(layer.q_a_proj), ptr(a.q_a), T, hidden, c.q_lora_rank, hidden, c.q_lora_rank});
-    backend_.rms_norm({ptr(a.q_a), ptr(layer.q_a_norm), ptr(a.q_a_normed), T, c.q_lora_rank, c.q_lora_rank,
-                       c.q_lora_rank, eps});
+    backend_.rms_norm(
+        {ptr(a.q_a), ptr(layer.q_a_norm), ptr(a.q_a_normed), T, c.q_lora_rank, c.q_lora_rank, c.q_lora_rank, eps});
   }
   for (int v = 0; v < parts_; ++v) attention_part(layer.parts[v], v, cache, a, max_pages_per_seq);
   return {groups_.attn_tp, "attention"};
@@ -243,8 +217,8 @@ void DeepseekV3::attention_part(const LayerPart& part, int v, ops::Buffer& cache
   const auto* positions = static_cast<const int32_t*>(ptr(a.positions));
   // q: [T, heads, qk] = (q LoRA ? q_b(norm(q_a(x))) : q_proj(x)) for this part's heads.
   if (c.q_lora_rank > 0) {
-    backend_.linear({ptr(a.q_a_normed), ptr(part.q_b_proj), ptr(a.q), T, c.q_lora_rank, heads * qk, c.q_lora_rank,
-                     heads * qk});
+    backend_.linear(
+        {ptr(a.q_a_normed), ptr(part.q_b_proj), ptr(a.q), T, c.q_lora_rank, heads * qk, c.q_lora_rank, heads * qk});
   } else {
     backend_.linear({ptr(a.normed), ptr(part.q_proj), ptr(a.q), T, hidden, heads * qk, hidden, heads * qk});
   }
@@ -273,8 +247,8 @@ void DeepseekV3::attention_part(const LayerPart& part, int v, ops::Buffer& cache
                           .scale = static_cast<float>(c.attention_scale())});
   backend_.mla_v_up({ptr(a.attn_latent), ptr(part.kv_b_proj), ptr(a.attn_v), T, heads, nope, c.v_head_dim, latent});
   // [T, hidden] partial over this part's heads, summed over the parts and attention TP.
-  ops::LinearParams o_proj{ptr(a.attn_v), ptr(part.o_proj), branch_part(a, v), T, heads * c.v_head_dim, hidden,
-                           heads * c.v_head_dim, hidden};
+  ops::LinearParams o_proj{ptr(a.attn_v),        ptr(part.o_proj), branch_part(a, v),    T,
+                           heads * c.v_head_dim, hidden,           heads * c.v_head_dim, hidden};
   o_proj.y_f32 = true;
   backend_.linear(o_proj);
 }
@@ -331,12 +305,14 @@ DeepseekV3::BranchSum DeepseekV3::moe(const LayerWeights& layer, int64_t moe_lay
     // Part v: its shared-expert columns (part 0's ran above), then its routed columns added.
     const LayerPart& part = layer.parts[v];
     if (v > 0) shared_experts(layer, part, a, branch_part(a, v), /*accumulate=*/false);
-    ops::MoeExpertsParams experts = experts_params(
-        part,
-        {.x = ptr(a.normed), .ids = static_cast<const int32_t*>(ptr(a.topk_ids)),
-         .weights = static_cast<const float*>(ptr(a.topk_weights)), .out = branch_part(a, v), .tokens = T,
-         .top_k = c.num_experts_per_tok},
-        c.hidden_size);
+    ops::MoeExpertsParams experts = experts_params(part,
+                                                   {.x = ptr(a.normed),
+                                                    .ids = static_cast<const int32_t*>(ptr(a.topk_ids)),
+                                                    .weights = static_cast<const float*>(ptr(a.topk_weights)),
+                                                    .out = branch_part(a, v),
+                                                    .tokens = T,
+                                                    .top_k = c.num_experts_per_tok},
+                                                   c.hidden_size);
     experts.routed_experts = c.n_routed_experts;
     experts.out_f32 = true;
     experts.accumulate = has_shared;
@@ -374,8 +350,12 @@ DeepseekV3::BranchSum DeepseekV3::moe_dispatch_combine(const LayerWeights& layer
   const comm::ExpertExchange::Received received = exchange_->dispatch(ptr(a.normed), handle);
   const LayerPart& part = layer.parts[0];  // attention DP: no reduction plan, one part
   backend_.moe_experts(experts_params(part,
-                                      {.x = received.x, .ids = received.expert_ids, .weights = received.weights,
-                                       .out = received.y, .tokens = received.rows, .top_k = 1},
+                                      {.x = received.x,
+                                       .ids = received.expert_ids,
+                                       .weights = received.weights,
+                                       .out = received.y,
+                                       .tokens = received.rows,
+                                       .top_k = 1},
                                       hidden));
   // 4. branch [T, hidden] fp32: the combined experts, zero outside my share, + shared experts.
   exchange_->combine(received.y, topk_weights, handle, {.out = ptr(a.branch), .rows = T, .out_f32 = true});

@@ -6,8 +6,8 @@
 #include <map>
 #include <memory>
 #include <set>
-#include <utility>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -32,8 +32,8 @@ class Workspace;
 
 // The groups a rank talks to. Any may be null when its group has one member.
 struct RankGroups {
-  comm::Communicator* attn_tp = nullptr;   // same stage and DP replica (attention, dense, vocab)
-  comm::Communicator* moe = nullptr;       // the whole stage (routed experts)
+  comm::Communicator* attn_tp = nullptr;  // same stage and DP replica (attention, dense, vocab)
+  comm::Communicator* moe = nullptr;      // the whole stage (routed experts)
 };
 
 // A paged MLA latent cache for this rank's layers: [num_pages * page_size, latent + rope]
@@ -197,7 +197,7 @@ class DeepseekV3 {
   std::vector<std::vector<int32_t>> last_routing_;  // [moe layer][tokens * top_k], appended per forward
 
   std::unique_ptr<ModelWeights> weights_;
-  std::vector<ops::BufferPtr> kv_cache_;  // per local layer
+  std::vector<ops::BufferPtr> kv_cache_;            // per local layer
   std::unique_ptr<comm::ExpertExchange> exchange_;  // attention DP: routed tokens by all-to-all
   std::unique_ptr<LmHead> head_;
   std::unique_ptr<Workspace> workspace_;

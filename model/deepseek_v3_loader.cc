@@ -37,8 +37,15 @@ class WeightLoader {
     const size_t elem = keep_f32 ? 4 : dtype_size(weight_dtype_);
     SyntheticRecipe recipe;
     if (p_.source.synthetic_recipe(name, shape, &recipe)) {
-      ops::FillUniformParams fill{static_cast<std::byte*>(dst.data()) + offset * elem, r.size(), k.size(), full_cols,
-                                  r.begin, k.begin, recipe.seed, recipe.offset, recipe.amplitude};
+      ops::FillUniformParams fill{static_cast<std::byte*>(dst.data()) + offset * elem,
+                                  r.size(),
+                                  k.size(),
+                                  full_cols,
+                                  r.begin,
+                                  k.begin,
+                                  recipe.seed,
+                                  recipe.offset,
+                                  recipe.amplitude};
       fill.out_f32 = keep_f32;
       backend_.fill_uniform(fill);
       return;

@@ -32,8 +32,10 @@ std::vector<WeightSlice> weight_slices_of_rank(const ModelConfig& c, const paral
   if (s.last_stage) {
     add(c.tensor_prefix + "model.norm.weight", hidden, owns_stage_copy);
     // A tied head re-reads the first stage's embedding slices: always a replica.
-    if (c.tie_word_embeddings) add(embed, s.vocab.size() * hidden, false);
-    else add(c.tensor_prefix + "lm_head.weight", s.vocab.size() * hidden, owns_tp_slice);
+    if (c.tie_word_embeddings)
+      add(embed, s.vocab.size() * hidden, false);
+    else
+      add(c.tensor_prefix + "lm_head.weight", s.vocab.size() * hidden, owns_tp_slice);
   }
   const int64_t qk = c.qk_head_dim(), latent = c.kv_lora_rank, rope = c.qk_rope_head_dim;
   for (int64_t l = s.layers.begin; l < s.layers.end; ++l) {

@@ -28,8 +28,7 @@ struct WeightSlice {
   bool owned = true;
 };
 
-std::vector<WeightSlice> weight_slices_of_rank(const ModelConfig& config, const parallel::ParallelPlan& plan,
-                                               int rank);
+std::vector<WeightSlice> weight_slices_of_rank(const ModelConfig& config, const parallel::ParallelPlan& plan, int rank);
 
 struct RankWeights {
   int64_t held_elements = 0;   // everything the rank loads (its memory)

@@ -22,8 +22,9 @@ void LmHead::run(Activations& a, int64_t rows, HeadMode mode) {
   backend.rms_norm({ptr(a.selected), ptr(p_.weights.final_norm), ptr(a.selected), rows, hidden, hidden, hidden,
                     static_cast<float>(c.rms_norm_eps)});
   for (int v = 0; v < p_.parts; ++v) {
-    ops::LinearParams head{ptr(a.selected), ptr(p_.weights.lm_head[v]), logits_of(a, rows, v), rows, hidden, vocab_part,
-                           hidden, vocab_part};
+    ops::LinearParams head{
+        ptr(a.selected), ptr(p_.weights.lm_head[v]), logits_of(a, rows, v), rows, hidden, vocab_part, hidden,
+        vocab_part};
     head.y_f32 = true;
     backend.linear(head);
   }
@@ -166,7 +167,8 @@ void LmHead::candidates_to_host(Activations& a, int64_t rows) {
     for (int64_t j = 0; j < out.count; ++j) {
       int best = -1;
       for (int k = 0; k < tp; ++k)
-        if (next[k] < c && (best < 0 || values[(k * rows + r) * c + next[k]] > values[(best * rows + r) * c + next[best]]))
+        if (next[k] < c &&
+            (best < 0 || values[(k * rows + r) * c + next[k]] > values[(best * rows + r) * c + next[best]]))
           best = k;
       out.values[r * out.count + j] = values[(best * rows + r) * c + next[best]];
       out.ids[r * out.count + j] = ids[(best * rows + r) * c + next[best]];
@@ -197,7 +199,7 @@ std::vector<int32_t> LmHead::sample_logits_rows(const std::vector<int64_t>& rows
   Activations& a = p_.workspace.any();
   const int64_t vocab_local = p_.shard.vocab.size(), n = static_cast<int64_t>(rows.size());
   const void* logits = ptr(a.local_logits);  // [parts, logit rows, vocab part]
-  if (a.gathered_logits) {  // [attn_tp * parts, logit rows, vocab part]
+  if (a.gathered_logits) {                   // [attn_tp * parts, logit rows, vocab part]
     comm::Communicator& tp = *p_.attn_tp;
     tp.set_site("sample");
     tp.all_gather(ptr(a.local_logits), ptr(a.gathered_logits), static_cast<size_t>(last_logit_rows_ * vocab_local),

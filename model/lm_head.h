@@ -18,9 +18,9 @@ namespace moeserve {
 struct LmHeadParams {
   const ModelConfig& config;
   const parallel::RankShard& shard;
-  int parts;                     // vocab parts of this rank (the reduction plan's)
-  int vocab_slices;              // of the whole head: parts * the plan's attention TP
-  comm::Communicator* attn_tp;   // the vocab split's group (null with one rank)
+  int parts;                    // vocab parts of this rank (the reduction plan's)
+  int vocab_slices;             // of the whole head: parts * the plan's attention TP
+  comm::Communicator* attn_tp;  // the vocab split's group (null with one rank)
   ops::Backend& backend;
   const ModelWeights& weights;   // final_norm, lm_head
   Workspace& workspace;          // the head arena's rows (head_rows), its buffers
@@ -57,10 +57,10 @@ class LmHead {
   Tensor sample_all(int64_t rows);
 
   LmHeadParams p_;
-  SampleCandidates candidates_;      // of the last kCandidates step
-  std::vector<float> temperatures_;  // its rows' temperatures
+  SampleCandidates candidates_;                 // of the last kCandidates step
+  std::vector<float> temperatures_;             // its rows' temperatures
   std::vector<ops::SamplingOptions> sampling_;  // a kSampled step's rows' draws
-  ops::BufferPtr sampled_tokens_;    // [rows] int32: sample_logits_rows()'s draws
+  ops::BufferPtr sampled_tokens_;               // [rows] int32: sample_logits_rows()'s draws
   int64_t last_logit_rows_ = 0;
 };
 

@@ -121,18 +121,18 @@ ModelConfig synthetic_config(const std::string& name, int64_t layers) {
   } else if (name == "small") {
     c = small_config();
   } else if (name == "kimi-k2.6") {
-    c = with_yarn(deepseek_family(163840, 7168, 18432, 2048, 61, 64, 1536, 384, 1, 8, 1, 1, 1, 2.827), 50000.0,
-                  64.0, 32.0, 262144);
+    c = with_yarn(deepseek_family(163840, 7168, 18432, 2048, 61, 64, 1536, 384, 1, 8, 1, 1, 1, 2.827), 50000.0, 64.0,
+                  32.0, 262144);
     c.model_type = "kimi_k2";
     c.rms_norm_eps = 1e-5;
   } else if (name == "kimi-k2") {
-    c = with_yarn(deepseek_family(163840, 7168, 18432, 2048, 61, 64, 1536, 384, 1, 8, 1, 1, 1, 2.827), 50000.0,
-                  64.0, 1.0, 262144);
+    c = with_yarn(deepseek_family(163840, 7168, 18432, 2048, 61, 64, 1536, 384, 1, 8, 1, 1, 1, 2.827), 50000.0, 64.0,
+                  1.0, 262144);
     c.model_type = "kimi_k2";
     c.rms_norm_eps = 1e-6;
   } else if (name == "deepseek-v3") {
-    c = with_yarn(deepseek_family(129280, 7168, 18432, 2048, 61, 128, 1536, 256, 1, 8, 8, 4, 3, 2.5), 10000.0,
-                  40.0, 32.0, 163840);
+    c = with_yarn(deepseek_family(129280, 7168, 18432, 2048, 61, 128, 1536, 256, 1, 8, 8, 4, 3, 2.5), 10000.0, 40.0,
+                  32.0, 163840);
   } else if (name == "moonlight") {
     c = deepseek_family(163840, 2048, 11264, 1408, 27, 16, 0, 64, 2, 6, 1, 1, 1, 2.446);
     c.rope_theta = 50000.0;

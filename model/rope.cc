@@ -34,8 +34,8 @@ std::vector<float> rope_inv_freq(const ModelConfig& c) {
   if (low == high) high += 0.001;
   const float factor = static_cast<float>(r.factor);
   for (int64_t i = 0; i < half; ++i) {
-    const float ramp = std::clamp((static_cast<float>(i) - static_cast<float>(low)) /
-                                      static_cast<float>(high - low), 0.0f, 1.0f);
+    const float ramp =
+        std::clamp((static_cast<float>(i) - static_cast<float>(low)) / static_cast<float>(high - low), 0.0f, 1.0f);
     const float extrapolation_factor = 1.0f - ramp;
     const float extrapolation = 1.0f / pos_freqs[i];
     const float interpolation = 1.0f / (factor * pos_freqs[i]);

@@ -88,8 +88,7 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
 
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") continue;
-    MS_CHECK(entry.is_object() && entry.contains("dtype") && entry.contains("shape") &&
-                 entry.contains("data_offsets"),
+    MS_CHECK(entry.is_object() && entry.contains("dtype") && entry.contains("shape") && entry.contains("data_offsets"),
              "{}: tensor '{}': header entry needs dtype, shape and data_offsets", path, name);
     TensorInfo info;
     info.name = name;
@@ -103,14 +102,14 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
       info.shape.push_back(d.get<int64_t>());
     }
     const json& offsets = entry.at("data_offsets");
-    MS_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
-                 offsets[1].is_number_unsigned(),
-             "{}: tensor '{}': data_offsets must be two non-negative integers", path, name);
+    MS_CHECK(
+        offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() && offsets[1].is_number_unsigned(),
+        "{}: tensor '{}': data_offsets must be two non-negative integers", path, name);
     info.data_begin = offsets[0].get<size_t>();
     info.data_end = offsets[1].get<size_t>();
     MS_CHECK(info.data_begin <= info.data_end && info.data_end <= data_size,
-             "{}: tensor '{}': data_offsets [{}, {}] outside the data section ({} bytes; file truncated?)", path,
-             name, info.data_begin, info.data_end, data_size);
+             "{}: tensor '{}': data_offsets [{}, {}] outside the data section ({} bytes; file truncated?)", path, name,
+             info.data_begin, info.data_end, data_size);
     const size_t expected = static_cast<size_t>(shape_numel(info.shape)) * dtype_size(info.dtype);
     MS_CHECK(info.data_end - info.data_begin == expected,
              "{}: tensor '{}': {} bytes of data for shape {} {} (expected {})", path, name,
@@ -140,8 +139,8 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& directory) {
     } catch (const json::parse_error& e) {
       fail("{}: invalid JSON: {}", index_file, e.what());
     }
-    MS_CHECK(index.contains("weight_map") && index.at("weight_map").is_object(),
-             "{}: missing field 'weight_map'", index_file);
+    MS_CHECK(index.contains("weight_map") && index.at("weight_map").is_object(), "{}: missing field 'weight_map'",
+             index_file);
     std::map<std::string, const SafetensorsFile*> opened;
     for (const auto& [name, shard] : index.at("weight_map").items()) {
       MS_CHECK(shard.is_string(), "{}: tensor '{}': shard name must be a string", index_file, name);
@@ -164,8 +163,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& directory) {
     for (const auto& file : ckpt->files_) {
       for (const auto& [name, info] : file->tensors()) {
         auto entry = ckpt->index_.find(name);
-        MS_CHECK(entry != ckpt->index_.end(), "{}: tensor '{}' is not listed in {}", file->path(), name,
-                 index_file);
+        MS_CHECK(entry != ckpt->index_.end(), "{}: tensor '{}' is not listed in {}", file->path(), name, index_file);
         MS_CHECK(entry->second.file == file.get(), "{}: duplicate tensor '{}' (also in {})", file->path(), name,
                  entry->second.file->path());
       }
@@ -215,8 +213,8 @@ void check_weight_tensor(const TensorInfo& ti, const std::string& path, const st
          dtype_name(ti.dtype));
   MS_CHECK(ti.dtype == DType::F32 || ti.dtype == DType::BF16 || ti.dtype == DType::F16,
            "{}: tensor '{}' has dtype {}; weights must be F32, BF16 or F16", path, name, dtype_name(ti.dtype));
-  MS_CHECK(ti.shape.size() == 1 || ti.shape.size() == 2, "{}: tensor '{}': expected a 1-D or 2-D tensor, got {}",
-           path, name, shape_str(ti.shape));
+  MS_CHECK(ti.shape.size() == 1 || ti.shape.size() == 2, "{}: tensor '{}': expected a 1-D or 2-D tensor, got {}", path,
+           name, shape_str(ti.shape));
 }
 
 }  // namespace

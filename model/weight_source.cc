@@ -21,8 +21,8 @@ Tensor CheckpointWeightSource::read(const std::string& name, const Shape& full_s
 std::string SyntheticWeightSource::describe() const { return fmt::format("synthetic weights (seed {})", seed_); }
 
 SyntheticRecipe SyntheticWeightSource::recipe_of(const std::string& name, const Shape& full_shape) const {
-  MS_CHECK(full_shape.size() == 1 || full_shape.size() == 2, "synthetic tensor '{}': shape {} is not 1-D or 2-D",
-           name, shape_str(full_shape));
+  MS_CHECK(full_shape.size() == 1 || full_shape.size() == 2, "synthetic tensor '{}': shape {} is not 1-D or 2-D", name,
+           shape_str(full_shape));
   const int64_t fan_in = full_shape.size() == 2 ? full_shape[1] : 1;
   // Uniform(-a, a) has variance a^2/3: a = sqrt(3 / fan_in) keeps a projection's output at
   // unit variance. Norm weights sit near 1, biases near 0; residual-branch outputs (o_proj,

@@ -55,8 +55,7 @@ class WeightSource {
 // Weights from a checkpoint directory (shared by several ranks: reads are thread-safe).
 class CheckpointWeightSource final : public WeightSource {
  public:
-  explicit CheckpointWeightSource(std::shared_ptr<const Checkpoint> checkpoint)
-      : checkpoint_(std::move(checkpoint)) {}
+  explicit CheckpointWeightSource(std::shared_ptr<const Checkpoint> checkpoint) : checkpoint_(std::move(checkpoint)) {}
   Tensor read(const std::string& name, const Shape& full_shape, Slice rows, Slice cols) override;
   std::string describe() const override { return checkpoint_->directory(); }
 

@@ -83,7 +83,7 @@ size_t Workspace::lay_out_head(Activations* a, int64_t rows, ops::Buffer* arena)
   layout.place(&Activations::selected, n * dims_.config.hidden_size, dtype_size(backend_.activation_dtype()));
   layout.place(&Activations::local_logits, n * vocab_local, 4);  // [parts, R, vocab part]
   layout.place(&Activations::greedy_pairs, parts * 2 * n, 4);    // [parts, 2R]
-  if (a != nullptr) {  // part 0's values and ids
+  if (a != nullptr) {                                            // part 0's values and ids
     a->greedy_values = std::make_unique<BufferView>(a->greedy_pairs->data(), n * 4);
     a->greedy_ids = std::make_unique<BufferView>(static_cast<std::byte*>(a->greedy_pairs->data()) + n * 4, n * 4);
   }

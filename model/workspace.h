@@ -24,10 +24,10 @@ struct ForwardBatch;
 struct Activations {
   using BufferPtr = ops::BufferPtr;
   int64_t tokens = 0;
-  int64_t block_table_capacity = 0;  // int32 entries of block_tables
+  int64_t block_table_capacity = 0;                                         // int32 entries of block_tables
   BufferPtr ids, positions, seq_of_token, slots, block_tables, logit_rows;  // int32 metadata
-  BufferPtr hidden;     // [T, hidden] residual stream
-  BufferPtr normed;     // [T, hidden]
+  BufferPtr hidden;                                                         // [T, hidden] residual stream
+  BufferPtr normed;                                                         // [T, hidden]
   // [T, hidden] fp32: output of attention / MLP before the residual add. Partial sums over
   // heads, columns and experts are added across ranks in fp32 and rounded to the activation
   // dtype once, in the residual add: every plan rounds where one GPU does.
@@ -36,31 +36,31 @@ struct Activations {
   // part 0, where their tree sum lands), and with more than 2 ranks per stage the ranks'
   // sums gathered [ranks, T, hidden] fp32 to be added in the same tree.
   BufferPtr branch_parts, branch_gather;
-  BufferPtr q_a;        // [T, q_lora]
-  BufferPtr q_a_normed; // [T, q_lora]
-  BufferPtr q;          // [T, heads_local, qk_head_dim]
-  BufferPtr kv;         // [T, latent + rope]: normalised latent + roped key, as cached
-  BufferPtr q_latent;   // [T, heads_local, latent]
-  BufferPtr attn_latent;// [T, heads_local, latent]
-  BufferPtr attn_v;     // [T, heads_local * v]
-  BufferPtr gate_up;    // [T, 2 * max inter]
-  BufferPtr act;        // [T, max inter]
-  BufferPtr topk_ids;   // [T, top_k] int32
-  BufferPtr topk_weights; // [T, top_k] fp32
+  BufferPtr q_a;           // [T, q_lora]
+  BufferPtr q_a_normed;    // [T, q_lora]
+  BufferPtr q;             // [T, heads_local, qk_head_dim]
+  BufferPtr kv;            // [T, latent + rope]: normalised latent + roped key, as cached
+  BufferPtr q_latent;      // [T, heads_local, latent]
+  BufferPtr attn_latent;   // [T, heads_local, latent]
+  BufferPtr attn_v;        // [T, heads_local * v]
+  BufferPtr gate_up;       // [T, 2 * max inter]
+  BufferPtr act;           // [T, max inter]
+  BufferPtr topk_ids;      // [T, top_k] int32
+  BufferPtr topk_weights;  // [T, top_k] fp32
   // The head's buffers, last stage only, for R rows (views of the head arena, grown on demand).
-  BufferPtr selected;   // [R, hidden] rows that get logits, normalised
-  BufferPtr local_logits;  // [R, vocab_local] fp32
+  BufferPtr selected;         // [R, hidden] rows that get logits, normalised
+  BufferPtr local_logits;     // [R, vocab_local] fp32
   BufferPtr gathered_logits;  // [attn_tp, R, vocab_local] fp32
   // Greedy heads: this rank's slice maxima, values [R] then ids [R] in one buffer, so that a
   // single all-gather moves both: gathered [attn_tp, 2R].
   BufferPtr greedy_pairs, greedy_values, greedy_ids;
   BufferPtr gathered_pairs;
   // Candidate heads: C = candidates_per_slice per row of this rank's vocab slice.
-  BufferPtr temperatures;                               // [R] fp32, uploaded with the step
-  BufferPtr cand_values, cand_ids;                      // [R, C]: a row's first value is its slice's maximum
-  BufferPtr cand_normaliser;                            // [R] fp64
-  BufferPtr gathered_cand_values, gathered_cand_ids;    // [attn_tp, R, C]
-  BufferPtr gathered_cand_normaliser;                   // [attn_tp, R] fp64
+  BufferPtr temperatures;                             // [R] fp32, uploaded with the step
+  BufferPtr cand_values, cand_ids;                    // [R, C]: a row's first value is its slice's maximum
+  BufferPtr cand_normaliser;                          // [R] fp64
+  BufferPtr gathered_cand_values, gathered_cand_ids;  // [attn_tp, R, C]
+  BufferPtr gathered_cand_normaliser;                 // [attn_tp, R] fp64
 };
 
 // The data of an optional buffer (null when absent), as bytes for offsets into it.
@@ -104,7 +104,7 @@ class Workspace {
   ops::Backend& backend_;
   GraphCache& graphs_;
   std::map<int64_t, std::unique_ptr<Activations>> workspaces_;  // by token count
-  ops::BufferPtr arena_;       // activations of every step size, laid out for arena_tokens_
+  ops::BufferPtr arena_;  // activations of every step size, laid out for arena_tokens_
   int64_t arena_tokens_ = 0;
   ops::BufferPtr head_arena_;  // the head's buffers, for head_rows_ rows
   int64_t head_rows_ = 0;

@@ -77,7 +77,7 @@ struct LinearParams {
   void* y;             // [rows, y_stride]; fp32 when y_f32
   int64_t rows, in_features, out_features, x_stride, y_stride;
   bool accumulate = false;  // requires y_f32
-  bool y_f32 = false;  // logits are produced in fp32 on every backend
+  bool y_f32 = false;       // logits are produced in fp32 on every backend
 };
 
 // In-place rotary embedding of the first `rope_dim` values of each (token, head) vector.
@@ -103,9 +103,9 @@ struct SiluMulParams {
 // key up-projection W_uk [nope, latent] then the value up-projection W_uv [v, latent].
 // q_latent[t, h, :] = q_nope[t, h, :] @ W_uk[h]
 struct MlaQAbsorbParams {
-  const void* q;        // [tokens, heads, q_head_stride]; q_nope is the first `nope` values
-  const void* kv_b;     // [heads * (nope + v), latent]
-  void* q_latent;       // [tokens, heads, latent]
+  const void* q;     // [tokens, heads, q_head_stride]; q_nope is the first `nope` values
+  const void* kv_b;  // [heads * (nope + v), latent]
+  void* q_latent;    // [tokens, heads, latent]
   int64_t tokens, heads, q_head_stride, nope, v, latent;
 };
 // out[t, h, :] = attn_latent[t, h, :] @ W_uv[h]^T
@@ -128,13 +128,13 @@ struct KvWriteParams {
 // Causal attention of each query token over its sequence's cached latents [0, position].
 // score = scale * (q_latent . c + q_rope . k_rope); out = softmax(score) @ c.
 struct MlaAttentionParams {
-  const void* q_latent;          // [tokens, heads, latent]
-  const void* q_rope;            // [tokens, heads, q_head_stride] at rope_offset
-  const void* cache;             // [num_pages * page_size, latent + rope]
-  const int32_t* block_tables;   // [num_seqs, max_pages_per_seq]
-  const int32_t* seq_of_token;   // [tokens]
-  const int32_t* positions;      // [tokens]: the token attends to cache positions 0..pos
-  void* out;                     // [tokens, heads, latent]
+  const void* q_latent;         // [tokens, heads, latent]
+  const void* q_rope;           // [tokens, heads, q_head_stride] at rope_offset
+  const void* cache;            // [num_pages * page_size, latent + rope]
+  const int32_t* block_tables;  // [num_seqs, max_pages_per_seq]
+  const int32_t* seq_of_token;  // [tokens]
+  const int32_t* positions;     // [tokens]: the token attends to cache positions 0..pos
+  void* out;                    // [tokens, heads, latent]
   int64_t tokens, heads, latent, rope, q_head_stride, rope_offset, page_size, max_pages_per_seq;
   float scale;
 };
@@ -142,11 +142,11 @@ struct MlaAttentionParams {
 // DeepSeek-V3 router: logits = x @ weight^T in fp32, sigmoid scores, bias for selection only,
 // group-limited top-k, optional normalisation, scaling.
 struct MoeRouteParams {
-  const void* x;            // [tokens, hidden]
-  const float* weight;      // [experts, hidden], fp32 on every backend
-  const float* bias;        // [experts] e_score_correction_bias
-  int32_t* topk_ids;        // [tokens, top_k]
-  float* topk_weights;      // [tokens, top_k]
+  const void* x;        // [tokens, hidden]
+  const float* weight;  // [experts, hidden], fp32 on every backend
+  const float* bias;    // [experts] e_score_correction_bias
+  int32_t* topk_ids;    // [tokens, top_k]
+  float* topk_weights;  // [tokens, top_k]
   int64_t tokens, hidden, experts, n_group, topk_group, top_k;
   bool norm_topk_prob;
   float routed_scaling_factor;
@@ -158,12 +158,12 @@ struct MoeRouteParams {
 // w13[e - expert_begin] is [2 * inter, hidden] (gate rows then up rows), w2[...] [hidden, inter];
 // the pointer tables themselves live in backend memory (uploaded once at load).
 struct MoeExpertsParams {
-  const void* x;               // [tokens, hidden]
-  const int32_t* topk_ids;     // [tokens, top_k]
-  const float* topk_weights;   // [tokens, top_k]
-  const void* const* w13;      // [expert_end - expert_begin], in backend memory
-  const void* const* w2;       // [expert_end - expert_begin], in backend memory
-  void* out;                   // [tokens, hidden]; fp32 when out_f32
+  const void* x;              // [tokens, hidden]
+  const int32_t* topk_ids;    // [tokens, top_k]
+  const float* topk_weights;  // [tokens, top_k]
+  const void* const* w13;     // [expert_end - expert_begin], in backend memory
+  const void* const* w2;      // [expert_end - expert_begin], in backend memory
+  void* out;                  // [tokens, hidden]; fp32 when out_f32
   int64_t tokens, top_k, hidden, inter, expert_begin, expert_end;
   // Routed experts of the whole model, of which [expert_begin, expert_end) are this rank's; 0
   // when every pair is routed inside the range (expert parallelism's received rows). Lets a
@@ -190,9 +190,9 @@ struct FillUniformParams {
 
 // dst[r, :] = src[rows[r], :]   (rows in backend memory)
 struct GatherRowsParams {
-  const void* src;     // [*, width]
-  const int32_t* rows; // [num_rows]
-  void* dst;           // [num_rows, width]
+  const void* src;      // [*, width]
+  const int32_t* rows;  // [num_rows]
+  void* dst;            // [num_rows, width]
   int64_t num_rows, width;
 };
 
@@ -200,11 +200,11 @@ struct GatherRowsParams {
 // summed in i order in fp32: a deterministic weighted scatter (the combine step of expert
 // dispatch). Rows with an empty range get 0 (or keep their value when accumulating).
 struct RowCombineParams {
-  const void* src;           // [*, width]
-  const int32_t* offsets;    // [rows + 1]
-  const int32_t* src_rows;   // [offsets[rows]]
-  const float* weights;      // [offsets[rows]]
-  void* out;                 // [rows, width]; fp32 when out_f32
+  const void* src;          // [*, width]
+  const int32_t* offsets;   // [rows + 1]
+  const int32_t* src_rows;  // [offsets[rows]]
+  const float* weights;     // [offsets[rows]]
+  void* out;                // [rows, width]; fp32 when out_f32
   int64_t rows, width;
   bool accumulate = false;
   bool out_f32 = false;
@@ -238,13 +238,13 @@ struct TopCandidatesParams {
 // `row_ids[r]` (r when null) of a [slices, logit_rows, vocab / slices] array: a vocabulary split
 // over `slices` ranks and gathered slice after slice (slices == 1: plain [logit_rows, vocab]).
 struct SampleParams {
-  const float* logits;               // [slices, logit_rows, vocab / slices]
-  const SamplingOptions* options;    // [rows] (host memory)
-  int32_t* tokens;                   // [rows]
+  const float* logits;             // [slices, logit_rows, vocab / slices]
+  const SamplingOptions* options;  // [rows] (host memory)
+  int32_t* tokens;                 // [rows]
   int64_t rows, vocab;
   const int32_t* row_ids = nullptr;  // [rows] (host memory); null: row r reads logit row r
   int64_t slices = 1;
-  int64_t logit_rows = -1;           // -1: rows
+  int64_t logit_rows = -1;  // -1: rows
 };
 // The logit row that row r reads.
 inline int64_t sample_logit_row(const SampleParams& p, int64_t r) { return p.row_ids ? p.row_ids[r] : r; }

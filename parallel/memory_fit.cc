@@ -23,12 +23,13 @@ void check_memory_fit(const ParallelPlan& plan, const std::vector<RankMemory>& r
     const int64_t needed = rank_bytes_needed(plan, ranks[r], budget);
     if (needed <= budget.bytes_per_rank) continue;
     const int64_t sequences = sequences_per_rank(plan, budget);
-    fail("plan '{}' does not fit --mem-per-rank {}: rank {} needs {} = weights {} + KV cache {} ({} tokens x {} "
-         "sequences x {} per token)",
-         plan.name, format_bytes(static_cast<double>(budget.bytes_per_rank)), r, format_bytes(static_cast<double>(needed)),
-         format_bytes(static_cast<double>(ranks[r].weight_bytes)),
-         format_bytes(static_cast<double>(needed - ranks[r].weight_bytes)), budget.context_tokens, sequences,
-         format_bytes(static_cast<double>(ranks[r].kv_bytes_per_token)));
+    fail(
+        "plan '{}' does not fit --mem-per-rank {}: rank {} needs {} = weights {} + KV cache {} ({} tokens x {} "
+        "sequences x {} per token)",
+        plan.name, format_bytes(static_cast<double>(budget.bytes_per_rank)), r,
+        format_bytes(static_cast<double>(needed)), format_bytes(static_cast<double>(ranks[r].weight_bytes)),
+        format_bytes(static_cast<double>(needed - ranks[r].weight_bytes)), budget.context_tokens, sequences,
+        format_bytes(static_cast<double>(ranks[r].kv_bytes_per_token)));
   }
 }
 
@@ -45,15 +46,24 @@ int64_t parse_byte_size(const std::string& text, const std::string& what) {
   while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
   for (auto& ch : unit) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   double scale = -1;
-  if (unit.empty() || unit == "b") scale = 1;
-  else if (unit == "kib" || unit == "k") scale = 1024.0;
-  else if (unit == "mib" || unit == "m") scale = 1024.0 * 1024;
-  else if (unit == "gib" || unit == "g") scale = 1024.0 * 1024 * 1024;
-  else if (unit == "tib" || unit == "t") scale = 1024.0 * 1024 * 1024 * 1024;
-  else if (unit == "kb") scale = 1e3;
-  else if (unit == "mb") scale = 1e6;
-  else if (unit == "gb") scale = 1e9;
-  else if (unit == "tb") scale = 1e12;
+  if (unit.empty() || unit == "b")
+    scale = 1;
+  else if (unit == "kib" || unit == "k")
+    scale = 1024.0;
+  else if (unit == "mib" || unit == "m")
+    scale = 1024.0 * 1024;
+  else if (unit == "gib" || unit == "g")
+    scale = 1024.0 * 1024 * 1024;
+  else if (unit == "tib" || unit == "t")
+    scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "kb")
+    scale = 1e3;
+  else if (unit == "mb")
+    scale = 1e6;
+  else if (unit == "gb")
+    scale = 1e9;
+  else if (unit == "tb")
+    scale = 1e12;
   MS_CHECK(number > 0 && scale > 0, "{}: '{}' is not a size (use e.g. 80GiB, 141GB, 512MiB or a byte count)", what,
            text);
   return static_cast<int64_t>(std::llround(number * scale));

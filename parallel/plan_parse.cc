@@ -15,7 +15,8 @@ ParallelPlan parse_plan(const std::string& name) {
   std::string body = name;
   bool dp_attention = false;
   const std::string dp_suffix = "-dp";
-  if (body.size() > dp_suffix.size() && body.compare(body.size() - dp_suffix.size(), dp_suffix.size(), dp_suffix) == 0) {
+  if (body.size() > dp_suffix.size() &&
+      body.compare(body.size() - dp_suffix.size(), dp_suffix.size(), dp_suffix) == 0) {
     dp_attention = true;
     body.resize(body.size() - dp_suffix.size());
   }
@@ -72,14 +73,18 @@ ParallelPlan plan_from_flags(const PlanFlags& f) {
   plan.moe_tp = tp / ep;
   if (f.enable_dp_attention) {
     const int dp = f.dp_size ? f.dp_size : tp;
-    MS_CHECK(dp >= 2, "--enable-dp-attention with --dp-size {} (--tp-size {}) leaves one attention replica; drop the "
-             "flag for attention TP or raise --dp-size", dp, tp);
+    MS_CHECK(dp >= 2,
+             "--enable-dp-attention with --dp-size {} (--tp-size {}) leaves one attention replica; drop the "
+             "flag for attention TP or raise --dp-size",
+             dp, tp);
     MS_CHECK(tp % dp == 0, "--dp-size {} does not divide --tp-size {} (the ranks of a pipeline stage)", dp, tp);
     plan.attn_dp = dp;
     plan.attn_tp = tp / dp;
   } else {
-    MS_CHECK(f.dp_size <= 1, "--dp-size {} without --enable-dp-attention: replicating whole engines is not supported; "
-             "add --enable-dp-attention for data-parallel attention", f.dp_size);
+    MS_CHECK(f.dp_size <= 1,
+             "--dp-size {} without --enable-dp-attention: replicating whole engines is not supported; "
+             "add --enable-dp-attention for data-parallel attention",
+             f.dp_size);
     plan.attn_tp = tp;
     plan.attn_dp = 1;
   }
@@ -89,8 +94,10 @@ ParallelPlan plan_from_flags(const PlanFlags& f) {
 
 ParallelPlan resolve_plan(const std::string& preset, const PlanFlags& flags) {
   if (!preset.empty() && flags.any())
-    fail("--plan {} conflicts with --tp-size/--ep-size/--pp-size/--dp-size/--enable-dp-attention: give one or the "
-         "other", preset);
+    fail(
+        "--plan {} conflicts with --tp-size/--ep-size/--pp-size/--dp-size/--enable-dp-attention: give one or the "
+        "other",
+        preset);
   if (!preset.empty()) return parse_plan(preset);
   if (flags.any()) return plan_from_flags(flags);
   return parse_plan("single");
@@ -137,11 +144,12 @@ void validate_plan(const ParallelPlan& plan, const ShardDims& dims) {
   auto divides = [&](const char* what, int64_t total, int parts, const char* by) {
     MS_CHECK(total % parts == 0, "plan '{}': model {} = {} is not divisible by {} = {}", n, what, total, by, parts);
   };
-  MS_CHECK(dims.layers >= plan.pp, "plan '{}': {} pipeline stages for {} layers (each stage needs a layer)", n,
-           plan.pp, dims.layers);
+  MS_CHECK(dims.layers >= plan.pp, "plan '{}': {} pipeline stages for {} layers (each stage needs a layer)", n, plan.pp,
+           dims.layers);
   divides("attention heads", dims.heads, plan.attn_tp, "attention TP size");
   divides("vocab size", dims.vocab, plan.attn_tp, "attention TP size");
-  if (dims.dense_intermediate > 0) divides("intermediate_size", dims.dense_intermediate, plan.attn_tp, "attention TP size");
+  if (dims.dense_intermediate > 0)
+    divides("intermediate_size", dims.dense_intermediate, plan.attn_tp, "attention TP size");
   if (dims.experts > 0) {
     divides("routed experts", dims.experts, plan.moe_ep, "EP size");
     divides("moe_intermediate_size", dims.expert_intermediate, plan.moe_tp, "MoE TP size");

@@ -19,10 +19,10 @@ std::string comm_report(const Engine& engine) {
   const auto& passes = engine_stats.forward_passes;
   const auto& shards = engine_stats.shards;
   const parallel::ParallelPlan& plan = engine.options().plan;
-  std::string out = fmt::format("communication of plan {} ({} ranks): per rank, site and collective\n", plan.name,
-                                plan.world());
-  out += fmt::format("{:<4} {:<5} {:<3} {:<3} {:<7} {:<6} {:<13} {:<15} {:>7} {:>12} {:>9} {:>9}\n", "rank", "stage", "dp",
-                     "tp", "layers", "passes", "site", "collective", "calls", "bytes", "per-pass", "per-layer");
+  std::string out =
+      fmt::format("communication of plan {} ({} ranks): per rank, site and collective\n", plan.name, plan.world());
+  out += fmt::format("{:<4} {:<5} {:<3} {:<3} {:<7} {:<6} {:<13} {:<15} {:>7} {:>12} {:>9} {:>9}\n", "rank", "stage",
+                     "dp", "tp", "layers", "passes", "site", "collective", "calls", "bytes", "per-pass", "per-layer");
   for (size_t r = 0; r < stats.size(); ++r) {
     const parallel::RankShard& s = shards[r];
     if (stats[r].by_site.empty())

@@ -205,8 +205,8 @@ Engine::Engine(const ModelSource& model, EngineOptions options)
   const KvCacheShape cache{options_.num_pages, options_.page_size};
   impl_->workers->run([&](int r) {
     Rank& rank = impl_->ranks[r];
-    rank.model = std::make_unique<DeepseekV3>(config_, plan, r, *rank.backend, *rank.weights, rank.comms.groups(), cache,
-                                              options_.run);
+    rank.model = std::make_unique<DeepseekV3>(config_, plan, r, *rank.backend, *rank.weights, rank.comms.groups(),
+                                              cache, options_.run);
     rank.model->set_graphs_enabled(options_.graphs);
   });
 }

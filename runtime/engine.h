@@ -26,7 +26,7 @@ using step::StepPlan;
 struct EngineOptions {
   parallel::ParallelPlan plan;
   int64_t page_size = 64;
-  int64_t num_pages = 256;  // per rank and layer (each DP replica has its own pool)
+  int64_t num_pages = 256;      // per rank and layer (each DP replica has its own pool)
   std::string backend = "cpu";  // "cpu" or "cuda" (rank r on GPU r)
   bool graphs = true;           // replay decode steps as captured graphs where the backend can
   // Pipeline: sequences per micro-batch (0: ceil(live / pp), so that every stage has work)
@@ -34,7 +34,7 @@ struct EngineOptions {
   // pp_async_batch_depth + 1 earlier ones wait unreceived.
   int64_t pp_max_micro_batch_size = 0;
   int64_t pp_async_batch_depth = 0;
-  ModelRunOptions run;  // reduction_plan: the same logits under every plan that nests in it
+  ModelRunOptions run;           // reduction_plan: the same logits under every plan that nests in it
   bool batch_invariant = false;  // every row's logits independent of its batch (rank_devices.h)
 };
 

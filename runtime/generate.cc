@@ -73,7 +73,9 @@ std::vector<GenerateResult> generate(Engine& engine, const std::vector<GenerateR
       results[i].prompt_logits = Tensor(DType::F32, {static_cast<int64_t>(r.prompt.size()), vocab});
     else if (finished(results[i], r))  // max_new_tokens 0: nothing to compute
       continue;
-    loop.add(i, {.prompt = r.prompt, .sampling = r.sampling, .top_logprobs = r.top_logprobs,
+    loop.add(i, {.prompt = r.prompt,
+                 .sampling = r.sampling,
+                 .top_logprobs = r.top_logprobs,
                  .prompt_logits = options.prompt_logits});
   }
   while (!loop.idle()) {

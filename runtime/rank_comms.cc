@@ -29,18 +29,19 @@ std::vector<int> moe_members(const parallel::ParallelPlan& plan, int rank) {
 std::vector<int> pipeline_members(const parallel::ParallelPlan& plan, int rank) {
   const parallel::RankCoord c = parallel::rank_coord(plan, rank);
   std::vector<int> members;
-  for (int stage = 0; stage < plan.pp; ++stage) members.push_back(parallel::rank_of(plan, stage, c.dp_index, c.tp_index));
+  for (int stage = 0; stage < plan.pp; ++stage)
+    members.push_back(parallel::rank_of(plan, stage, c.dp_index, c.tp_index));
   return members;
 }
 
 RankComms make_rank_comms(comm::InProcessWorld& world, const parallel::ParallelPlan& plan, int rank) {
   const parallel::RankCoord c = parallel::rank_coord(plan, rank);
   RankComms comms;
-  comms.attn_tp = world.communicator(rank, fmt::format("attn_tp.s{}.d{}", c.stage, c.dp_index),
-                                     attn_tp_members(plan, rank));
+  comms.attn_tp =
+      world.communicator(rank, fmt::format("attn_tp.s{}.d{}", c.stage, c.dp_index), attn_tp_members(plan, rank));
   comms.moe = world.communicator(rank, fmt::format("moe.s{}", c.stage), moe_members(plan, rank));
-  comms.pipeline = world.communicator(rank, fmt::format("pipeline.d{}.t{}", c.dp_index, c.tp_index),
-                                      pipeline_members(plan, rank));
+  comms.pipeline =
+      world.communicator(rank, fmt::format("pipeline.d{}.t{}", c.dp_index, c.tp_index), pipeline_members(plan, rank));
   return comms;
 }
 

@@ -75,8 +75,8 @@ RankComms NcclWorld::split_for(const parallel::ParallelPlan& plan, int rank) {
   const parallel::RankCoord c = parallel::rank_coord(plan, rank);
   comm::NcclCommunicator& world = *impl_->world[rank];
   // color: which group; key: the rank's index in it (the group-rank order of rank_comms.h).
-  auto attn_tp = world.split(c.stage * plan.attn_dp + c.dp_index, c.tp_index,
-                             fmt::format("attn_tp.s{}.d{}", c.stage, c.dp_index));
+  auto attn_tp =
+      world.split(c.stage * plan.attn_dp + c.dp_index, c.tp_index, fmt::format("attn_tp.s{}.d{}", c.stage, c.dp_index));
   auto moe = world.split(c.stage, c.moe_index, fmt::format("moe.s{}", c.stage));
   attn_tp->use_peer_all_reduce(impl_->peer_group(attn_tp_members(plan, rank)));
   moe->use_peer_all_reduce(impl_->peer_group(moe_members(plan, rank)));

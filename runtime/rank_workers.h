@@ -55,8 +55,8 @@ class RankWorkers {
   std::atomic<uint64_t> generation_ = 0;
   std::atomic<int> finished_ = 0;
   std::atomic<bool> stopping_ = false;
-  std::vector<std::string> errors_;      // per rank, this job
-  std::vector<bool> aborted_by_peer_;    // the rank failed only because the world was aborted
+  std::vector<std::string> errors_;    // per rank, this job
+  std::vector<bool> aborted_by_peer_;  // the rank failed only because the world was aborted
 };
 
 }  // namespace moeserve::runtime

@@ -94,7 +94,8 @@ StepPlan decode_step(const Engine& engine, int64_t batch, int64_t context, int64
        .page_size = o.page_size,
        .num_pages = o.num_pages,
        .attn_dp = o.plan.attn_dp,
-       .micro_batching = {.pp = o.plan.pp, .max_micro_batch_size = micro_batch > 0 ? micro_batch : o.pp_max_micro_batch_size},
+       .micro_batching = {.pp = o.plan.pp,
+                          .max_micro_batch_size = micro_batch > 0 ? micro_batch : o.pp_max_micro_batch_size},
        .token_of = [&](int64_t i) { return static_cast<int32_t>((i * 7919 + context * 104729) % vocab); }});
 }
 
@@ -123,13 +124,20 @@ double time_alone(Engine& engine, const std::string& role, comm::Collective coll
     if (c == nullptr || c->size() == 1) return;
     const int size = c->size();
     const size_t bytes = static_cast<size_t>(bytes_per_call);
-    ops::BufferPtr a = r.backend.alloc(std::max<size_t>(bytes * size, 256)), b = r.backend.alloc(std::max<size_t>(bytes * size, 256));
+    ops::BufferPtr a = r.backend.alloc(std::max<size_t>(bytes * size, 256)),
+                   b = r.backend.alloc(std::max<size_t>(bytes * size, 256));
     const int stage = c->rank();
     auto one = [&] {
       switch (collective) {
-        case comm::Collective::AllReduce: c->all_reduce_sum(a->data(), bytes, DType::U8); break;
-        case comm::Collective::AllGather: c->all_gather(a->data(), b->data(), bytes, DType::U8); break;
-        case comm::Collective::ReduceScatter: c->reduce_scatter_sum(a->data(), b->data(), bytes / size, DType::U8); break;
+        case comm::Collective::AllReduce:
+          c->all_reduce_sum(a->data(), bytes, DType::U8);
+          break;
+        case comm::Collective::AllGather:
+          c->all_gather(a->data(), b->data(), bytes, DType::U8);
+          break;
+        case comm::Collective::ReduceScatter:
+          c->reduce_scatter_sum(a->data(), b->data(), bytes / size, DType::U8);
+          break;
         case comm::Collective::AllToAllV: {
           const std::vector<size_t> counts(size, bytes / size);
           c->all_to_all_v(a->data(), counts, b->data(), counts, DType::U8);
@@ -140,7 +148,8 @@ double time_alone(Engine& engine, const std::string& role, comm::Collective coll
           if (stage + 1 < size) c->send(a->data(), bytes, DType::U8, stage + 1);
           if (stage > 0) c->recv(b->data(), bytes, DType::U8, stage - 1);
           break;
-        default: break;
+        default:
+          break;
       }
     };
     one();  // warm-up
@@ -194,8 +203,9 @@ std::vector<CommTiming> time_communication(Engine& engine, const StepPlan& step,
   });
   for (CommTiming& t : out) {
     comm::Collective collective = comm::Collective::AllReduce;
-    for (comm::Collective c : {comm::Collective::AllReduce, comm::Collective::AllGather, comm::Collective::ReduceScatter,
-                               comm::Collective::AllToAllV, comm::Collective::Send, comm::Collective::Recv})
+    for (comm::Collective c :
+         {comm::Collective::AllReduce, comm::Collective::AllGather, comm::Collective::ReduceScatter,
+          comm::Collective::AllToAllV, comm::Collective::Send, comm::Collective::Recv})
       if (t.collective == comm::collective_name(c)) collective = c;
     t.ms_alone_per_step =
         time_alone(engine, t.group, collective, t.bytes_per_call, t.calls_per_step * options.iterations) /

@@ -52,9 +52,9 @@ struct StepBenchOptions {
 // pipelining, run_pipelined): every stage runs one group's step while the next
 // stage runs another's.
 struct PipelinedResult {
-  int groups = 0;           // = stages
-  double round_ms = 0;      // steady state: every group one step
-  double tokens_per_s = 0;  // groups * batch per round
+  int groups = 0;                                   // = stages
+  double round_ms = 0;                              // steady state: every group one step
+  double tokens_per_s = 0;                          // groups * batch per round
   std::vector<perf::StepCost> group_cost_per_rank;  // one group's step
   std::vector<std::vector<int64_t>> experts_hit_per_rank;
   // Each stage runs `groups` group steps per round: its bytes per group step over this time.
@@ -63,23 +63,23 @@ struct PipelinedResult {
 };
 
 struct CommTiming {
-  std::string group;      // attn_tp | moe | pipeline
+  std::string group;  // attn_tp | moe | pipeline
   std::string collective;
   int64_t calls_per_step = 0;
   double bytes_per_call = 0;
-  double ms_per_step = 0;       // inside the step (CUDA events around each call, rank 0)
-  double ms_alone_per_step = 0; // the same calls and sizes, run alone (all ranks), per step
+  double ms_per_step = 0;        // inside the step (CUDA events around each call, rank 0)
+  double ms_alone_per_step = 0;  // the same calls and sizes, run alone (all ranks), per step
 };
 
 struct StepBenchResult {
   int64_t batch = 0;
-  double step_ms = 0;       // median wall-clock time of one step
+  double step_ms = 0;  // median wall-clock time of one step
   double tokens_per_s = 0;
   std::vector<perf::StepCost> cost_per_rank;
-  std::vector<std::vector<int64_t>> experts_hit_per_rank;  // [rank][moe layer]
+  std::vector<std::vector<int64_t>> experts_hit_per_rank;            // [rank][moe layer]
   std::map<std::string, std::pair<int64_t, double>> op_ms_per_step;  // rank 0: op -> (calls, ms)
-  std::vector<CommTiming> comm;  // rank 0
-  std::optional<PipelinedResult> pipelined;  // pipeline plans
+  std::vector<CommTiming> comm;                                      // rank 0
+  std::optional<PipelinedResult> pipelined;                          // pipeline plans
   double max_rank_bytes() const;
   double total_flops() const;
 };

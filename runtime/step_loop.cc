@@ -10,7 +10,9 @@
 namespace moeserve::runtime {
 
 namespace {
-double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 }  // namespace
 
 StepLoop::StepLoop(Engine& engine, StepLoopOptions options)
@@ -104,8 +106,7 @@ void StepLoop::set_row_options(sched::ScheduledStep& step, HeadMode head) const 
 void StepLoop::top_up() {
   const int groups = scheduler_.options().pipeline_groups;
   for (int g = 0; g < groups; ++g) {
-    if (std::any_of(in_flight_.begin(), in_flight_.end(), [&](const Flight& f) { return f.step.group == g; }))
-      continue;
+    if (std::any_of(in_flight_.begin(), in_flight_.end(), [&](const Flight& f) { return f.step.group == g; })) continue;
     const auto scheduled = Clock::now();
     sched::ScheduledStep step = scheduler_.schedule(g);
     if (step.empty()) continue;
@@ -172,9 +173,9 @@ void StepLoop::draw(const Flight& flight, StepOutputs& outputs, StepResult& resu
     } else if (head == HeadMode::kCandidates) {  // -1: drawn over the row's whole logits below
       const SampleCandidates& c = outputs.candidates.at(chunk.micro_batch).at(chunk.replica);
       const int64_t r = chunk.logit_row;
-      drawn[i].token = cpu::sample_candidates(
-          {c.values.data() + r * c.count, c.ids.data() + r * c.count, c.count, c.normaliser[r]}, vocab,
-          next_draw(chunk.id, *owner));
+      drawn[i].token =
+          cpu::sample_candidates({c.values.data() + r * c.count, c.ids.data() + r * c.count, c.count, c.normaliser[r]},
+                                 vocab, next_draw(chunk.id, *owner));
     } else {
       const float* row = logits.at(chunk.micro_batch).at(chunk.replica).f32() + chunk.logit_row * vocab;
       drawn[i].token = cpu::sample_row(row, vocab, next_draw(chunk.id, *owner));
@@ -212,7 +213,8 @@ void StepLoop::draw_fallbacks(const Rows& rows, std::vector<DrawnToken>& drawn, 
       logit_rows.push_back(rows.chunks[i]->logit_row);
       options.push_back(next_draw(rows.chunks[i]->id, *rows.owners[i]));
     }
-    const std::vector<int32_t> tokens = on_engine([&] { return engine_.sample_logits_rows(replica, logit_rows, options); });
+    const std::vector<int32_t> tokens =
+        on_engine([&] { return engine_.sample_logits_rows(replica, logit_rows, options); });
     for (size_t j = 0; j < indices.size(); ++j) drawn[indices[j]].token = tokens[j];
     result.fallback_rows += static_cast<int64_t>(indices.size());
   }

@@ -28,10 +28,10 @@ namespace moeserve::runtime {
 using Clock = std::chrono::steady_clock;
 
 struct LoopRequest {
-  std::vector<int32_t> prompt = {};  // ids valid for the model (the caller checks them)
+  std::vector<int32_t> prompt = {};    // ids valid for the model (the caller checks them)
   ops::SamplingOptions sampling = {};  // `step` is set per draw: draws are a pure function of (seed, step)
-  int top_logprobs = -1;          // >= 0: each token's logprob and its top_logprobs alternatives
-  bool prompt_logits = false;     // every prompt token's fp32 logits (StepResult::prompt_logits)
+  int top_logprobs = -1;               // >= 0: each token's logprob and its top_logprobs alternatives
+  bool prompt_logits = false;          // every prompt token's fp32 logits (StepResult::prompt_logits)
 };
 
 // One token drawn for a request.
@@ -50,7 +50,7 @@ struct PromptLogitRows {
 
 // A step that completed and was committed.
 struct StepResult {
-  bool stalled = false;  // nothing could be scheduled and nothing runs: the waiting requests never fit
+  bool stalled = false;            // nothing could be scheduled and nothing runs: the waiting requests never fit
   std::vector<DrawnToken> tokens;  // in step order; none for requests finished while it ran
   std::vector<PromptLogitRows> prompt_logits;
   Clock::time_point scheduled;  // when the step was scheduled

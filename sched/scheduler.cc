@@ -9,8 +9,8 @@ namespace moeserve::sched {
 
 Scheduler::Scheduler(const SchedulerOptions& options) : options_(options) {
   MS_CHECK(options.page_size > 0, "scheduler: page size {} must be positive", options.page_size);
-  MS_CHECK(options.pages_per_replica >= 2, "scheduler: {} KV pages per replica; need at least 2 (one is the padding page)",
-           options.pages_per_replica);
+  MS_CHECK(options.pages_per_replica >= 2,
+           "scheduler: {} KV pages per replica; need at least 2 (one is the padding page)", options.pages_per_replica);
   MS_CHECK(options.attn_dp >= 1 && options.pp >= 1, "scheduler: attn_dp and pp must be >= 1");
   MS_CHECK(options.max_running_requests >= 1, "--max-running-requests must be >= 1, got {}",
            options.max_running_requests);
@@ -215,7 +215,8 @@ ScheduledStep Scheduler::build(int group, const std::vector<Pick>& picks) const 
   // Pipeline groups: a group's step is one micro-batch (the other stages run other groups).
   const step::MicroBatching batching{.pp = options_.pipeline_groups > 1 ? 1 : options_.pp,
                                      .max_micro_batch_size = options_.max_micro_batch_size};
-  const size_t per_micro_batch = static_cast<size_t>(step::micro_batch_size(static_cast<int64_t>(picks.size()), batching));
+  const size_t per_micro_batch =
+      static_cast<size_t>(step::micro_batch_size(static_cast<int64_t>(picks.size()), batching));
   for (size_t start = 0; start < picks.size(); start += per_micro_batch) {
     const size_t end = std::min(picks.size(), start + per_micro_batch);
     const size_t m = step.plan.micro_batches.size();
@@ -252,8 +253,7 @@ ScheduledStep Scheduler::build(int group, const std::vector<Pick>& picks) const 
     if (options_.pad_batches)
       for (int d = 0; d < options_.attn_dp; ++d) {
         step::ReplicaBatch& rb = mb.replicas[d];
-        step::pad_batch(rb, step::padded_token_count(rb.batch.num_tokens()), scratch_page_[d],
-                           options_.page_size);
+        step::pad_batch(rb, step::padded_token_count(rb.batch.num_tokens()), scratch_page_[d], options_.page_size);
       }
     step.plan.micro_batches.push_back(std::move(mb));
   }

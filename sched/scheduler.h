@@ -52,9 +52,9 @@ struct SchedulerOptions {
   int64_t pages_per_replica = 0;  // the engine's KV pages per replica (one is the padding page)
   int attn_dp = 1;
   int pp = 1;
-  int64_t max_micro_batch_size = 0;   // sequences per pipeline micro-batch (0: ceil(n / pp))
-  int pipeline_groups = 1;            // groups of sequences whose steps may be in flight at once
-  int64_t max_running_requests = 64;  // over all replicas
+  int64_t max_micro_batch_size = 0;    // sequences per pipeline micro-batch (0: ceil(n / pp))
+  int pipeline_groups = 1;             // groups of sequences whose steps may be in flight at once
+  int64_t max_running_requests = 64;   // over all replicas
   int64_t chunked_prefill_size = 512;  // prefill tokens per replica per step
   bool prefix_cache = true;
   bool pad_batches = true;
@@ -72,7 +72,7 @@ struct ScheduledChunk {
   RequestId id;
   int replica;
   size_t micro_batch;
-  int64_t begin, end;    // its tokens [begin, end) run this step
+  int64_t begin, end;      // its tokens [begin, end) run this step
   int64_t logit_row = -1;  // >= 0: the row of (micro_batch, replica)'s logits to sample from
   // Prompt logits (RequestOptions::prompt_logits): rows [first_prompt_row, first_prompt_row +
   // end - begin) of (micro_batch, replica)'s logits are tokens [begin, end)'s, when
@@ -141,11 +141,11 @@ class Scheduler {
     RequestId id = 0;
     std::vector<int32_t> tokens;  // prompt, then generated
     int64_t prompt_len = 0;
-    std::vector<int32_t> pages;   // block table in its replica's pool
-    int64_t computed = 0;         // tokens whose latents are in the cache
-    int replica = -1;             // while running
-    int group = 0;                // pipeline group, while running
-    bool in_flight = false;       // scheduled, not yet committed
+    std::vector<int32_t> pages;  // block table in its replica's pool
+    int64_t computed = 0;        // tokens whose latents are in the cache
+    int replica = -1;            // while running
+    int group = 0;               // pipeline group, while running
+    bool in_flight = false;      // scheduled, not yet committed
     int64_t cached_prompt_tokens = 0;
     bool admitted_before = false;
     bool prompt_logits = false;  // until the prompt's last chunk is committed

@@ -9,11 +9,16 @@ ApiError::ApiError(int status, std::string message, std::string param, std::stri
 
 std::string ApiError::type() const {
   switch (status_) {
-    case 401: return "authentication_error";
-    case 404: return "not_found_error";
-    case 429: return "rate_limit_error";
-    case 503: return "service_unavailable";
-    default: return status_ >= 500 ? "server_error" : "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 404:
+      return "not_found_error";
+    case 429:
+      return "rate_limit_error";
+    case 503:
+      return "service_unavailable";
+    default:
+      return status_ >= 500 ? "server_error" : "invalid_request_error";
   }
 }
 

@@ -2,7 +2,6 @@
 
 #include <chrono>
 #include <ctime>
-
 #include <nlohmann/json.hpp>
 
 #include "serve/api_error.h"
@@ -20,9 +19,7 @@ void send_error(HttpExchange& exchange, const ApiError& error) {
   exchange.respond(error.status(), "application/json", error.json());
 }
 
-void send_json(HttpExchange& exchange, const Json& body) {
-  exchange.respond(200, "application/json", body.dump());
-}
+void send_json(HttpExchange& exchange, const Json& body) { exchange.respond(200, "application/json", body.dump()); }
 
 // The engine requests of one HTTP request: a choice per (prompt, n).
 struct Submission {
@@ -64,7 +61,10 @@ Submission submit_all(EngineLoop& loop, const CompletionRequest& request) {
 // One completion request in flight: its engine requests, what each choice has so far, the usage.
 struct Completion {
   Completion(const CompletionRequest& request, ResponseContext context, Submission submission)
-      : request(request), ctx(std::move(context)), sub(std::move(submission)), choices(sub.streams.size()),
+      : request(request),
+        ctx(std::move(context)),
+        sub(std::move(submission)),
+        choices(sub.streams.size()),
         cached_counted(request.prompts.size(), false) {
     for (auto& c : choices) c.logprobs_requested = request.params.top_logprobs >= 0;
     for (const auto& ids : request.prompts) usage.prompt_tokens += static_cast<int64_t>(ids.size());
@@ -100,7 +100,8 @@ bool send_stream_head(const Completion& c, size_t i, HttpExchange& exchange) {
   ChoiceOutput head;
   head.text = c.echo_text(i);
   head.logprobs_requested = c.choices[i].logprobs_requested;
-  return !(c.ctx.chat || !head.text.empty()) || exchange.send_chunk(stream_chunk(c.ctx, static_cast<int>(i), head, true));
+  return !(c.ctx.chat || !head.text.empty()) ||
+         exchange.send_chunk(stream_chunk(c.ctx, static_cast<int>(i), head, true));
 }
 
 // One engine event of choice i as a chunk, when it carries anything. False: the client is gone.
@@ -205,7 +206,8 @@ void ApiServer::handle(const HttpRequest& request, HttpExchange& exchange) {
       if (loop_.draining()) throw ApiError(503, "the server is shutting down");
       return send_json(exchange, {{"status", "ok"}, {"plan", loop_.plan_name()}, {"replans", loop_.replans()}});
     }
-    if (!authorized(request)) throw ApiError(401, "invalid or missing API key (Authorization: Bearer KEY)", "", "invalid_api_key");
+    if (!authorized(request))
+      throw ApiError(401, "invalid or missing API key (Authorization: Bearer KEY)", "", "invalid_api_key");
     if (path == "/v1/completions" || path == "/v1/chat/completions") {
       only("POST");
       return completions(request, exchange, path == "/v1/chat/completions");

@@ -9,7 +9,9 @@ namespace moeserve::serve {
 
 namespace {
 using Clock = std::chrono::steady_clock;
-double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 }  // namespace
 
 struct EngineLoop::Active {
@@ -51,10 +53,11 @@ EngineLoop::~EngineLoop() { stop(); }
 std::unique_ptr<runtime::StepLoop> EngineLoop::make_loop(runtime::Engine& engine,
                                                          const sched::SchedulerOptions& options) {
   auto loop = std::make_unique<runtime::StepLoop>(
-      engine, runtime::StepLoopOptions{.scheduler = options, .on_scheduled = [this](const sched::ScheduledStep& step,
-                                                                                     Clock::time_point start) {
-                                         note_admissions(step, start);
-                                       }});
+      engine,
+      runtime::StepLoopOptions{.scheduler = options,
+                               .on_scheduled = [this](const sched::ScheduledStep& step, Clock::time_point start) {
+                                 note_admissions(step, start);
+                               }});
   if (options_.warmup) loop->warm_up();
   return loop;
 }
@@ -66,8 +69,7 @@ std::shared_ptr<RequestStream> EngineLoop::submit(EngineRequest request) {
   const int64_t capacity = options_.scheduler.max_running_requests + options_.max_queued_requests;
   if (in_system_ >= capacity) {
     ++rejected_queue_full_;
-    throw ApiError(429,
-                   fmt::format("the server is at capacity ({} requests running or queued); retry later", capacity),
+    throw ApiError(429, fmt::format("the server is at capacity ({} requests running or queued); retry later", capacity),
                    "", "queue_full");
   }
   const uint64_t id = next_id_++;
@@ -366,16 +368,16 @@ void EngineLoop::switch_plan() {
     std::lock_guard<std::mutex> lock(mutex_);
     options_.rebuild_engine = target->build_engine;
   } catch (const std::exception& e) {
-    error = fmt::format("re-plan to '{}' failed ({}); back on plan '{}'", target->plan_name, e.what(),
-                        previous.plan_name);
+    error =
+        fmt::format("re-plan to '{}' failed ({}); back on plan '{}'", target->plan_name, e.what(), previous.plan_name);
     ++replans_failed_;
     try {
       double build_s = 0, warmup_s = 0;
       install(previous, build_s, warmup_s);
     } catch (const std::exception& e2) {
       std::lock_guard<std::mutex> lock(mutex_);
-      failure_ = fmt::format("re-plan to '{}' failed ({}) and rebuilding plan '{}' failed too ({})",
-                             target->plan_name, e.what(), previous.plan_name, e2.what());
+      failure_ = fmt::format("re-plan to '{}' failed ({}) and rebuilding plan '{}' failed too ({})", target->plan_name,
+                             e.what(), previous.plan_name, e2.what());
       error = failure_;
     }
   }
@@ -484,10 +486,10 @@ std::string EngineLoop::render_metrics() const {
                 out);
   render_metric("moeserve_prefix_cache_hit_tokens_total", "counter", "Prompt tokens found in the prefix cache.",
                 static_cast<double>(s.prefix_hit_tokens), out);
-  render_metric("moeserve_prefix_cache_hit_rate", "gauge", "Prefix cache hit tokens / queried tokens.",
-                s.prefix_query_tokens ? static_cast<double>(s.prefix_hit_tokens) / static_cast<double>(s.prefix_query_tokens)
-                                      : 0,
-                out);
+  render_metric(
+      "moeserve_prefix_cache_hit_rate", "gauge", "Prefix cache hit tokens / queried tokens.",
+      s.prefix_query_tokens ? static_cast<double>(s.prefix_hit_tokens) / static_cast<double>(s.prefix_query_tokens) : 0,
+      out);
   render_metric("moeserve_preemptions_total", "counter", "Requests preempted (recomputed later) for lack of KV pages.",
                 static_cast<double>(s.preemptions), out);
   render_metric("moeserve_engine_steps_total", "counter", "Engine steps run.", static_cast<double>(s.steps), out);
@@ -510,14 +512,15 @@ std::string EngineLoop::render_metrics() const {
                 "Rows of steps in flight or of several micro-batches, each drawn whole on the device after its "
                 "micro-batch.",
                 static_cast<double>(device_drawn_rows_.load()), out);
-  render_metric("moeserve_sampling_fallbacks_total", "counter",
-                "Sampled rows whose draw reached past their candidates and was drawn over the full logits on the device.",
-                static_cast<double>(sampling_fallbacks_.load()), out);
+  render_metric(
+      "moeserve_sampling_fallbacks_total", "counter",
+      "Sampled rows whose draw reached past their candidates and was drawn over the full logits on the device.",
+      static_cast<double>(sampling_fallbacks_.load()), out);
   render_metric("moeserve_scheduler_cpu_seconds_total", "counter",
                 "Leader host time per step outside the forward (schedule, sample, commit, detokenize).",
                 scheduler_cpu_seconds_.load(), out);
-  render_labeled("moeserve_plan_info", "gauge", "The parallel plan being served (label plan).",
-                 {{plan_name(), 1.0}}, "plan", out);
+  render_labeled("moeserve_plan_info", "gauge", "The parallel plan being served (label plan).", {{plan_name(), 1.0}},
+                 "plan", out);
   render_metric("moeserve_replans_total", "counter", "Successful live re-plans (POST /admin/replan).",
                 static_cast<double>(replans_.load()), out);
   render_metric("moeserve_replans_failed_total", "counter", "Re-plans that failed and fell back to the old plan.",

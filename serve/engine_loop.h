@@ -74,8 +74,7 @@ class EngineLoop {
   // Warms up (options.warmup) on the calling thread, then starts the engine thread.
   EngineLoop(runtime::Engine& engine, const tokenizer::Tokenizer& tokenizer, EngineLoopOptions options);
   // The same, owning the engine (a re-plan then frees it before building the next one).
-  EngineLoop(std::unique_ptr<runtime::Engine> engine, const tokenizer::Tokenizer& tokenizer,
-             EngineLoopOptions options);
+  EngineLoop(std::unique_ptr<runtime::Engine> engine, const tokenizer::Tokenizer& tokenizer, EngineLoopOptions options);
   ~EngineLoop();
 
   // Live re-plan: stops admitting (new requests wait in the queue), lets every admitted
@@ -147,7 +146,7 @@ class EngineLoop {
 
   std::unique_ptr<runtime::Engine> owned_engine_;  // null when the caller owns the engine
   const tokenizer::Tokenizer& tokenizer_;
-  EngineLoopOptions options_;  // scheduler options and plan name change under mutex_ on a re-plan
+  EngineLoopOptions options_;                // scheduler options and plan name change under mutex_ on a re-plan
   std::unique_ptr<runtime::StepLoop> loop_;  // engine thread only; null while a re-plan builds
   std::unordered_map<uint64_t, std::unique_ptr<Active>> active_;  // engine thread only
 

@@ -1,11 +1,11 @@
 #include "serve/http_server.h"
 
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,7 +23,7 @@ namespace moeserve::serve {
 
 namespace {
 
-constexpr int kPollSliceMs = 100;            // how often a waiting connection checks for shutdown
+constexpr int kPollSliceMs = 100;             // how often a waiting connection checks for shutdown
 constexpr size_t kMaxDrainBytes = 64u << 20;  // a too-large body is read and dropped up to this
 
 std::string lower(std::string_view s) {
@@ -354,22 +354,38 @@ MaybeFailure read_request(SocketReader& reader, const HttpServerOptions& options
 
 std::string_view http_status_text(int status) {
   switch (status) {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 411: return "Length Required";
-    case 413: return "Payload Too Large";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    case 505: return "HTTP Version Not Supported";
-    default: return "Unknown";
+    case 100:
+      return "Continue";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 411:
+      return "Length Required";
+    case 413:
+      return "Payload Too Large";
+    case 429:
+      return "Too Many Requests";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 501:
+      return "Not Implemented";
+    case 503:
+      return "Service Unavailable";
+    case 505:
+      return "HTTP Version Not Supported";
+    default:
+      return "Unknown";
   }
 }
 
@@ -386,8 +402,7 @@ struct HttpServer::Connection {
 
 HttpServer::HttpServer(HttpServerOptions options, HttpHandler handler)
     : options_(std::move(options)), handler_(std::move(handler)) {
-  if (!options_.error_body)
-    options_.error_body = [](int, const std::string& message) { return message + "\n"; };
+  if (!options_.error_body) options_.error_body = [](int, const std::string& message) { return message + "\n"; };
 }
 
 HttpServer::~HttpServer() { stop(); }

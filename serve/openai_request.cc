@@ -1,8 +1,8 @@
 #include "serve/openai_request.h"
 
-#include <random>
-
 #include <fmt/format.h>
+
+#include <random>
 
 #include "core/error.h"
 #include "serve/api_error.h"
@@ -19,9 +19,7 @@ constexpr int kMaxTopLogprobs = 20;
 constexpr int kMaxN = 16;
 constexpr int kMaxChoices = 64;
 
-[[noreturn]] void bad(const std::string& param, const std::string& message) {
-  throw ApiError(400, message, param);
-}
+[[noreturn]] void bad(const std::string& param, const std::string& message) { throw ApiError(400, message, param); }
 
 // Typed access to the body's optional fields; null counts as absent.
 class Fields {
@@ -92,8 +90,9 @@ std::vector<int32_t> encode(const std::string& text, const std::string& param, c
 }
 
 void parse_prompt(const Json& prompt, const ServedModel& model, CompletionRequest& out) {
-  const char* kShapes = "prompt: expected a string, an array of strings, an array of token ids, or an array of "
-                        "arrays of token ids";
+  const char* kShapes =
+      "prompt: expected a string, an array of strings, an array of token ids, or an array of "
+      "arrays of token ids";
   auto add_text = [&](const Json& s, const std::string& where) {
     const std::string& text = s.get_ref<const std::string&>();
     if (text.empty()) bad("prompt", where + ": the prompt is empty");
@@ -138,8 +137,8 @@ void parse_messages(const Json& body, const ServedModel& model, CompletionReques
       bad("messages", fmt::format("{}.role: '{}' is not one of system, user, assistant, tool, developer", where, r));
     auto content = m.find("content");
     if (content != m.end() && !content->is_null() && !content->is_string() && !content->is_array())
-      bad("messages", fmt::format("{}.content: expected a string or an array of parts, got {}", where,
-                                  content->type_name()));
+      bad("messages",
+          fmt::format("{}.content: expected a string or an array of parts, got {}", where, content->type_name()));
   }
   if (model.chat_template.empty())
     throw ApiError(400, "this model's tokenizer has no chat template; use /v1/completions", "messages");
@@ -154,8 +153,8 @@ void parse_messages(const Json& body, const ServedModel& model, CompletionReques
   }
   std::string text;
   try {
-    text = tokenizer::render_chat(model.chat_template, chat,
-                                  {model.tokenizer->bos_token(), model.tokenizer->eos_token()});
+    text =
+        tokenizer::render_chat(model.chat_template, chat, {model.tokenizer->bos_token(), model.tokenizer->eos_token()});
   } catch (const Error& e) {
     bad("messages", fmt::format("messages: {}", e.what()));
   }
@@ -165,7 +164,8 @@ void parse_messages(const Json& body, const ServedModel& model, CompletionReques
 
 void reject_unsupported(const Fields& f) {
   for (const char* penalty : {"frequency_penalty", "presence_penalty"})
-    if (auto v = f.number(penalty, -2, 2); v && *v != 0) bad(penalty, fmt::format("{}: not supported (only 0)", penalty));
+    if (auto v = f.number(penalty, -2, 2); v && *v != 0)
+      bad(penalty, fmt::format("{}: not supported (only 0)", penalty));
   if (const Json* bias = f.get("logit_bias"); bias && !(bias->is_object() && bias->empty()))
     bad("logit_bias", "logit_bias: not supported");
   if (auto best_of = f.integer("best_of", 1, kMaxN); best_of && *best_of != 1)

@@ -5,11 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "ops/ops.h"
 #include "tokenizer/tokenizer.h"
@@ -18,13 +17,13 @@ namespace moeserve::serve {
 
 // What the server knows about the model it serves.
 struct ServedModel {
-  std::string name;               // the "model" clients must send
+  std::string name;  // the "model" clients must send
   int64_t vocab_size = 0;
-  int64_t context_length = 0;     // prompt + generated tokens
-  int64_t max_request_tokens = 0; // what one request can hold in a KV cache replica
+  int64_t context_length = 0;      // prompt + generated tokens
+  int64_t max_request_tokens = 0;  // what one request can hold in a KV cache replica
   std::optional<int32_t> eos_id;
   std::optional<int32_t> end_of_turn_id;  // "<|im_end|>": chat completions also stop there
-  std::string chat_template;      // the template name ("" if the tokenizer has none)
+  std::string chat_template;              // the template name ("" if the tokenizer has none)
   const tokenizer::Tokenizer* tokenizer = nullptr;
 };
 

@@ -1,8 +1,8 @@
 #include "serve/openai_response.h"
 
-#include <random>
-
 #include <fmt/format.h>
+
+#include <random>
 
 namespace moeserve::serve {
 

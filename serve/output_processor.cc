@@ -25,8 +25,8 @@ OutputProcessor::Update OutputProcessor::push(int32_t token) {
   Update update;
   update.text_offset = decoded_bytes_;
   ++generated_;
-  const bool stop_token = std::find(limits_.stop_token_ids.begin(), limits_.stop_token_ids.end(), token) !=
-                          limits_.stop_token_ids.end();
+  const bool stop_token =
+      std::find(limits_.stop_token_ids.begin(), limits_.stop_token_ids.end(), token) != limits_.stop_token_ids.end();
   if (!stop_token) {
     const std::string piece = detokenizer_.push(token);
     decoded_bytes_ += static_cast<int64_t>(piece.size());

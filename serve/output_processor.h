@@ -24,9 +24,9 @@ class OutputProcessor {
   OutputProcessor(const tokenizer::Tokenizer& tokenizer, OutputLimits limits);
 
   struct Update {
-    std::string text;            // text that became final with this token
-    int64_t text_offset = 0;     // where this token's text starts in the whole output
-    std::string finish_reason;   // "" while running, else "stop" or "length"
+    std::string text;           // text that became final with this token
+    int64_t text_offset = 0;    // where this token's text starts in the whole output
+    std::string finish_reason;  // "" while running, else "stop" or "length"
   };
   // Adds the next generated token.
   Update push(int32_t token);

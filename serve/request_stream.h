@@ -19,9 +19,9 @@ struct OutputEvent {
   std::string text;
   std::vector<int32_t> token_ids;
   std::vector<runtime::TokenLogprob> logprobs;  // one per token when asked for
-  std::vector<int64_t> text_offsets;   // one per token: where its text starts in the output
-  std::string finish_reason;           // set on the last event: "stop", "length"
-  int error_status = 0;                // set on a failure (the last event): 500, 503
+  std::vector<int64_t> text_offsets;            // one per token: where its text starts in the output
+  std::string finish_reason;                    // set on the last event: "stop", "length"
+  int error_status = 0;                         // set on a failure (the last event): 500, 503
   std::string error;
   // Usage, on the last event.
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;

@@ -19,8 +19,8 @@ struct ForwardBatch {
   std::vector<int32_t> slots;         // [T] page * page_size + offset
   std::vector<int32_t> block_tables;  // [num_seqs * max_pages_per_seq]
   int64_t max_pages_per_seq = 0;
-  std::vector<int32_t> logit_rows;    // token indices whose logits are returned
-  std::vector<float> temperatures;    // [logit_rows]: each row's sampling temperature (candidate heads)
+  std::vector<int32_t> logit_rows;             // token indices whose logits are returned
+  std::vector<float> temperatures;             // [logit_rows]: each row's sampling temperature (candidate heads)
   std::vector<ops::SamplingOptions> sampling;  // [logit_rows]: each row's draw (sampled heads)
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
 };

@@ -10,11 +10,11 @@ namespace moeserve::ops {
 // Per-row sampling options. temperature 0 = greedy.
 struct SamplingOptions {
   float temperature = 0.0f;
-  int32_t top_k = 0;     // 0: off
-  float top_p = 1.0f;    // 1: off
-  float min_p = 0.0f;    // 0: off
+  int32_t top_k = 0;   // 0: off
+  float top_p = 1.0f;  // 1: off
+  float min_p = 0.0f;  // 0: off
   uint64_t seed = 0;
-  uint64_t step = 0;     // draws are a pure function of (seed, step)
+  uint64_t step = 0;  // draws are a pure function of (seed, step)
 };
 
 }  // namespace moeserve::ops

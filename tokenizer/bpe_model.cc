@@ -32,12 +32,8 @@ bool MergeTable::insert(int32_t left_id, int32_t right_id, Merge merge) {
   return true;
 }
 
-BpeModel::BpeModel(std::array<int32_t, 256> byte_ids, MergeTable merges, StringIdMap whole_tokens,
-                   Options options)
-    : byte_ids_(byte_ids),
-      merges_(std::move(merges)),
-      whole_tokens_(std::move(whole_tokens)),
-      options_(options) {
+BpeModel::BpeModel(std::array<int32_t, 256> byte_ids, MergeTable merges, StringIdMap whole_tokens, Options options)
+    : byte_ids_(byte_ids), merges_(std::move(merges)), whole_tokens_(std::move(whole_tokens)), options_(options) {
   all_bytes_known_ = true;
   for (int32_t id : byte_ids_) all_bytes_known_ = all_bytes_known_ && id >= 0;
 }
@@ -158,9 +154,7 @@ void BpeModel::merge_large(std::string_view run, std::vector<int32_t>& out) cons
     int32_t rank;
     int32_t left;
     int32_t left_id, right_id, merged_id;
-    bool operator>(const Candidate& o) const {
-      return rank != o.rank ? rank > o.rank : left > o.left;
-    }
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
   };
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> queue;
   auto push_pair = [&](int32_t left) {
@@ -175,8 +169,7 @@ void BpeModel::merge_large(std::string_view run, std::vector<int32_t>& out) cons
     const Candidate c = queue.top();
     queue.pop();
     const int32_t right = next[c.left];
-    if (!alive[c.left] || right >= static_cast<int32_t>(n) || ids[c.left] != c.left_id ||
-        ids[right] != c.right_id) {
+    if (!alive[c.left] || right >= static_cast<int32_t>(n) || ids[c.left] != c.left_id || ids[right] != c.right_id) {
       continue;
     }
     ids[c.left] = c.merged_id;

@@ -6,8 +6,8 @@
 #pragma once
 
 #include <array>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -75,8 +75,7 @@ class BpeModel {
 
   // byte_ids[b]: token of the single byte b, or -1. whole_tokens: raw bytes -> id of every BPE
   // token, used only with options.whole_piece_lookup.
-  BpeModel(std::array<int32_t, 256> byte_ids, MergeTable merges, StringIdMap whole_tokens,
-           Options options);
+  BpeModel(std::array<int32_t, 256> byte_ids, MergeTable merges, StringIdMap whole_tokens, Options options);
 
   // Appends the ids of one pre-tokenized piece to `out`.
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;

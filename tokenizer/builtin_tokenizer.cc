@@ -30,9 +30,8 @@ std::unique_ptr<Tokenizer> make_builtin_tokenizer(int64_t vocab_size) {
   }
   for (int64_t id = 256; id < vocab_size; ++id) {
     const int64_t special = id - 256;
-    parts.token_bytes[id] = special < kNumBuiltinSpecialTokens
-                                ? std::string(kBuiltinSpecialTokens[special])
-                                : "<|reserved_token_" + std::to_string(id) + "|>";
+    parts.token_bytes[id] = special < kNumBuiltinSpecialTokens ? std::string(kBuiltinSpecialTokens[special])
+                                                               : "<|reserved_token_" + std::to_string(id) + "|>";
     parts.added_tokens.add(parts.token_bytes[id], static_cast<int32_t>(id), /*special=*/true);
   }
   // No merges: every byte is its own token.

@@ -21,8 +21,7 @@ bool is_image_part(const Json& part) {
 
 // The parts of a list content: images become the media placeholder (followed by
 // `image_suffix`, a newline the thinking template leaves in), other parts print their "text".
-void append_content_parts(const Json& parts, const std::string& where, const char* image_suffix,
-                          std::string& out) {
+void append_content_parts(const Json& parts, const std::string& where, const char* image_suffix, std::string& out) {
   MS_CHECK(parts.is_array(), "{} must be a string, a list of parts or null, not {}", where, parts.type_name());
   for (size_t i = 0; i < parts.size(); ++i) {
     const Json& part = parts[i];
@@ -112,8 +111,8 @@ void append_tool_calls(const Json& tool_calls, const std::string& where, std::st
     const std::string call_where = fmt::format("{}[{}]", where, i);
     MS_CHECK(call.is_object(), "{} must be an object", call_where);
     const Json& function = jinja::get(call, "function");
-    MS_CHECK(function.is_object() && function.contains("arguments"),
-             "{}.function must be an object with \"arguments\"", call_where);
+    MS_CHECK(function.is_object() && function.contains("arguments"), "{}.function must be an object with \"arguments\"",
+             call_where);
     const Json& arguments = function["arguments"];
     out += "<|tool_call_begin|>";
     if (call.contains("id")) out += python_str(call["id"], call_where + ".id");

@@ -55,16 +55,16 @@ std::string identify_chat_template(std::string_view text, std::string_view origi
   for (const KnownTemplate& t : kKnownTemplates) {
     if (t.fingerprint == fingerprint) return t.name;
   }
-  fail("{}: the chat template is not one moeserve knows (fingerprint {:016x}, known: {}); pass "
-       "--chat-template NAME to choose one",
-       origin, fingerprint, known_names());
+  fail(
+      "{}: the chat template is not one moeserve knows (fingerprint {:016x}, known: {}); pass "
+      "--chat-template NAME to choose one",
+      origin, fingerprint, known_names());
 }
 
 std::string render_chat(std::string_view template_name, const ChatRequest& request,
                         const ChatSpecialTokens& special_tokens) {
   check_known(template_name);
-  MS_CHECK(request.messages.is_array(), "chat messages must be a JSON list, not {}",
-           request.messages.type_name());
+  MS_CHECK(request.messages.is_array(), "chat messages must be a JSON list, not {}", request.messages.type_name());
   for (size_t i = 0; i < request.messages.size(); ++i) {
     const auto& m = request.messages[i];
     MS_CHECK(m.is_object() && m.contains("role") && m["role"].is_string(),
@@ -88,8 +88,7 @@ std::string chat_template_name_for(const Tokenizer& tokenizer, std::string_view 
   return identify_chat_template(source.text, source.origin);
 }
 
-std::string render_chat(const Tokenizer& tokenizer, const ChatRequest& request,
-                        std::string_view override_name) {
+std::string render_chat(const Tokenizer& tokenizer, const ChatRequest& request, std::string_view override_name) {
   return render_chat(chat_template_name_for(tokenizer, override_name), request,
                      ChatSpecialTokens{tokenizer.bos_token(), tokenizer.eos_token()});
 }
@@ -104,13 +103,19 @@ const Json& get(const Json& object, const char* key) {
 
 bool truthy(const Json& value) {
   switch (value.type()) {
-    case Json::value_t::null: return false;
-    case Json::value_t::boolean: return value.get<bool>();
+    case Json::value_t::null:
+      return false;
+    case Json::value_t::boolean:
+      return value.get<bool>();
     case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned: return value.get<int64_t>() != 0;
-    case Json::value_t::number_float: return value.get<double>() != 0.0;
-    case Json::value_t::string: return !value.get_ref<const std::string&>().empty();
-    default: return !value.empty();
+    case Json::value_t::number_unsigned:
+      return value.get<int64_t>() != 0;
+    case Json::value_t::number_float:
+      return value.get<double>() != 0.0;
+    case Json::value_t::string:
+      return !value.get_ref<const std::string&>().empty();
+    default:
+      return !value.empty();
   }
 }
 

@@ -15,7 +15,6 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
-
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,7 +50,6 @@ std::string render_chat(std::string_view template_name, const ChatRequest& reque
 std::string chat_template_name_for(const Tokenizer& tokenizer, std::string_view override_name = "");
 
 // Renders with the tokenizer's template (or `override_name`) and its bos/eos texts.
-std::string render_chat(const Tokenizer& tokenizer, const ChatRequest& request,
-                        std::string_view override_name = "");
+std::string render_chat(const Tokenizer& tokenizer, const ChatRequest& request, std::string_view override_name = "");
 
 }  // namespace moeserve::tokenizer

@@ -37,8 +37,7 @@ void check_normalizer(const Json& node, const std::string& where) {
     }
     return;
   }
-  fail("{}: normalizer type \"{}\" is not supported (the DeepSeek-V3 and Kimi families use none)",
-       where, type);
+  fail("{}: normalizer type \"{}\" is not supported (the DeepSeek-V3 and Kimi families use none)", where, type);
 }
 
 // A regex matching `literal` exactly.
@@ -70,8 +69,7 @@ bool add_pre_tokenizer(const Json& node, const std::string& where, PreTokenizer&
     MS_CHECK(it != node.end() && it->is_array(), "{}: Sequence needs a \"pretokenizers\" list", where);
     bool byte_level = false;
     for (size_t i = 0; i < it->size(); ++i) {
-      byte_level = add_pre_tokenizer((*it)[i], where + ".pretokenizers[" + std::to_string(i) + "]", pre) ||
-                   byte_level;
+      byte_level = add_pre_tokenizer((*it)[i], where + ".pretokenizers[" + std::to_string(i) + "]", pre) || byte_level;
     }
     return byte_level;
   }
@@ -93,12 +91,10 @@ bool add_pre_tokenizer(const Json& node, const std::string& where, PreTokenizer&
     return false;
   }
   if (type == "ByteLevel") {
-    pre.add_byte_level(bool_field(node, "add_prefix_space", true, where),
-                       bool_field(node, "use_regex", true, where));
+    pre.add_byte_level(bool_field(node, "add_prefix_space", true, where), bool_field(node, "use_regex", true, where));
     return true;
   }
-  fail("{}: pre-tokenizer type \"{}\" is not supported (supported: Sequence, Split, ByteLevel)", where,
-       type);
+  fail("{}: pre-tokenizer type \"{}\" is not supported (supported: Sequence, Split, ByteLevel)", where, type);
 }
 
 struct Vocab {
@@ -116,8 +112,7 @@ Vocab read_vocab(const Json& model, const std::string& where) {
              "{}.vocab[\"{}\"]: id must be a non-negative integer", where, token);
     const auto id = static_cast<int32_t>(id_json.get<int64_t>());
     const auto [existing, inserted] = token_of_id.emplace(id, token);
-    MS_CHECK(inserted, "{}.vocab: id {} is used by both \"{}\" and \"{}\"", where, id, existing->second,
-             token);
+    MS_CHECK(inserted, "{}.vocab: id {} is used by both \"{}\" and \"{}\"", where, id, existing->second, token);
     vocab.id_of_token.emplace(token, id);
     vocab.max_id = std::max(vocab.max_id, id);
   }
@@ -242,15 +237,15 @@ void add_added_tokens(const Json& added, const std::string& path, TokenizerParts
   for (size_t i = 0; i < added.size(); ++i) {
     const Json& entry = added[i];
     const std::string where = path + ": added_tokens[" + std::to_string(i) + "]";
-    MS_CHECK(entry.is_object() && entry.contains("id") && entry["id"].is_number_integer() &&
-                 entry["id"].get<int64_t>() >= 0,
-             "{}: needs a non-negative integer \"id\"", where);
+    MS_CHECK(
+        entry.is_object() && entry.contains("id") && entry["id"].is_number_integer() && entry["id"].get<int64_t>() >= 0,
+        "{}: needs a non-negative integer \"id\"", where);
     const auto id = static_cast<int32_t>(entry["id"].get<int64_t>());
     const auto content = optional_string(entry, "content", where);
     MS_CHECK(content && !content->empty(), "{}: needs a non-empty \"content\"", where);
     for (const char* option : {"single_word", "lstrip", "rstrip"}) {
-      MS_CHECK(!bool_field(entry, option, false, where), "{} \"{}\": {}=true is not supported", where,
-               *content, option);
+      MS_CHECK(!bool_field(entry, option, false, where), "{} \"{}\": {}=true is not supported", where, *content,
+               option);
     }
     const bool special = bool_field(entry, "special", false, where);
     const auto bytes = byte_level_to_bytes(*content);
@@ -282,8 +277,8 @@ TokenizerParts load_hf_tokenizer_json(const std::string& path, const TokenizerCo
   TokenizerParts parts;
   parts.origin = path;
   const auto pre_tokenizer = json.find("pre_tokenizer");
-  const bool has_byte_level = pre_tokenizer != json.end() &&
-                              add_pre_tokenizer(*pre_tokenizer, path + ": pre_tokenizer", parts.pre_tokenizer);
+  const bool has_byte_level =
+      pre_tokenizer != json.end() && add_pre_tokenizer(*pre_tokenizer, path + ": pre_tokenizer", parts.pre_tokenizer);
   MS_CHECK(has_byte_level, "{}: pre_tokenizer has no ByteLevel step (needed by byte-level BPE)", path);
 
   const Vocab vocab = read_vocab(model, model_where);
@@ -303,12 +298,12 @@ TokenizerParts load_hf_tokenizer_json(const std::string& path, const TokenizerCo
 }
 
 void resolve_bos_eos(const TokenizerConfig& config, TokenizerParts& parts) {
-  auto resolve = [&](const std::optional<std::string>& text, const char* field,
-                     std::optional<int32_t>& id_out, std::string& text_out) {
+  auto resolve = [&](const std::optional<std::string>& text, const char* field, std::optional<int32_t>& id_out,
+                     std::string& text_out) {
     if (!text) return;
     const auto match = parts.added_tokens.find(*text, 0, /*allow_special=*/true);
-    MS_CHECK(match && match->begin == 0 && match->length == text->size(),
-             "{}: {} \"{}\" is not an added token of {}", config.path, field, *text, parts.origin);
+    MS_CHECK(match && match->begin == 0 && match->length == text->size(), "{}: {} \"{}\" is not an added token of {}",
+             config.path, field, *text, parts.origin);
     id_out = match->id;
     text_out = *text;
   };

@@ -11,8 +11,10 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir) {
   if (model_dir == "synthetic" || model_dir.rfind("synthetic:", 0) == 0) {
     return make_builtin_tokenizer(kBuiltinDefaultVocabSize);
   }
-  MS_CHECK(fs::is_directory(model_dir), "{}: not a directory (expected a model directory with "
-           "tokenizer.json or tiktoken.model, or \"synthetic\")", model_dir);
+  MS_CHECK(fs::is_directory(model_dir),
+           "{}: not a directory (expected a model directory with "
+           "tokenizer.json or tiktoken.model, or \"synthetic\")",
+           model_dir);
   const fs::path dir(model_dir);
   if (fs::exists(dir / "tokenizer.json")) {
     const TokenizerConfig config = read_tokenizer_config(model_dir, /*required=*/false);

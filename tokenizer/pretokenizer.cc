@@ -4,8 +4,7 @@
 
 namespace moeserve::tokenizer {
 
-const char* const kGpt2SplitPattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+const char* const kGpt2SplitPattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 void PreTokenizer::add_split(Regex regex, SplitBehavior behavior, bool invert) {
   steps_.push_back(Step{Step::Kind::kSplit, std::move(regex), behavior, invert});
@@ -27,8 +26,7 @@ struct Segment {
 
 }  // namespace
 
-void PreTokenizer::apply_split(const Step& step, std::string_view piece,
-                               std::vector<std::string_view>& out) const {
+void PreTokenizer::apply_split(const Step& step, std::string_view piece, std::vector<std::string_view>& out) const {
   if (step.behavior == SplitBehavior::kMatchesOnly && !step.invert) {
     step.regex.for_each_match(piece, [&](size_t b, size_t e) { out.push_back(piece.substr(b, e - b)); });
     return;

@@ -32,8 +32,7 @@ class PreTokenizer {
 
   // Cuts `text` into `pieces` (cleared first). Pieces view `text`, or `arena` for pieces that a
   // step had to rewrite (a prefix space).
-  void split(std::string_view text, std::vector<std::string_view>& pieces,
-             std::deque<std::string>& arena) const;
+  void split(std::string_view text, std::vector<std::string_view>& pieces, std::deque<std::string>& arena) const;
 
  private:
   struct Step {

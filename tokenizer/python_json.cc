@@ -24,13 +24,27 @@ void append_string(const std::string& s, std::string& out) {
   for (char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (c < 0x20) {
           out += fmt::format("\\u{:04x}", c);
@@ -44,12 +58,24 @@ void append_string(const std::string& s, std::string& out) {
 
 void append_value(const nlohmann::ordered_json& v, std::string& out) {
   switch (v.type()) {
-    case nlohmann::json::value_t::null: out += "null"; break;
-    case nlohmann::json::value_t::boolean: out += v.get<bool>() ? "true" : "false"; break;
-    case nlohmann::json::value_t::number_integer: out += std::to_string(v.get<int64_t>()); break;
-    case nlohmann::json::value_t::number_unsigned: out += std::to_string(v.get<uint64_t>()); break;
-    case nlohmann::json::value_t::number_float: out += python_float(v.get<double>()); break;
-    case nlohmann::json::value_t::string: append_string(v.get_ref<const std::string&>(), out); break;
+    case nlohmann::json::value_t::null:
+      out += "null";
+      break;
+    case nlohmann::json::value_t::boolean:
+      out += v.get<bool>() ? "true" : "false";
+      break;
+    case nlohmann::json::value_t::number_integer:
+      out += std::to_string(v.get<int64_t>());
+      break;
+    case nlohmann::json::value_t::number_unsigned:
+      out += std::to_string(v.get<uint64_t>());
+      break;
+    case nlohmann::json::value_t::number_float:
+      out += python_float(v.get<double>());
+      break;
+    case nlohmann::json::value_t::string:
+      append_string(v.get_ref<const std::string&>(), out);
+      break;
     case nlohmann::json::value_t::array: {
       out += '[';
       bool first = true;
@@ -74,7 +100,8 @@ void append_value(const nlohmann::ordered_json& v, std::string& out) {
       out += '}';
       break;
     }
-    default: fail("cannot write a JSON value of type {}", v.type_name());
+    default:
+      fail("cannot write a JSON value of type {}", v.type_name());
   }
 }
 
@@ -88,18 +115,24 @@ std::string python_json_dumps(const nlohmann::ordered_json& value) {
 
 std::string python_str(const nlohmann::ordered_json& value, std::string_view what) {
   switch (value.type()) {
-    case nlohmann::json::value_t::string: return value.get<std::string>();
-    case nlohmann::json::value_t::null: return "None";
-    case nlohmann::json::value_t::boolean: return value.get<bool>() ? "True" : "False";
-    case nlohmann::json::value_t::number_integer: return std::to_string(value.get<int64_t>());
-    case nlohmann::json::value_t::number_unsigned: return std::to_string(value.get<uint64_t>());
+    case nlohmann::json::value_t::string:
+      return value.get<std::string>();
+    case nlohmann::json::value_t::null:
+      return "None";
+    case nlohmann::json::value_t::boolean:
+      return value.get<bool>() ? "True" : "False";
+    case nlohmann::json::value_t::number_integer:
+      return std::to_string(value.get<int64_t>());
+    case nlohmann::json::value_t::number_unsigned:
+      return std::to_string(value.get<uint64_t>());
     case nlohmann::json::value_t::number_float: {
       const double v = value.get<double>();
       if (std::isnan(v)) return "nan";
       if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
       return python_float(v);
     }
-    default: fail("{} must be a string, number, boolean or null, not an {}", what, value.type_name());
+    default:
+      fail("{} must be a string, number, boolean or null, not an {}", what, value.type_name());
   }
 }
 

@@ -69,8 +69,7 @@ std::vector<std::string_view> split_intersection(std::string_view body) {
 // One intersection operand as a stand-alone class: a nested class stays as it is, a run of
 // class items gets brackets.
 std::string operand_as_class(std::string_view operand, std::string_view where) {
-  if (!operand.empty() && operand.front() == '[' &&
-      find_class_end(operand, 0) == operand.size() - 1) {
+  if (!operand.empty() && operand.front() == '[' && find_class_end(operand, 0) == operand.size() - 1) {
     return translate_regex_for_pcre2(operand, where);
   }
   std::string out = "[";
@@ -79,14 +78,12 @@ std::string operand_as_class(std::string_view operand, std::string_view where) {
   return out;
 }
 
-bool is_hex(char c) {
-  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
+bool is_hex(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
 // True if s[j] starts an Oniguruma `\uHHHH` escape.
 bool is_u_escape(std::string_view s, size_t j) {
-  return j + 6 <= s.size() && s[j] == '\\' && s[j + 1] == 'u' && is_hex(s[j + 2]) &&
-         is_hex(s[j + 3]) && is_hex(s[j + 4]) && is_hex(s[j + 5]);
+  return j + 6 <= s.size() && s[j] == '\\' && s[j + 1] == 'u' && is_hex(s[j + 2]) && is_hex(s[j + 3]) &&
+         is_hex(s[j + 4]) && is_hex(s[j + 5]);
 }
 
 // Appends `\x{HHHH}` for the `\uHHHH` escape at s[j].
@@ -122,8 +119,7 @@ std::string translate_regex_for_pcre2(std::string_view p, std::string_view where
     }
     if (c == '[') {
       const size_t end = find_class_end(p, i);
-      MS_CHECK(end != std::string_view::npos, "{}: unterminated character class at offset {} in regex",
-               where, i);
+      MS_CHECK(end != std::string_view::npos, "{}: unterminated character class at offset {} in regex", where, i);
       const bool negated = i + 1 < p.size() && p[i + 1] == '^';
       const std::string_view body = p.substr(i + 1 + (negated ? 1 : 0), end - i - 1 - (negated ? 1 : 0));
       const std::vector<std::string_view> operands = split_intersection(body);
@@ -145,8 +141,7 @@ std::string translate_regex_for_pcre2(std::string_view p, std::string_view where
             continue;
           }
           MS_CHECK(body[j] != '[' || (j + 1 < body.size() && body[j + 1] == ':'),
-                   "{}: nested character class at offset {} in regex is not supported", where,
-                   i + 1 + j);
+                   "{}: nested character class at offset {} in regex is not supported", where, i + 1 + j);
           out += body[j];
           ++j;
         }
@@ -181,8 +176,8 @@ Regex::Regex(std::string_view pattern, std::string_view where)
   PCRE2_SIZE error_offset = 0;
   compiled_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
                                   PCRE2_UTF | PCRE2_UCP, &error_code, &error_offset, nullptr);
-  MS_CHECK(compiled_->code != nullptr, "{}: regex does not compile at offset {}: {}", where,
-           error_offset, pcre2_error_text(error_code));
+  MS_CHECK(compiled_->code != nullptr, "{}: regex does not compile at offset {}: {}", where, error_offset,
+           pcre2_error_text(error_code));
   compiled_->jit = pcre2_jit_compile(compiled_->code, PCRE2_JIT_COMPLETE) == 0;
 }
 
@@ -211,17 +206,15 @@ struct ThreadMatchState {
 
 }  // namespace
 
-void Regex::for_each_match(std::string_view subject,
-                           const std::function<void(size_t, size_t)>& on_match) const {
+void Regex::for_each_match(std::string_view subject, const std::function<void(size_t, size_t)>& on_match) const {
   thread_local ThreadMatchState state;
   const auto* data = reinterpret_cast<PCRE2_SPTR>(subject.data());
   size_t offset = 0;
   while (offset < subject.size()) {
-    const int rc = compiled_->jit
-                       ? pcre2_jit_match(compiled_->code, data, subject.size(), offset, 0,
-                                         state.match_data, state.context)
-                       : pcre2_match(compiled_->code, data, subject.size(), offset,
-                                     PCRE2_NO_UTF_CHECK, state.match_data, state.context);
+    const int rc = compiled_->jit ? pcre2_jit_match(compiled_->code, data, subject.size(), offset, 0, state.match_data,
+                                                    state.context)
+                                  : pcre2_match(compiled_->code, data, subject.size(), offset, PCRE2_NO_UTF_CHECK,
+                                                state.match_data, state.context);
     if (rc == PCRE2_ERROR_NOMATCH) return;
     MS_CHECK(rc >= 0, "regex /{}/ failed while matching: {}", pattern_, pcre2_error_text(rc));
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(state.match_data);

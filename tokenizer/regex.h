@@ -28,8 +28,7 @@ class Regex {
 
   // Calls on_match(begin, end) (byte offsets into `subject`) for every non-empty,
   // non-overlapping match from left to right. `subject` must be valid UTF-8.
-  void for_each_match(std::string_view subject,
-                      const std::function<void(size_t, size_t)>& on_match) const;
+  void for_each_match(std::string_view subject, const std::function<void(size_t, size_t)>& on_match) const;
 
   const std::string& pattern() const { return pattern_; }
 

@@ -51,8 +51,7 @@ RanksFile read_ranks(const std::string& path) {
     const std::string_view encoded = line.substr(0, space);
     const std::string_view rank_text = line.substr(space + 1);
     const auto token = base64_decode(encoded);
-    MS_CHECK(token.has_value() && !token->empty(), "{}:{}: invalid base64 token \"{}\"", path, line_number,
-             encoded);
+    MS_CHECK(token.has_value() && !token->empty(), "{}:{}: invalid base64 token \"{}\"", path, line_number, encoded);
     size_t rank = 0;
     MS_CHECK(!rank_text.empty() && rank_text.size() <= 9 &&
                  rank_text.find_first_not_of("0123456789") == std::string_view::npos,
@@ -89,8 +88,8 @@ TokenizerParts load_tiktoken_model(const std::string& path, const TokenizerConfi
   TokenizerParts parts;
   parts.origin = path;
   const auto num_base_tokens = static_cast<int32_t>(ranks.count);
-  int32_t vocab_size = std::max<int32_t>(static_cast<int32_t>(ranks.token_of_rank.size()),
-                                         num_base_tokens + kKimiReservedSpecialTokens);
+  int32_t vocab_size =
+      std::max<int32_t>(static_cast<int32_t>(ranks.token_of_rank.size()), num_base_tokens + kKimiReservedSpecialTokens);
   for (const AddedTokenEntry& entry : config.added_tokens_decoder) vocab_size = std::max(vocab_size, entry.id + 1);
   parts.token_bytes.assign(vocab_size, std::string());
   parts.token_kind.assign(vocab_size, TokenKind::kUnused);
@@ -108,8 +107,8 @@ TokenizerParts load_tiktoken_model(const std::string& path, const TokenizerConfi
   // ids among the reserved block (tokenization_kimi.py builds them the same way).
   for (const AddedTokenEntry& entry : config.added_tokens_decoder) {
     MS_CHECK(parts.token_kind[entry.id] == TokenKind::kUnused,
-             "{}: added_tokens_decoder[\"{}\"] \"{}\": id {} is already the BPE token of rank {} in {}",
-             config.path, entry.id, entry.content, entry.id, entry.id, path);
+             "{}: added_tokens_decoder[\"{}\"] \"{}\": id {} is already the BPE token of rank {} in {}", config.path,
+             entry.id, entry.content, entry.id, entry.id, path);
     parts.token_bytes[entry.id] = entry.content;
     parts.token_kind[entry.id] = TokenKind::kSpecial;
   }
@@ -125,8 +124,7 @@ TokenizerParts load_tiktoken_model(const std::string& path, const TokenizerConfi
   std::array<int32_t, 256> byte_ids;
   for (int b = 0; b < 256; ++b) {
     const auto it = id_of_bytes.find(std::string_view(reinterpret_cast<const char*>(&b), 1));
-    MS_CHECK(it != id_of_bytes.end(), "{}: byte 0x{:02x} has no rank (all 256 single bytes are needed)",
-             path, b);
+    MS_CHECK(it != id_of_bytes.end(), "{}: byte 0x{:02x} has no rank (all 256 single bytes are needed)", path, b);
     byte_ids[b] = it->second;
   }
   // tiktoken merges two adjacent parts when their concatenation is a token, lowest rank

@@ -6,17 +6,15 @@
 namespace moeserve::tokenizer {
 
 Tokenizer::Tokenizer(TokenizerParts parts) : parts_(std::move(parts)) {
-  MS_CHECK(parts_.token_bytes.size() == parts_.token_kind.size(),
-           "{}: {} token texts but {} token kinds", parts_.origin, parts_.token_bytes.size(),
-           parts_.token_kind.size());
+  MS_CHECK(parts_.token_bytes.size() == parts_.token_kind.size(), "{}: {} token texts but {} token kinds",
+           parts_.origin, parts_.token_bytes.size(), parts_.token_kind.size());
   MS_CHECK(parts_.bpe != nullptr, "{}: no BPE model", parts_.origin);
 }
 
 void Tokenizer::check_id(int32_t id) const {
-  MS_CHECK(id >= 0 && id < vocab_size(), "token id {} is outside the vocabulary of {} (size {})", id,
-           parts_.origin, vocab_size());
-  MS_CHECK(parts_.token_kind[id] != TokenKind::kUnused, "token id {} has no token in {}", id,
-           parts_.origin);
+  MS_CHECK(id >= 0 && id < vocab_size(), "token id {} is outside the vocabulary of {} (size {})", id, parts_.origin,
+           vocab_size());
+  MS_CHECK(parts_.token_kind[id] != TokenKind::kUnused, "token id {} has no token in {}", id, parts_.origin);
 }
 
 const std::string& Tokenizer::token_bytes(int32_t id) const {
@@ -25,8 +23,8 @@ const std::string& Tokenizer::token_bytes(int32_t id) const {
 }
 
 TokenKind Tokenizer::token_kind(int32_t id) const {
-  MS_CHECK(id >= 0 && id < vocab_size(), "token id {} is outside the vocabulary of {} (size {})", id,
-           parts_.origin, vocab_size());
+  MS_CHECK(id >= 0 && id < vocab_size(), "token id {} is outside the vocabulary of {} (size {})", id, parts_.origin,
+           vocab_size());
   return parts_.token_kind[id];
 }
 
@@ -37,8 +35,7 @@ std::optional<int32_t> Tokenizer::added_token_id(std::string_view text) const {
 }
 
 void Tokenizer::encode_ordinary(std::string_view segment, std::vector<int32_t>& out,
-                                std::vector<std::string_view>& pieces,
-                                std::deque<std::string>& arena) const {
+                                std::vector<std::string_view>& pieces, std::deque<std::string>& arena) const {
   if (segment.empty()) return;
   if (parts_.pre_tokenizer.empty()) {
     parts_.bpe->encode_piece(segment, out);

@@ -81,8 +81,8 @@ class Tokenizer {
 
  private:
   void check_id(int32_t id) const;
-  void encode_ordinary(std::string_view segment, std::vector<int32_t>& out,
-                       std::vector<std::string_view>& pieces, std::deque<std::string>& arena) const;
+  void encode_ordinary(std::string_view segment, std::vector<int32_t>& out, std::vector<std::string_view>& pieces,
+                       std::deque<std::string>& arena) const;
 
   TokenizerParts parts_;
 };

@@ -55,10 +55,8 @@ TokenizerConfig read_tokenizer_config(const std::string& model_dir, bool require
         const auto content = optional_string(entry, "content", where);
         MS_CHECK(content.has_value() && !content->empty(), "{}: needs a non-empty \"content\"", where);
         const auto special = entry.find("special");
-        MS_CHECK(special == entry.end() || special->is_boolean(), "{}: \"special\" must be a boolean",
-                 where);
-        config.added_tokens_decoder.push_back(
-            {id, *content, special == entry.end() ? false : special->get<bool>()});
+        MS_CHECK(special == entry.end() || special->is_boolean(), "{}: \"special\" must be a boolean", where);
+        config.added_tokens_decoder.push_back({id, *content, special == entry.end() ? false : special->get<bool>()});
       }
       std::sort(config.added_tokens_decoder.begin(), config.added_tokens_decoder.end(),
                 [](const auto& a, const auto& b) { return a.id < b.id; });
@@ -71,12 +69,11 @@ TokenizerConfig read_tokenizer_config(const std::string& model_dir, bool require
         for (const auto& entry : *it) {
           if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") &&
               entry["template"].is_string()) {
-            config.chat_template = {entry["template"].get<std::string>(),
-                                    path + ": chat_template[name=default]", ""};
+            config.chat_template = {entry["template"].get<std::string>(), path + ": chat_template[name=default]", ""};
           }
         }
-        MS_CHECK(!config.chat_template.text.empty(),
-                 "{}: \"chat_template\" is a list without a \"default\" template", path);
+        MS_CHECK(!config.chat_template.text.empty(), "{}: \"chat_template\" is a list without a \"default\" template",
+                 path);
       }
     }
   } else {

@@ -10,10 +10,10 @@
 // Use: CUDA_INJECTION64_PATH=$PWD/carry/libkernel_trace.so MOESERVE_KERNEL_TRACE=/tmp/k.csv \
 //        moeserve bench-step ...; python3 scripts/gpu/timeline.py /tmp/k.csv --device 0
 #include <cupti.h>
+#include <cxxabi.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <cxxabi.h>
 #include <mutex>
 #include <string>
 
@@ -39,7 +39,8 @@ std::string readable(const char* mangled) {
   if (name.rfind("void ", 0) == 0) name.erase(0, 5);
   const size_t paren = name.find('(');  // drop the argument list
   if (paren != std::string::npos) name.resize(paren);
-  for (char& c : name) if (c == ',') c = ';';
+  for (char& c : name)
+    if (c == ',') c = ';';
   return name;
 }
 
@@ -47,13 +48,12 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   std::lock_guard<std::mutex> lock(g_mutex);
   CUpti_Activity* record = nullptr;
   while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
-    if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL &&
-        record->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
+    if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
     const auto* kernel = reinterpret_cast<const CUpti_ActivityKernel9*>(record);
     if (g_out) {
       std::fprintf(g_out, "%u,%u,%llu,%llu,%s\n", kernel->deviceId, kernel->streamId,
-                   static_cast<unsigned long long>(kernel->start),
-                   static_cast<unsigned long long>(kernel->end), readable(kernel->name).c_str());
+                   static_cast<unsigned long long>(kernel->start), static_cast<unsigned long long>(kernel->end),
+                   readable(kernel->name).c_str());
     }
   }
   std::free(buffer);

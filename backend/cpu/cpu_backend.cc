@@ -58,8 +58,8 @@ class CpuBackend final : public Backend {
     std::memcpy(static_cast<std::byte*>(dst.data()) + offset, src, nbytes);
   }
   void download(void* dst, const Buffer& src, size_t offset, size_t nbytes) override {
-    MS_CHECK(offset + nbytes <= src.nbytes(), "download of {} bytes at {} overruns a {}-byte buffer", nbytes,
-             offset, src.nbytes());
+    MS_CHECK(offset + nbytes <= src.nbytes(), "download of {} bytes at {} overruns a {}-byte buffer", nbytes, offset,
+             src.nbytes());
     std::memcpy(dst, static_cast<const std::byte*>(const_cast<Buffer&>(src).data()) + offset, nbytes);
   }
   void upload_weight_into(Buffer& dst, size_t offset, const Tensor& host_f32, bool keep_f32) override {
@@ -205,8 +205,8 @@ class CpuBackend final : public Backend {
         scores.resize(length);
         float max_score = -std::numeric_limits<float>::infinity();
         for (int64_t j = 0; j < length; ++j) {
-          const float* entry = F(p.cache) + (static_cast<int64_t>(table[j / p.page_size]) * p.page_size +
-                                             j % p.page_size) * width;
+          const float* entry =
+              F(p.cache) + (static_cast<int64_t>(table[j / p.page_size]) * p.page_size + j % p.page_size) * width;
           const float s = (dot(q_lat, entry, p.latent) + dot(q_rope, entry + p.latent, p.rope)) * p.scale;
           scores[j] = s;
           max_score = std::max(max_score, s);
@@ -216,8 +216,8 @@ class CpuBackend final : public Backend {
         float* out = F(p.out) + (t * p.heads + h) * p.latent;
         std::fill(out, out + p.latent, 0.0f);
         for (int64_t j = 0; j < length; ++j) {
-          const float* entry = F(p.cache) + (static_cast<int64_t>(table[j / p.page_size]) * p.page_size +
-                                             j % p.page_size) * width;
+          const float* entry =
+              F(p.cache) + (static_cast<int64_t>(table[j / p.page_size]) * p.page_size + j % p.page_size) * width;
           const float w = scores[j] / denom;
           for (int64_t l = 0; l < p.latent; ++l) out[l] += w * entry[l];
         }
@@ -280,8 +280,8 @@ class CpuBackend final : public Backend {
     // One token's routed experts are evaluated in k order; tokens are independent, so the
     // result is the same whatever the partition. Few tokens: parallelise inside each matvec.
     const bool parallel_tokens = static_cast<size_t>(p.tokens) >= pool().size();
-    auto run_token = [&](int64_t t, std::vector<float>& gate_up, std::vector<float>& act,
-                         std::vector<float>& down, std::vector<float>& routed) {
+    auto run_token = [&](int64_t t, std::vector<float>& gate_up, std::vector<float>& act, std::vector<float>& down,
+                         std::vector<float>& routed) {
       float* out = F(p.out) + t * p.hidden;
       std::fill(routed.begin(), routed.end(), 0.0f);
       const float* x = F(p.x) + t * p.hidden;
@@ -298,10 +298,12 @@ class CpuBackend final : public Backend {
           for (int64_t n = 0; n < p.hidden; ++n) down[n] = store(dot(w2 + n * p.inter, act.data(), p.inter));
         } else {
           matvec(w13, x, gate_up.data(), 2 * p.inter, p.hidden, false);
-          if (bf16_) for (float& v : gate_up) v = round_to_bf16(v);
+          if (bf16_)
+            for (float& v : gate_up) v = round_to_bf16(v);
           for (int64_t n = 0; n < p.inter; ++n) act[n] = silu_times(gate_up[n], gate_up[p.inter + n]);
           matvec(w2, act.data(), down.data(), p.hidden, p.inter, false);
-          if (bf16_) for (float& v : down) v = round_to_bf16(v);
+          if (bf16_)
+            for (float& v : down) v = round_to_bf16(v);
         }
         const float w = p.topk_weights[t * p.top_k + k];
         for (int64_t n = 0; n < p.hidden; ++n) routed[n] += w * down[n];
@@ -328,7 +330,8 @@ class CpuBackend final : public Backend {
       for (size_t r = begin; r < end; ++r)
         for (int64_t c = 0; c < p.cols; ++c) {
           const float v =
-              p.offset + p.amplitude * uniform_pm1(p.seed, static_cast<uint64_t>((p.row0 + r) * p.full_cols + p.col0 + c));
+              p.offset +
+              p.amplitude * uniform_pm1(p.seed, static_cast<uint64_t>((p.row0 + r) * p.full_cols + p.col0 + c));
           F(p.out)[r * p.cols + c] = p.out_f32 ? v : store(v);
         }
     });
@@ -336,7 +339,8 @@ class CpuBackend final : public Backend {
 
   void gather_rows(const GatherRowsParams& p) override {
     for (int64_t r = 0; r < p.num_rows; ++r)
-      std::memcpy(F(p.dst) + r * p.width, F(p.src) + static_cast<int64_t>(p.rows[r]) * p.width, p.width * sizeof(float));
+      std::memcpy(F(p.dst) + r * p.width, F(p.src) + static_cast<int64_t>(p.rows[r]) * p.width,
+                  p.width * sizeof(float));
   }
 
   void row_combine(const RowCombineParams& p) override {

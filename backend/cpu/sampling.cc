@@ -157,7 +157,7 @@ class LogitsSource {
   const float* logits_;
   int64_t limit_;
   static constexpr int64_t kRadixFrom = 8192;  // fewer keys: std::sort
-  int id_bits_;  // ids take the key's low id_bits_ bits (vocab <= 2^32)
+  int id_bits_;                                // ids take the key's low id_bits_ bits (vocab <= 2^32)
   std::vector<uint64_t> keys_;
   int64_t sorted_ = 0;  // keys_[0, sorted_) are in their final order
 };

@@ -15,7 +15,9 @@ namespace {
 
 struct DeviceMemory {
   void* ptr = nullptr;
-  explicit DeviceMemory(size_t bytes) { MS_CHECK(cudaMalloc(&ptr, bytes) == cudaSuccess, "ceilings: cudaMalloc of {} bytes failed", bytes); }
+  explicit DeviceMemory(size_t bytes) {
+    MS_CHECK(cudaMalloc(&ptr, bytes) == cudaSuccess, "ceilings: cudaMalloc of {} bytes failed", bytes);
+  }
   ~DeviceMemory() { cudaFree(ptr); }
 };
 
@@ -52,15 +54,23 @@ Ceilings measure_ceilings(int device) {
     const size_t bytes = size_t{2} << 30;  // 2 GiB each way: far beyond the 50 MB L2
     DeviceMemory a(bytes), b(bytes);
     cudaMemsetAsync(a.ptr, 1, bytes, stream);
-    const double ms = time_ms(stream, 5, 3, [&] { cudaMemcpyAsync(b.ptr, a.ptr, bytes, cudaMemcpyDeviceToDevice, stream); });
+    const double ms =
+        time_ms(stream, 5, 3, [&] { cudaMemcpyAsync(b.ptr, a.ptr, bytes, cudaMemcpyDeviceToDevice, stream); });
     c.copy_gbs = 2.0 * bytes / (ms * 1e-3) / 1e9;
   }
   {
     const int n = 8192;
     DeviceMemory a(size_t{2} * n * n), b(size_t{2} * n * n), d(size_t{2} * n * n);
     for (auto [matrix, seed] : {std::pair{a.ptr, uint64_t{1}}, std::pair{b.ptr, uint64_t{2}}}) {
-      launch_fill_uniform({.out = matrix, .rows = n, .cols = n, .full_cols = n, .row0 = 0, .col0 = 0, .seed = seed,
-                           .offset = 0.0f, .amplitude = 1.0f},
+      launch_fill_uniform({.out = matrix,
+                           .rows = n,
+                           .cols = n,
+                           .full_cols = n,
+                           .row0 = 0,
+                           .col0 = 0,
+                           .seed = seed,
+                           .offset = 0.0f,
+                           .amplitude = 1.0f},
                           stream);
     }
     cublasHandle_t handle;

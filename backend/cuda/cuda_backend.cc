@@ -3,10 +3,10 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <cstdio>
 #include <mutex>
 #include <set>
 #include <string>
@@ -19,17 +19,17 @@
 
 namespace moeserve::cuda {
 
-#define MS_CUDA(call)                                                                           \
-  do {                                                                                          \
-    const cudaError_t status_ = (call);                                                         \
-    MS_CHECK(status_ == cudaSuccess, "CUDA error {} at {}:{}: {}", static_cast<int>(status_), __FILE__, \
-             __LINE__, cudaGetErrorString(status_));                                            \
+#define MS_CUDA(call)                                                                                             \
+  do {                                                                                                            \
+    const cudaError_t status_ = (call);                                                                           \
+    MS_CHECK(status_ == cudaSuccess, "CUDA error {} at {}:{}: {}", static_cast<int>(status_), __FILE__, __LINE__, \
+             cudaGetErrorString(status_));                                                                        \
   } while (0)
-#define MS_CUBLAS(call)                                                                                       \
-  do {                                                                                                        \
-    const cublasStatus_t status_ = (call);                                                                    \
+#define MS_CUBLAS(call)                                                                                         \
+  do {                                                                                                          \
+    const cublasStatus_t status_ = (call);                                                                      \
     MS_CHECK(status_ == CUBLAS_STATUS_SUCCESS, "cuBLAS error {} at {}:{}", static_cast<int>(status_), __FILE__, \
-             __LINE__);                                                                                       \
+             __LINE__);                                                                                         \
   } while (0)
 
 int device_count() {
@@ -191,8 +191,8 @@ class CudaBackend final : public Backend {
     MS_CUDA(cudaStreamSynchronize(stream_));
   }
   void download(void* dst, const Buffer& src, size_t offset, size_t nbytes) override {
-    MS_CHECK(offset + nbytes <= src.nbytes(), "download of {} bytes at {} overruns a {}-byte buffer", nbytes,
-             offset, src.nbytes());
+    MS_CHECK(offset + nbytes <= src.nbytes(), "download of {} bytes at {} overruns a {}-byte buffer", nbytes, offset,
+             src.nbytes());
     MS_CUDA(cudaMemcpyAsync(dst, static_cast<const char*>(const_cast<Buffer&>(src).data()) + offset, nbytes,
                             cudaMemcpyDeviceToHost, stream_));
     MS_CUDA(cudaStreamSynchronize(stream_));
@@ -254,8 +254,8 @@ class CudaBackend final : public Backend {
     const float alpha = 1.0f, beta = p.accumulate ? 1.0f : 0.0f;
     MS_CUBLAS(cublasGemmEx(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(p.out_features),
                            static_cast<int>(p.rows), static_cast<int>(p.in_features), &alpha, p.weight, CUDA_R_16BF,
-                           static_cast<int>(p.in_features), p.x, CUDA_R_16BF, static_cast<int>(p.x_stride), &beta,
-                           p.y, p.y_f32 ? CUDA_R_32F : CUDA_R_16BF, static_cast<int>(p.y_stride), CUBLAS_COMPUTE_32F,
+                           static_cast<int>(p.in_features), p.x, CUDA_R_16BF, static_cast<int>(p.x_stride), &beta, p.y,
+                           p.y_f32 ? CUDA_R_32F : CUDA_R_16BF, static_cast<int>(p.y_stride), CUBLAS_COMPUTE_32F,
                            CUBLAS_GEMM_DEFAULT));
   }
 
@@ -272,22 +272,30 @@ class CudaBackend final : public Backend {
     // Per head h: q_latent_h [T, L] = q_nope_h [T, nope] @ W_uk_h [nope, L]; column-major
     // q_latent_h^T [L, T] = W_uk_h^T [L, nope] (W_uk_h row-major is col-major L x nope) x q_nope_h^T.
     const float alpha = 1.0f, beta = 0.0f;
-    MS_CUBLAS(cublasGemmStridedBatchedEx(
-        cublas(), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(p.latent), static_cast<int>(p.tokens),
-        static_cast<int>(p.nope), &alpha, p.kv_b, CUDA_R_16BF, static_cast<int>(p.latent),
-        (p.nope + p.v) * p.latent, p.q, CUDA_R_16BF, static_cast<int>(p.heads * p.q_head_stride), p.q_head_stride,
-        &beta, p.q_latent, CUDA_R_16BF, static_cast<int>(p.heads * p.latent), p.latent, static_cast<int>(p.heads),
-        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    MS_CUBLAS(cublasGemmStridedBatchedEx(cublas(), CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(p.latent),
+                                         static_cast<int>(p.tokens), static_cast<int>(p.nope), &alpha, p.kv_b,
+                                         CUDA_R_16BF, static_cast<int>(p.latent), (p.nope + p.v) * p.latent, p.q,
+                                         CUDA_R_16BF, static_cast<int>(p.heads * p.q_head_stride), p.q_head_stride,
+                                         &beta, p.q_latent, CUDA_R_16BF, static_cast<int>(p.heads * p.latent), p.latent,
+                                         static_cast<int>(p.heads), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 
   void mla_v_up(const MlaVUpParams& p) override {
     if (p.tokens == 0) return;
     const void* w_uv = static_cast<const char*>(p.kv_b) + p.nope * p.latent * 2;  // head 0's W_uv [v, latent]
     // Per head h: out[:, h, :] = attn_latent[:, h, :] @ W_uv[h]^T, one streaming launch for all heads.
-    const StreamingLinearParams per_head{
-        .linear = {.x = p.attn_latent, .weight = w_uv, .y = p.out, .rows = p.tokens, .in_features = p.latent,
-                   .out_features = p.v, .x_stride = p.heads * p.latent, .y_stride = p.heads * p.v},
-        .batches = p.heads, .x_batch = p.latent, .w_batch = (p.nope + p.v) * p.latent, .y_batch = p.v};
+    const StreamingLinearParams per_head{.linear = {.x = p.attn_latent,
+                                                    .weight = w_uv,
+                                                    .y = p.out,
+                                                    .rows = p.tokens,
+                                                    .in_features = p.latent,
+                                                    .out_features = p.v,
+                                                    .x_stride = p.heads * p.latent,
+                                                    .y_stride = p.heads * p.v},
+                                         .batches = p.heads,
+                                         .x_batch = p.latent,
+                                         .w_batch = (p.nope + p.v) * p.latent,
+                                         .y_batch = p.v};
     if ((small_linear_supported(per_head.linear) ||
          (policy_.batch_invariant && streaming_linear_supported(per_head.linear))) &&
         per_head.w_batch % 8 == 0) {
@@ -300,10 +308,9 @@ class CudaBackend final : public Backend {
     const float alpha = 1.0f, beta = 0.0f;
     MS_CUBLAS(cublasGemmStridedBatchedEx(
         cublas(), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(p.v), static_cast<int>(p.tokens),
-        static_cast<int>(p.latent), &alpha, w_uv, CUDA_R_16BF, static_cast<int>(p.latent),
-        (p.nope + p.v) * p.latent, p.attn_latent, CUDA_R_16BF, static_cast<int>(p.heads * p.latent), p.latent, &beta,
-        p.out, CUDA_R_16BF, static_cast<int>(p.heads * p.v), p.v, static_cast<int>(p.heads), CUBLAS_COMPUTE_32F,
-        CUBLAS_GEMM_DEFAULT));
+        static_cast<int>(p.latent), &alpha, w_uv, CUDA_R_16BF, static_cast<int>(p.latent), (p.nope + p.v) * p.latent,
+        p.attn_latent, CUDA_R_16BF, static_cast<int>(p.heads * p.latent), p.latent, &beta, p.out, CUDA_R_16BF,
+        static_cast<int>(p.heads * p.v), p.v, static_cast<int>(p.heads), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 
   void kv_write(const KvWriteParams& p) override { launch_kv_write(p, cur_); }
@@ -386,9 +393,7 @@ class CudaBackend final : public Backend {
   void row_combine(const RowCombineParams& p) override { launch_row_combine(p, cur_); }
 
   bool supports_graphs() const override { return true; }
-  void begin_capture() override {
-    MS_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-  }
+  void begin_capture() override { MS_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal)); }
   std::unique_ptr<Graph> end_capture() override {
     cudaGraph_t graph = nullptr;
     MS_CUDA(cudaStreamEndCapture(stream_, &graph));
@@ -398,9 +403,7 @@ class CudaBackend final : public Backend {
     MS_CHECK(status == cudaSuccess, "CUDA graph instantiation failed: {}", cudaGetErrorString(status));
     return captured;
   }
-  void replay(Graph& graph) override {
-    MS_CUDA(cudaGraphLaunch(static_cast<CudaGraph&>(graph).exec, stream_));
-  }
+  void replay(Graph& graph) override { MS_CUDA(cudaGraphLaunch(static_cast<CudaGraph&>(graph).exec, stream_)); }
 
  private:
   static constexpr size_t kCublasWorkspaceBytes = 32u << 20;
@@ -461,8 +464,10 @@ class CudaBackend final : public Backend {
   // cuBLAS picks its kernel by shape, so a row's result depends on the batch: batch-invariant
   // mode takes the streaming kernels, which need 16-byte rows (inner dimension % 8 == 0).
   void refuse_in_invariant_mode(const char* op, int64_t inner) const {
-    MS_CHECK(!policy_.batch_invariant, "--batch-invariant: {} with an inner dimension of {} (or unaligned rows) has no "
-             "batch-invariant kernel (it needs a multiple of 8)", op, inner);
+    MS_CHECK(!policy_.batch_invariant,
+             "--batch-invariant: {} with an inner dimension of {} (or unaligned rows) has no "
+             "batch-invariant kernel (it needs a multiple of 8)",
+             op, inner);
   }
 
   // Grow-only scratch of one op. Growing waits for the stream (the old block may be in use);
@@ -479,10 +484,11 @@ class CudaBackend final : public Backend {
 };
 
 std::string KernelPolicy::describe() const {
-  return fmt::format("batch_invariant={} mla_tensor_cores={} moe_tensor_cores={} linear_mma_min_rows={} "
-                     "overlap_streams={}",
-                     batch_invariant ? 1 : 0, mla_tensor_cores ? 1 : 0, moe_tensor_cores ? 1 : 0,
-                     linear_mma_min_rows, overlap_streams ? 1 : 0);
+  return fmt::format(
+      "batch_invariant={} mla_tensor_cores={} moe_tensor_cores={} linear_mma_min_rows={} "
+      "overlap_streams={}",
+      batch_invariant ? 1 : 0, mla_tensor_cores ? 1 : 0, moe_tensor_cores ? 1 : 0, linear_mma_min_rows,
+      overlap_streams ? 1 : 0);
 }
 
 KernelPolicy kernel_policy(const CudaBackendOptions& options) { return {.batch_invariant = options.batch_invariant}; }

@@ -1,12 +1,12 @@
 // Row-wise and elementwise kernels. bf16 storage, fp32 arithmetic.
-#include "cuda_common/common.cuh"
-#include "backend/cuda/kernels.h"
-#include "cuda_common/row_norm.cuh"
-#include "core/random.h"
-
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+
+#include "backend/cuda/kernels.h"
+#include "core/random.h"
+#include "cuda_common/common.cuh"
+#include "cuda_common/row_norm.cuh"
 
 namespace moeserve::cuda {
 
@@ -14,8 +14,8 @@ namespace {
 
 // Rows of 8-element (16-byte) chunks when `vec` (width % 8 == 0, aligned pointers): a
 // decode-sized copy then waits on memory once per thread instead of once per element.
-__global__ void embedding_kernel(const int32_t* ids, const bf16* table, bf16* out, int64_t hidden,
-                                 int64_t vocab_begin, int64_t vocab_end, bool vec) {
+__global__ void embedding_kernel(const int32_t* ids, const bf16* table, bf16* out, int64_t hidden, int64_t vocab_begin,
+                                 int64_t vocab_end, bool vec) {
   pdl_enter();
   const int64_t t = blockIdx.x;
   const int64_t id = ids[t];
@@ -52,11 +52,11 @@ __global__ void rms_norm_kernel(const bf16* x, const bf16* weight, bf16* y, int6
 // residual (add_rms_norm) or nullptr (rms_norm): with a residual, x_row is the branch and the
 // bf16-rounded sum is written back to `residual` and normalised.
 struct RowNormArgs {
-  const bf16* x;         // [rows, x_stride] bf16 input or branch, or null when x_f32 is set
-  const float* x_f32;    // [rows, dim] fp32 branch, or null
-  bf16* residual;        // [rows, dim], or null (rms_norm)
-  const bf16* weight;    // [dim]
-  bf16* y;               // [rows, y_stride]
+  const bf16* x;       // [rows, x_stride] bf16 input or branch, or null when x_f32 is set
+  const float* x_f32;  // [rows, dim] fp32 branch, or null
+  bf16* residual;      // [rows, dim], or null (rms_norm)
+  const bf16* weight;  // [dim]
+  bf16* y;             // [rows, y_stride]
   int64_t dim, x_stride, y_stride;
   float eps;
 };
@@ -90,7 +90,8 @@ __global__ void __launch_bounds__(kRowThreads) row_norm_vec_kernel(const RowNorm
   add_rms_norm_row(v, w, residual + blockIdx.x * dim, y + blockIdx.x * y_stride, dim, eps, scratch);
 }
 
-bool row_fits_registers(int64_t dim, std::initializer_list<const void*> pointers, std::initializer_list<int64_t> strides) {
+bool row_fits_registers(int64_t dim, std::initializer_list<const void*> pointers,
+                        std::initializer_list<int64_t> strides) {
   if (dim % 8 != 0 || dim > static_cast<int64_t>(kRowThreads) * 8 * kRowChunks) return false;
   if (!aligned16(pointers)) return false;
   for (int64_t s : strides)
@@ -188,9 +189,7 @@ __global__ void copy_rows_kernel(const bf16* src, const int32_t* src_rows, const
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) dst[d * width + i] = src[s * width + i];
 }
 
-bool rows_of_chunks(int64_t width, const void* a, const void* b) {
-  return width % 8 == 0 && aligned16({a, b});
-}
+bool rows_of_chunks(int64_t width, const void* a, const void* b) { return width % 8 == 0 && aligned16({a, b}); }
 
 __global__ void row_combine_kernel(const bf16* src, const int32_t* offsets, const int32_t* src_rows,
                                    const float* weights, void* out, bool out_f32, int64_t width, bool accumulate) {
@@ -222,8 +221,8 @@ __global__ void fill_uniform_kernel(const ops::FillUniformParams p) {
   if (i >= rows * cols) return;
   const int64_t r = i / cols, c = i % cols;
   // Explicit rounding (no FMA contraction) so that values equal the host generator bit for bit.
-  const float v =
-      __fadd_rn(offset, __fmul_rn(amplitude, uniform_pm1(seed, static_cast<uint64_t>((row0 + r) * full_cols + col0 + c))));
+  const float v = __fadd_rn(
+      offset, __fmul_rn(amplitude, uniform_pm1(seed, static_cast<uint64_t>((row0 + r) * full_cols + col0 + c))));
   if (out_f32) {
     static_cast<float*>(out)[i] = v;
   } else {
@@ -252,9 +251,15 @@ void launch_rms_norm(const ops::RmsNormParams& p, cudaStream_t stream) {
   if (p.rows == 0) return;
   if (row_fits_registers(p.dim, {p.x, p.weight, p.y}, {p.x_stride, p.y_stride})) {
     launch_pdl(row_norm_vec_kernel, p.rows, kRowThreads, 0, stream,
-               RowNormArgs{.x = static_cast<const bf16*>(p.x), .x_f32 = nullptr, .residual = nullptr,
-                           .weight = static_cast<const bf16*>(p.weight), .y = static_cast<bf16*>(p.y), .dim = p.dim,
-                           .x_stride = p.x_stride, .y_stride = p.y_stride, .eps = p.eps});
+               RowNormArgs{.x = static_cast<const bf16*>(p.x),
+                           .x_f32 = nullptr,
+                           .residual = nullptr,
+                           .weight = static_cast<const bf16*>(p.weight),
+                           .y = static_cast<bf16*>(p.y),
+                           .dim = p.dim,
+                           .x_stride = p.x_stride,
+                           .y_stride = p.y_stride,
+                           .eps = p.eps});
     return;
   }
   launch_pdl(rms_norm_kernel, p.rows, row_loop_threads(p.dim), 0, stream, static_cast<const bf16*>(p.x),
@@ -277,8 +282,12 @@ void launch_add_rms_norm(const ops::AddRmsNormParams& p, cudaStream_t stream) {
     launch_pdl(row_norm_vec_kernel, p.rows, kRowThreads, 0, stream,
                RowNormArgs{.x = p.x_f32 ? nullptr : static_cast<const bf16*>(p.x),
                            .x_f32 = p.x_f32 ? static_cast<const float*>(p.x) : nullptr,
-                           .residual = static_cast<bf16*>(p.hidden), .weight = static_cast<const bf16*>(p.weight),
-                           .y = static_cast<bf16*>(p.normed), .dim = p.dim, .x_stride = p.dim, .y_stride = p.dim,
+                           .residual = static_cast<bf16*>(p.hidden),
+                           .weight = static_cast<const bf16*>(p.weight),
+                           .y = static_cast<bf16*>(p.normed),
+                           .dim = p.dim,
+                           .x_stride = p.dim,
+                           .y_stride = p.dim,
                            .eps = p.eps});
     return;
   }
@@ -295,8 +304,8 @@ void launch_rope(const ops::RopeParams& p, cudaStream_t stream) {
 
 void launch_silu_mul(const ops::SiluMulParams& p, cudaStream_t stream) {
   if (p.tokens * p.inter == 0) return;
-  launch_pdl(silu_mul_kernel, blocks_for(p.tokens * p.inter, 256), 256, 0, stream,
-             static_cast<const bf16*>(p.gate_up), static_cast<bf16*>(p.out), p.tokens, p.inter);
+  launch_pdl(silu_mul_kernel, blocks_for(p.tokens * p.inter, 256), 256, 0, stream, static_cast<const bf16*>(p.gate_up),
+             static_cast<bf16*>(p.out), p.tokens, p.inter);
 }
 
 void launch_kv_write(const ops::KvWriteParams& p, cudaStream_t stream) {

@@ -24,7 +24,7 @@ constexpr int kGemvMaxSplits = kGemvWarps;
 // (o_proj, down_proj) get enough warps, each with enough bytes in flight, to stream at HBM
 // rate. The chunks' partial sums are added in chunk order through shared memory.
 __global__ void __launch_bounds__(kGemvWarps * 32)
-streaming_linear_kernel(const StreamingLinearParams p, int k_splits, int token_groups) {
+    streaming_linear_kernel(const StreamingLinearParams p, int k_splits, int token_groups) {
   const bf16* x = static_cast<const bf16*>(p.linear.x);
   const bf16* weight = static_cast<const bf16*>(p.linear.weight);
   void* y = p.linear.y;

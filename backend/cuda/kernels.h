@@ -4,9 +4,9 @@
 // support throws std::invalid_argument naming the parameter.
 #pragma once
 
-#include <cstdint>
-
 #include <cuda_runtime_api.h>
+
+#include <cstdint>
 
 #include "backend/cuda/kernel_policy.h"
 #include "ops/ops.h"
@@ -79,7 +79,7 @@ struct MoeExpertsLaunch {
   int64_t local_experts;  // op.expert_end - op.expert_begin
   // The pairs expected to be routed to the local experts (picks the kernels).
   int64_t local_pairs;
-  void* workspace;        // moe_workspace_bytes(op)
+  void* workspace;  // moe_workspace_bytes(op)
 };
 int64_t moe_workspace_bytes(const ops::MoeExpertsParams& p);
 void launch_moe_sort(const MoeExpertsLaunch& m, cudaStream_t stream);

@@ -11,13 +11,13 @@
 // iteration was tried and was slower (register pressure); prefetching the next row is not.
 // Kernel 2, grid (tokens, heads): merges the splits: out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s,
 // in split order.
-#include "cuda_common/common.cuh"
-#include "backend/cuda/kernels.h"
-#include "backend/cuda/mma.cuh"
-
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/mma.cuh"
+#include "cuda_common/common.cuh"
 
 namespace moeserve::cuda {
 
@@ -113,7 +113,7 @@ struct OnlineSoftmax {
 };
 
 __global__ void __launch_bounds__(kHeadsPerBlock * 32)
-mla_split_kernel(const ops::MlaAttentionParams p, Partials partials, int split_length) {
+    mla_split_kernel(const ops::MlaAttentionParams p, Partials partials, int split_length) {
   const bf16* const q_latent = static_cast<const bf16*>(p.q_latent);
   const bf16* const q_rope = static_cast<const bf16*>(p.q_rope);
   const bf16* const cache = static_cast<const bf16*>(p.cache);
@@ -151,7 +151,7 @@ mla_split_kernel(const ops::MlaAttentionParams p, Partials partials, int split_l
   // Software pipeline: the next row's values are loaded while the current row is scored, so
   // a warp always has a row's loads in flight.
   float cur_lat[kLatentPerLane], cur_rope[kRopePerLane], nxt_lat[kLatentPerLane], nxt_rope[kRopePerLane];
-  auto load_row = [&](int pos, float (&lat)[kLatentPerLane], float (&rp)[kRopePerLane]) {
+  auto load_row = [&](int pos, float(&lat)[kLatentPerLane], float(&rp)[kRopePerLane]) {
     const bf16* entry = cache + (static_cast<int64_t>(table[pos / page_size]) * page_size + pos % page_size) * width;
 #pragma unroll
     for (int j = 0; j < kLatentPerLane; ++j) {
@@ -196,7 +196,7 @@ mla_split_kernel(const ops::MlaAttentionParams p, Partials partials, int split_l
 // row's loads otherwise wait on HBM latency; 124 registers, the same two blocks per SM as two
 // ahead: batch 128 at context 1024 1.5% faster, batch 1 and 64 unchanged within noise).
 constexpr int kVecChunks = kMaxLatent / 8 / 32;  // latent chunks of 8 per lane (2)
-constexpr int kVecAhead = 5;                      // rows in flight beyond the current one
+constexpr int kVecAhead = 5;                     // rows in flight beyond the current one
 
 struct RawRow {
   uint4 lat[kVecChunks];
@@ -204,7 +204,7 @@ struct RawRow {
 };
 
 __global__ void __launch_bounds__(kHeadsPerBlock * 32)
-mla_split_vec_kernel(const ops::MlaAttentionParams p, Partials partials, int split_length) {
+    mla_split_vec_kernel(const ops::MlaAttentionParams p, Partials partials, int split_length) {
   const bf16* const q_latent = static_cast<const bf16*>(p.q_latent);
   const bf16* const q_rope = static_cast<const bf16*>(p.q_rope);
   const bf16* const cache = static_cast<const bf16*>(p.cache);
@@ -309,9 +309,9 @@ mla_split_vec_kernel(const ops::MlaAttentionParams p, Partials partials, int spl
 // A head count that is not a multiple of 16 (8 per GPU for Kimi K2 under tp8, Moonlight under
 // tp2) fills the last block's missing heads with zero queries and stores nothing for them:
 // their scores are finite (all zero), so their softmax is well defined and never read.
-constexpr int kMmaHeads = 16;                    // heads per block: the MMA's M
-constexpr int kMmaRows = 16;                     // cache rows per tile
-constexpr int kMmaWarps = 4;                     // each owns 128 latent columns of the output
+constexpr int kMmaHeads = 16;  // heads per block: the MMA's M
+constexpr int kMmaRows = 16;   // cache rows per tile
+constexpr int kMmaWarps = 4;   // each owns 128 latent columns of the output
 constexpr int kMmaLatent = 512, kMmaRope = 64;
 constexpr int kMmaWidth = kMmaLatent + kMmaRope;  // 576: 36 MMA k-steps
 constexpr int kMmaStride = kMmaWidth + 8;         // padded shared-memory row: conflict-free fragments
@@ -352,7 +352,7 @@ __device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, u
 // Grid (tokens, ceil(heads / 16), splits), kMmaWarps warps, kMmaSharedBytes of dynamic shared
 // memory. Fragment layouts: mma.cuh.
 __global__ void __launch_bounds__(kMmaWarps * 32)
-mla_split_mma_kernel(const ops::MlaAttentionParams p, Partials partials, int split_length) {
+    mla_split_mma_kernel(const ops::MlaAttentionParams p, Partials partials, int split_length) {
   const bf16* const q_latent = static_cast<const bf16*>(p.q_latent);
   const bf16* const q_rope = static_cast<const bf16*>(p.q_rope);
   const bf16* const cache = static_cast<const bf16*>(p.cache);
@@ -366,7 +366,7 @@ mla_split_mma_kernel(const ops::MlaAttentionParams p, Partials partials, int spl
   const float scale = p.scale;
   extern __shared__ __align__(16) unsigned char mma_shared[];
   bf16* q_s = reinterpret_cast<bf16*>(mma_shared);  // [kMmaHeads][kMmaStride]
-  bf16* k_s = q_s + kMmaHeads * kMmaStride;          // [2][kMmaRows][kMmaStride]
+  bf16* k_s = q_s + kMmaHeads * kMmaStride;         // [2][kMmaRows][kMmaStride]
   pdl_enter();
   const int t = blockIdx.x, h0 = blockIdx.y * kMmaHeads, split = blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lane >> 2, quad = lane & 3;
@@ -503,8 +503,7 @@ mla_split_mma_kernel(const ops::MlaAttentionParams p, Partials partials, int spl
 #pragma unroll
     for (int n = 0; n < kMmaColumnsPerWarp / 8; ++n) {
       const int column = warp * kMmaColumnsPerWarp + 8 * n + 2 * quad;
-      *reinterpret_cast<float2*>(partials.acc + slot * kMmaLatent + column) =
-          make_float2(o[n][2 * r], o[n][2 * r + 1]);
+      *reinterpret_cast<float2*>(partials.acc + slot * kMmaLatent + column) = make_float2(o[n][2 * r], o[n][2 * r + 1]);
     }
   }
 }
@@ -590,7 +589,7 @@ constexpr int kAbsorbColumns = 64;  // latent columns per block
 constexpr int kAbsorbRowsInFlight = 8;
 
 __global__ void __launch_bounds__(kAbsorbThreads)
-mla_q_absorb_small_kernel(const ops::MlaQAbsorbParams p, int token_groups) {
+    mla_q_absorb_small_kernel(const ops::MlaQAbsorbParams p, int token_groups) {
   const bf16* q = static_cast<const bf16*>(p.q);
   const bf16* const kv_b = static_cast<const bf16*>(p.kv_b);
   bf16* q_latent = static_cast<bf16*>(p.q_latent);
@@ -610,8 +609,7 @@ mla_q_absorb_small_kernel(const ops::MlaQAbsorbParams p, int token_groups) {
   const int lane = threadIdx.x % lanes, group = threadIdx.x / lanes;
   const bf16* w = kv_b + static_cast<int64_t>(h) * (nope + v) * latent + col0;  // W_uk[h][:, col0:]
   // The rows' slices of this block, asked of L2 before the wait (one 128-byte line each).
-  for (int n = threadIdx.x; n < nope; n += kAbsorbThreads)
-    prefetch_l2(w + static_cast<int64_t>(n) * latent);
+  for (int n = threadIdx.x; n < nope; n += kAbsorbThreads) prefetch_l2(w + static_cast<int64_t>(n) * latent);
   pdl_enter();
   __shared__ float partial[kAbsorbThreads * 8 * kAbsorbTokens];  // [groups][tokens][columns], 32 KB
   float acc[kAbsorbTokens][8];
@@ -717,14 +715,13 @@ void launch_mla_attention(const ops::MlaAttentionParams& p, const KernelPolicy& 
   }
   if (on_tensor_cores) {
     configure_mma_kernel();
-    launch_pdl(mla_split_mma_kernel,
-               dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(head_blocks(heads)),
-                    static_cast<unsigned>(splits)),
-               kMmaWarps * 32, kMmaSharedBytes, stream, p, carve(workspace, tokens, heads, splits, latent),
-               split_length);
+    launch_pdl(
+        mla_split_mma_kernel,
+        dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(head_blocks(heads)), static_cast<unsigned>(splits)),
+        kMmaWarps * 32, kMmaSharedBytes, stream, p, carve(workspace, tokens, heads, splits, latent), split_length);
   } else {
-    const dim3 grid(static_cast<unsigned>(tokens),
-                    static_cast<unsigned>((heads + kHeadsPerBlock - 1) / kHeadsPerBlock), static_cast<unsigned>(splits));
+    const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>((heads + kHeadsPerBlock - 1) / kHeadsPerBlock),
+                    static_cast<unsigned>(splits));
     auto* kernel = vec_shapes(latent, p.rope, p.q_latent, p.cache) ? mla_split_vec_kernel : mla_split_kernel;
     launch_pdl(kernel, grid, kHeadsPerBlock * 32, 0, stream, p, carve(workspace, tokens, heads, splits, latent),
                split_length);

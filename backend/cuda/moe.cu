@@ -9,14 +9,14 @@
 //   4. down: the same over w2 rows; fp32 partial rows per pair,
 //   5. combine: out[t] = sum over k (in k order) of weight[t, k] * partial[slot], so the
 //      result does not depend on the order pairs were scattered in.
-#include "cuda_common/common.cuh"
-#include "backend/cuda/kernels.h"
-#include "backend/cuda/mma.cuh"
-#include "backend/cuda/row_dot.cuh"
-
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/mma.cuh"
+#include "backend/cuda/row_dot.cuh"
+#include "cuda_common/common.cuh"
 
 namespace moeserve::cuda {
 
@@ -62,7 +62,7 @@ constexpr int kRouteTokens = 8;
 constexpr int kRouteWarps = 4;
 
 __global__ void __launch_bounds__(kRouteWarps * 32)
-router_logits_kernel(const bf16* x, const float* weight, float* logits, int tokens, int hidden, int experts) {
+    router_logits_kernel(const bf16* x, const float* weight, float* logits, int tokens, int hidden, int experts) {
   __shared__ float partial[kRouteWarps][kRouteTokens];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int e = blockIdx.x;
@@ -128,9 +128,9 @@ __global__ void route_select_kernel(const float* logits, const ops::MoeRoutePara
   const float scaling = p.routed_scaling_factor;
   pdl_enter();
   extern __shared__ float shared[];
-  float* scores = shared;                 // [experts]
-  float* choice = scores + experts;       // [experts]
-  float* group_scores = choice + experts; // [n_group]
+  float* scores = shared;                                         // [experts]
+  float* choice = scores + experts;                               // [experts]
+  float* group_scores = choice + experts;                         // [n_group]
   bool* taken = reinterpret_cast<bool*>(group_scores + n_group);  // [max(experts, n_group)]
   const int t = blockIdx.x;
   const int lane = threadIdx.x & 31;
@@ -214,8 +214,8 @@ __device__ __forceinline__ void keep_better(Pick& best, const Pick& other) {
 
 template <int kThreads, int kPerThread>
 __global__ void __launch_bounds__(kThreads)
-route_select_register_kernel(const float* logits, const float* bias, int32_t* topk_ids, float* topk_weights,
-                             int experts, int top_k, bool norm_topk_prob, float scaling) {
+    route_select_register_kernel(const float* logits, const float* bias, int32_t* topk_ids, float* topk_weights,
+                                 int experts, int top_k, bool norm_topk_prob, float scaling) {
   pdl_enter();
   constexpr int kWarps = kThreads / 32;
   __shared__ Pick warp_best[kWarps];
@@ -236,9 +236,9 @@ route_select_register_kernel(const float* logits, const float* bias, int32_t* to
     for (int j = 0; j < kPerThread; ++j)  // ids grow with j: '>' keeps the smallest on ties
       if (choice[j] > best.choice) best = Pick{choice[j], static_cast<int>(threadIdx.x) + kThreads * j, score[j]};
     for (int offset = 16; offset > 0; offset >>= 1)
-      keep_better(best, Pick{__shfl_xor_sync(0xffffffffu, best.choice, offset),
-                             __shfl_xor_sync(0xffffffffu, best.id, offset),
-                             __shfl_xor_sync(0xffffffffu, best.score, offset)});
+      keep_better(best,
+                  Pick{__shfl_xor_sync(0xffffffffu, best.choice, offset), __shfl_xor_sync(0xffffffffu, best.id, offset),
+                       __shfl_xor_sync(0xffffffffu, best.score, offset)});
     if (kWarps > 1) {
       if (lane == 0) warp_best[warp] = best;
       __syncthreads();
@@ -268,16 +268,16 @@ constexpr int kSelectPerThread = 8;        //   experts <= 1024
 constexpr int64_t kBlockSelectTokens = 8;  // tokens up to which a token gets four warps
 
 struct MoeWorkspace {
-  int32_t* active;   // [local_experts]: the local experts with rows, then unused entries
-  int32_t* num_active;  // [1]
-  int32_t* counts;   // [local_experts]
-  int32_t* offsets;  // [local_experts + 1]
+  int32_t* active;        // [local_experts]: the local experts with rows, then unused entries
+  int32_t* num_active;    // [1]
+  int32_t* counts;        // [local_experts]
+  int32_t* offsets;       // [local_experts + 1]
   int32_t* pair_of_slot;  // [pairs]: t * top_k + k of the pair at each sorted position
   int32_t* slot_of_pair;  // [pairs]: sorted position of pair (t, k), or -1 when not local
-  bf16* act;         // [pairs, inter]
-  float* partial;    // [pairs, hidden]
-  bf16* x_sorted;    // [pairs, hidden]   (GEMM path) input rows in expert order
-  bf16* gate_up;     // [pairs, 2 * inter] (GEMM path)
+  bf16* act;              // [pairs, inter]
+  float* partial;         // [pairs, hidden]
+  bf16* x_sorted;         // [pairs, hidden]   (GEMM path) input rows in expert order
+  bf16* gate_up;          // [pairs, 2 * inter] (GEMM path)
 };
 
 int64_t align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
@@ -334,7 +334,7 @@ __device__ __forceinline__ int warp_inclusive_scan(int v) {
 }
 
 __global__ void __launch_bounds__(kSortThreads)
-sort_pairs_kernel(const int32_t* ids, int pairs, int expert_begin, int expert_end, MoeWorkspace ws) {
+    sort_pairs_kernel(const int32_t* ids, int pairs, int expert_begin, int expert_end, MoeWorkspace ws) {
   pdl_enter();
   extern __shared__ int32_t cursor[];  // [local]: counts, then the next free slot per expert
   __shared__ int32_t warp_rows[kSortThreads / 32], warp_active[kSortThreads / 32];
@@ -398,8 +398,8 @@ sort_pairs_kernel(const int32_t* ids, int pairs, int expert_begin, int expert_en
 // grid (max active experts, ceil(inter / (kWarpsPerBlock * rows_per_warp))): block x serves the
 // x-th active expert, so a decode step launches blocks for the experts it routes to only.
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-gate_up_kernel(const bf16* x, const void* const* w13, MoeWorkspace ws, int top_k, int hidden, int inter,
-               int rows_per_warp) {
+    gate_up_kernel(const bf16* x, const void* const* w13, MoeWorkspace ws, int top_k, int hidden, int inter,
+                   int rows_per_warp) {
   pdl_enter();
   if (static_cast<int>(blockIdx.x) >= *ws.num_active) return;
   const int e = ws.active[blockIdx.x];
@@ -432,7 +432,7 @@ gate_up_kernel(const bf16* x, const void* const* w13, MoeWorkspace ws, int top_k
 
 // grid (max active experts, ceil(hidden / (kWarpsPerBlock * rows_per_warp)))
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-down_kernel(const void* const* w2, MoeWorkspace ws, int hidden, int inter, int rows_per_warp) {
+    down_kernel(const void* const* w2, MoeWorkspace ws, int hidden, int inter, int rows_per_warp) {
   pdl_enter();
   if (static_cast<int>(blockIdx.x) >= *ws.num_active) return;
   const int e = ws.active[blockIdx.x];
@@ -448,11 +448,13 @@ down_kernel(const void* const* w2, MoeWorkspace ws, int hidden, int inter, int r
       const int count = min(kTokensPerPass, end - first);
       const bf16* act_rows[kTokensPerPass];
 #pragma unroll
-      for (int j = 0; j < kTokensPerPass; ++j) act_rows[j] = ws.act + static_cast<int64_t>(first + min(j, count - 1)) * inter;
+      for (int j = 0; j < kTokensPerPass; ++j)
+        act_rows[j] = ws.act + static_cast<int64_t>(first + min(j, count - 1)) * inter;
       float acc[1][kTokensPerPass];
       rows_dot_tokens<1>(rows, act_rows, count, inter, acc);
       if (lane == 0)
-        for (int j = 0; j < count; ++j) ws.partial[static_cast<int64_t>(first + j) * hidden + n] = to_f(to_bf(acc[0][j]));
+        for (int j = 0; j < count; ++j)
+          ws.partial[static_cast<int64_t>(first + j) * hidden + n] = to_f(to_bf(acc[0][j]));
     }
   }
 }
@@ -479,8 +481,8 @@ constexpr int kExpertMmaChunk = 32;      // K elements per lane-quad step
 // (token of the pair at each slot), down reads act rows (slot order).
 template <int kRowTiles, int kUnroll>
 __global__ void __launch_bounds__(kExpertMmaWarps * 32)
-expert_mma_kernel(const bf16* x, const void* const* weights_of, MoeWorkspace ws, int top_k, int k_dim, int out_rows,
-                  int inter) {
+    expert_mma_kernel(const bf16* x, const void* const* weights_of, MoeWorkspace ws, int top_k, int k_dim, int out_rows,
+                      int inter) {
   __shared__ float partial[kExpertMmaWarps][kExpertMmaMaxTiles][kRowTiles][4][32];  // 4-16 KB
   pdl_enter();
   if (static_cast<int>(blockIdx.x) >= *ws.num_active) return;
@@ -514,7 +516,8 @@ expert_mma_kernel(const bf16* x, const void* const* weights_of, MoeWorkspace ws,
       token_row[tile] = nullptr;
       if (tile < tiles && slot < end)
         token_row[tile] = (kRowTiles == 2 ? x + static_cast<int64_t>(ws.pair_of_slot[slot] / top_k) * k_dim
-                                          : ws.act + static_cast<int64_t>(slot) * k_dim) + 8 * quad;
+                                          : ws.act + static_cast<int64_t>(slot) * k_dim) +
+                          8 * quad;
     }
     float acc[kExpertMmaMaxTiles][kRowTiles][4] = {};
     for (int c0 = chunk_begin; c0 < chunk_end; c0 += kUnroll) {
@@ -707,17 +710,20 @@ void launch_moe_expert_kernels(const MoeExpertsLaunch& m, const KernelPolicy& po
   // (batch 128 17.25 against 22.5 ms; docs/benchmarks.md).
   const bool mma_shapes = hidden % kExpertMmaChunk == 0 && inter % kExpertMmaChunk == 0 && aligned16({x});
   if (mma_shapes && (policy.batch_invariant || m.local_pairs >= local_experts) && policy.moe_tensor_cores) {
-    launch_pdl(expert_mma_kernel<2, 2>, dim3(static_cast<unsigned>(max_active), static_cast<unsigned>((inter + 15) / 16)),
-               kExpertMmaWarps * 32, 0, stream, static_cast<const bf16*>(x), w13, ws, static_cast<int>(top_k),
-               static_cast<int>(hidden), static_cast<int>(inter), static_cast<int>(inter));
-    launch_pdl(expert_mma_kernel<1, 4>, dim3(static_cast<unsigned>(max_active), static_cast<unsigned>((hidden + 15) / 16)),
-               kExpertMmaWarps * 32, 0, stream, static_cast<const bf16*>(nullptr), w2, ws, static_cast<int>(top_k),
-               static_cast<int>(inter), static_cast<int>(hidden), static_cast<int>(inter));
+    launch_pdl(expert_mma_kernel<2, 2>,
+               dim3(static_cast<unsigned>(max_active), static_cast<unsigned>((inter + 15) / 16)), kExpertMmaWarps * 32,
+               0, stream, static_cast<const bf16*>(x), w13, ws, static_cast<int>(top_k), static_cast<int>(hidden),
+               static_cast<int>(inter), static_cast<int>(inter));
+    launch_pdl(expert_mma_kernel<1, 4>,
+               dim3(static_cast<unsigned>(max_active), static_cast<unsigned>((hidden + 15) / 16)), kExpertMmaWarps * 32,
+               0, stream, static_cast<const bf16*>(nullptr), w2, ws, static_cast<int>(top_k), static_cast<int>(inter),
+               static_cast<int>(hidden), static_cast<int>(inter));
     return;
   }
   const int rows_per_warp = max_active <= kFewActiveExperts ? kRowsPerWarpFew : kRowsPerWarpMany;
   const int rows_per_block = kWarpsPerBlock * rows_per_warp;
-  const dim3 gate_grid(static_cast<unsigned>(max_active), static_cast<unsigned>((inter + rows_per_block - 1) / rows_per_block));
+  const dim3 gate_grid(static_cast<unsigned>(max_active),
+                       static_cast<unsigned>((inter + rows_per_block - 1) / rows_per_block));
   launch_pdl(gate_up_kernel, gate_grid, kWarpsPerBlock * 32, 0, stream, static_cast<const bf16*>(x), w13, ws,
              static_cast<int>(top_k), static_cast<int>(hidden), static_cast<int>(inter), rows_per_warp);
   const dim3 down_grid(static_cast<unsigned>(max_active),

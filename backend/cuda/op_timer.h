@@ -55,31 +55,61 @@ class OpTimingBackend final : public ops::Backend {
   void side_end() override { inner_.side_end(); }
   void side_join() override { inner_.side_join(); }
 
-  void embedding(const ops::EmbeddingParams& p) override { timed("embedding", [&] { inner_.embedding(p); }); }
-  void rms_norm(const ops::RmsNormParams& p) override { timed("rms_norm", [&] { inner_.rms_norm(p); }); }
-  void add(const ops::AddParams& p) override { timed("add", [&] { inner_.add(p); }); }
+  void embedding(const ops::EmbeddingParams& p) override {
+    timed("embedding", [&] { inner_.embedding(p); });
+  }
+  void rms_norm(const ops::RmsNormParams& p) override {
+    timed("rms_norm", [&] { inner_.rms_norm(p); });
+  }
+  void add(const ops::AddParams& p) override {
+    timed("add", [&] { inner_.add(p); });
+  }
   void add_rms_norm(const ops::AddRmsNormParams& p) override {
     timed("add_rms_norm", [&] { inner_.add_rms_norm(p); });
   }
-  void linear(const ops::LinearParams& p) override { timed("linear", [&] { inner_.linear(p); }); }
-  void rope(const ops::RopeParams& p) override { timed("rope", [&] { inner_.rope(p); }); }
-  void silu_mul(const ops::SiluMulParams& p) override { timed("silu_mul", [&] { inner_.silu_mul(p); }); }
-  void mla_q_absorb(const ops::MlaQAbsorbParams& p) override { timed("mla_q_absorb", [&] { inner_.mla_q_absorb(p); }); }
-  void mla_v_up(const ops::MlaVUpParams& p) override { timed("mla_v_up", [&] { inner_.mla_v_up(p); }); }
-  void kv_write(const ops::KvWriteParams& p) override { timed("kv_write", [&] { inner_.kv_write(p); }); }
+  void linear(const ops::LinearParams& p) override {
+    timed("linear", [&] { inner_.linear(p); });
+  }
+  void rope(const ops::RopeParams& p) override {
+    timed("rope", [&] { inner_.rope(p); });
+  }
+  void silu_mul(const ops::SiluMulParams& p) override {
+    timed("silu_mul", [&] { inner_.silu_mul(p); });
+  }
+  void mla_q_absorb(const ops::MlaQAbsorbParams& p) override {
+    timed("mla_q_absorb", [&] { inner_.mla_q_absorb(p); });
+  }
+  void mla_v_up(const ops::MlaVUpParams& p) override {
+    timed("mla_v_up", [&] { inner_.mla_v_up(p); });
+  }
+  void kv_write(const ops::KvWriteParams& p) override {
+    timed("kv_write", [&] { inner_.kv_write(p); });
+  }
   void mla_attention(const ops::MlaAttentionParams& p) override {
     timed("mla_attention", [&] { inner_.mla_attention(p); });
   }
-  void moe_route(const ops::MoeRouteParams& p) override { timed("moe_route", [&] { inner_.moe_route(p); }); }
-  void moe_experts(const ops::MoeExpertsParams& p) override { timed("moe_experts", [&] { inner_.moe_experts(p); }); }
-  void sample(const ops::SampleParams& p) override { timed("sample", [&] { inner_.sample(p); }); }
-  void argmax_rows(const ops::ArgmaxRowsParams& p) override { timed("argmax_rows", [&] { inner_.argmax_rows(p); }); }
+  void moe_route(const ops::MoeRouteParams& p) override {
+    timed("moe_route", [&] { inner_.moe_route(p); });
+  }
+  void moe_experts(const ops::MoeExpertsParams& p) override {
+    timed("moe_experts", [&] { inner_.moe_experts(p); });
+  }
+  void sample(const ops::SampleParams& p) override {
+    timed("sample", [&] { inner_.sample(p); });
+  }
+  void argmax_rows(const ops::ArgmaxRowsParams& p) override {
+    timed("argmax_rows", [&] { inner_.argmax_rows(p); });
+  }
   void top_candidates(const ops::TopCandidatesParams& p) override {
     timed("top_candidates", [&] { inner_.top_candidates(p); });
   }
   void fill_uniform(const ops::FillUniformParams& p) override { inner_.fill_uniform(p); }
-  void gather_rows(const ops::GatherRowsParams& p) override { timed("gather_rows", [&] { inner_.gather_rows(p); }); }
-  void row_combine(const ops::RowCombineParams& p) override { timed("row_combine", [&] { inner_.row_combine(p); }); }
+  void gather_rows(const ops::GatherRowsParams& p) override {
+    timed("gather_rows", [&] { inner_.gather_rows(p); });
+  }
+  void row_combine(const ops::RowCombineParams& p) override {
+    timed("row_combine", [&] { inner_.row_combine(p); });
+  }
 
  private:
   template <typename Fn>

@@ -3,18 +3,17 @@
 // finishes the draw (cpu::sample_candidates). Ids are offset by the first id of the rank's
 // vocab slice. Draws the candidates do not cover (a top-p over a flat row) run over whole
 // sorted rows here too (launch_sample_rows).
-#include "cuda_common/common.cuh"
-#include "backend/cuda/kernels.h"
-
+#include <algorithm>
+#include <cstdint>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
 #include <cuda/functional>
-
-#include <algorithm>
-#include <cstdint>
 #include <stdexcept>
 #include <string>
+
+#include "backend/cuda/kernels.h"
+#include "cuda_common/common.cuh"
 
 namespace moeserve::cuda {
 
@@ -66,8 +65,8 @@ __global__ void argmax_kernel(const float* logits, int32_t* tokens, float* value
 // memory) selected again the same way, sorted (value descending, id ascending), and the
 // segments' sums rescaled to the row maximum and added in segment order.
 constexpr int kCandidateThreads = 512;
-constexpr int kMergeCapacity = 4608;    // stage-2 candidates per row held in shared memory (36 KB)
-constexpr int kMaxCandidates = 1024;    // count per row
+constexpr int kMergeCapacity = 4608;  // stage-2 candidates per row held in shared memory (36 KB)
+constexpr int kMaxCandidates = 1024;  // count per row
 constexpr int kMinSegment = 2048;
 
 // Floats to keys whose unsigned order is the float order (-0 is taken as +0, so equal floats
@@ -180,15 +179,15 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 // Stage-1 output per (row, segment): `count` slots of (value, id) (the first min(count,
 // segment length) used), the segment maximum and its softmax sum.
 struct CandidateSegments {
-  float* values;     // [rows, segments, count]
-  int32_t* ids;      // [rows, segments, count], ids within the row (no offset)
-  float* max;        // [rows, segments]
-  double* sum;       // [rows, segments]
+  float* values;  // [rows, segments, count]
+  int32_t* ids;   // [rows, segments, count], ids within the row (no offset)
+  float* max;     // [rows, segments]
+  double* sum;    // [rows, segments]
 };
 
 __global__ void __launch_bounds__(kCandidateThreads)
-segment_candidates_kernel(const float* logits, const float* temperatures, CandidateSegments out, int64_t vocab,
-                          int segment, int count) {
+    segment_candidates_kernel(const float* logits, const float* temperatures, CandidateSegments out, int64_t vocab,
+                              int segment, int count) {
   pdl_enter();
   __shared__ SelectScratch scratch;
   __shared__ int chosen[kMaxCandidates];
@@ -208,8 +207,8 @@ segment_candidates_kernel(const float* logits, const float* temperatures, Candid
       local_sum += exp((static_cast<double>(x[i]) - seg_max) / temperature);
   const double seg_sum = block_sum(local_sum, sum_scratch);
   const int take = min(count, n);
-  select_top(n, take, [&](int i) { return key_of(x[i]); }, [&](int i) { return static_cast<int64_t>(i); }, chosen,
-             scratch);
+  select_top(
+      n, take, [&](int i) { return key_of(x[i]); }, [&](int i) { return static_cast<int64_t>(i); }, chosen, scratch);
   const int64_t slot = (static_cast<int64_t>(row) * segments + seg);
   for (int j = threadIdx.x; j < take; j += blockDim.x) {
     out.values[slot * count + j] = x[chosen[j]] == 0.0f ? 0.0f : x[chosen[j]];
@@ -222,7 +221,7 @@ segment_candidates_kernel(const float* logits, const float* temperatures, Candid
 }
 
 __global__ void __launch_bounds__(kCandidateThreads)
-merge_candidates_kernel(CandidateSegments in, const ops::TopCandidatesParams p, int segment, int segments) {
+    merge_candidates_kernel(CandidateSegments in, const ops::TopCandidatesParams p, int segment, int segments) {
   const float* const temperatures = p.temperatures;
   float* const values = p.values;
   int32_t* const ids = p.ids;
@@ -252,8 +251,9 @@ merge_candidates_kernel(CandidateSegments in, const ops::TopCandidatesParams p, 
     n += take;
   }
   __syncthreads();
-  select_top(n, count, [&](int i) { return keys[i]; }, [&](int i) { return static_cast<int64_t>(cand_ids[i]); },
-             chosen, scratch);
+  select_top(
+      n, count, [&](int i) { return keys[i]; }, [&](int i) { return static_cast<int64_t>(cand_ids[i]); }, chosen,
+      scratch);
   // Bitonic sort, descending, of (key, inverted id): value descending, then id ascending.
   int padded = 1;
   while (padded < count) padded <<= 1;
@@ -363,8 +363,8 @@ struct DrawScratch {
 // Over the sorted entries [0, n): the first i whose running sum of weight(i) / total meets
 // `crossed(cumulative)`, and that sum; (n - 1, the whole sum) when none does.
 template <typename Weight, typename Crossed>
-__device__ void first_crossing(int64_t n, Weight weight, double total, Crossed crossed, DrawScratch& s,
-                               int64_t* index, double* cumulative) {
+__device__ void first_crossing(int64_t n, Weight weight, double total, Crossed crossed, DrawScratch& s, int64_t* index,
+                               double* cumulative) {
   __syncthreads();  // every thread has read the previous call's results
   if (threadIdx.x == 0) s.carry = 0.0;
   __syncthreads();
@@ -404,8 +404,8 @@ __device__ void first_crossing(int64_t n, Weight weight, double total, Crossed c
 }
 
 __global__ void __launch_bounds__(kDrawThreads)
-draw_rows_kernel(const uint64_t* keys, const int32_t* ids, const DrawOptions* options, int32_t* tokens, int64_t vocab,
-                 int row0) {
+    draw_rows_kernel(const uint64_t* keys, const int32_t* ids, const DrawOptions* options, int32_t* tokens,
+                     int64_t vocab, int row0) {
   __shared__ DrawScratch s;
   const int r = blockIdx.x;
   const DrawOptions o = options[row0 + r];
@@ -447,13 +447,16 @@ draw_rows_kernel(const uint64_t* keys, const int32_t* ids, const DrawOptions* op
   int64_t last = 0;
   if (o.top_p < 1.0f) {
     const double top_p = o.top_p;
-    first_crossing(keep, weight, total, [=](double c) { return c >= top_p; }, s, &last, &kept_mass);
+    first_crossing(
+        keep, weight, total, [=](double c) { return c >= top_p; }, s, &last, &kept_mass);
     keep = last + 1;
   } else if (keep < vocab) {
-    first_crossing(keep, weight, total, [](double) { return false; }, s, &last, &kept_mass);
+    first_crossing(
+        keep, weight, total, [](double) { return false; }, s, &last, &kept_mass);
   }
   const double target = static_cast<double>(o.u) * kept_mass;
-  first_crossing(keep, weight, total, [=](double c) { return target < c; }, s, &last, &kept_mass);
+  first_crossing(
+      keep, weight, total, [=](double c) { return target < c; }, s, &last, &kept_mass);
   if (threadIdx.x == 0) tokens[row0 + r] = row_ids[last];
 }
 
@@ -505,7 +508,6 @@ SampleWorkspace sample_workspace_at(uintptr_t base, int64_t rows, int64_t vocab)
   w.bytes = offset;
   return w;
 }
-
 
 }  // namespace
 

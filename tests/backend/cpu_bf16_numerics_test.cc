@@ -75,8 +75,8 @@ TEST_F(CpuBf16, OpsRoundingOnceAtTheirOutputEqualTheFp32ResultRounded) {
   for (int64_t i = 0; i < rope_dim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / rope_dim);
   for (bool interleaved : {true, false}) {
     auto r32 = q, r16 = q;
-    const ops::RopeParams base{nullptr, positions.data(), inv_freq.data(), tokens, heads, heads * head, head,
-                               rope_dim, 1.1f, interleaved};
+    const ops::RopeParams base{nullptr, positions.data(), inv_freq.data(), tokens, heads, heads * head, head, rope_dim,
+                               1.1f,    interleaved};
     ops::RopeParams p = base;
     p.x = r32.data();
     fp32->rope(p);
@@ -97,7 +97,8 @@ TEST_F(CpuBf16, OpsRoundingOnceAtTheirOutputEqualTheFp32ResultRounded) {
   const std::vector<int32_t> table = {2, 0, 1}, seq_of = {0, 0, 0}, pos = {0, 4, 8};
   std::vector<float> att32(tokens * heads * latent), att16 = att32;
   ops::MlaAttentionParams a{lat16.data(), q.data(), cache.data(), table.data(), seq_of.data(), pos.data(),
-                            att32.data(), tokens, heads, latent, rope, head, nope, page, pages, 0.3f};
+                            att32.data(), tokens,   heads,        latent,       rope,          head,
+                            nope,         page,     pages,        0.3f};
   fp32->mla_attention(a);
   a.out = att16.data();
   bf16->mla_attention(a);
@@ -179,7 +180,7 @@ TEST_F(CpuBf16, ExpertsComposeTheRoundedLinearAndSiluOps) {
   for (bool out_f32 : {false, true}) {
     std::vector<float> out(tokens * hidden);
     ops::MoeExpertsParams p{x.data(), ids.data(), weights.data(), p13.data(), p2.data(), out.data(),
-                            tokens, top_k, hidden, inter, 0, experts};
+                            tokens,   top_k,      hidden,         inter,      0,         experts};
     p.out_f32 = out_f32;
     bf16->moe_experts(p);
     for (int64_t t = 0; t < tokens; ++t) {

@@ -207,7 +207,7 @@ namespace moeserve {
 
 TEST(ArgmaxRows, FirstMaximumWithIdOffset) {
   auto backend = cpu::make_cpu_backend();
-  const std::vector<float> logits = {0.5f, 2.0f, 2.0f, -1.0f,   // tie: the first (id 1)
+  const std::vector<float> logits = {0.5f,  2.0f,  2.0f,  -1.0f,  // tie: the first (id 1)
                                      -3.0f, -2.0f, -2.5f, -9.0f};
   std::vector<float> values(2);
   std::vector<int32_t> ids(2);

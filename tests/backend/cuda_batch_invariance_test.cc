@@ -1,8 +1,8 @@
 // Batch-invariant mode of the CUDA backend (label: gpu; skipped without a GPU): each op's rows
 // run in a batch and alone give the same bits.
-#include "tests/backend/cuda_test_fixture.h"
-
 #include <array>
+
+#include "tests/backend/cuda_test_fixture.h"
 
 namespace moeserve {
 namespace {
@@ -66,8 +66,8 @@ TEST_F(CudaBatchInvariance, ProjectionsAbsorbAndValueUpGiveEachRowItsOwnBits) {
   for (int64_t t = 0; t < tokens; ++t) {
     inv->mla_q_absorb({at(d_q, t * heads * qk * 2), d_kvb->data(), at(lat_alone, t * heads * latent * 2), 1, heads, qk,
                        nope, v, latent});
-    inv->mla_v_up({at(d_att, t * heads * latent * 2), d_kvb->data(), at(out_alone, t * heads * v * 2), 1, heads, nope, v,
-                   latent});
+    inv->mla_v_up({at(d_att, t * heads * latent * 2), d_kvb->data(), at(out_alone, t * heads * v * 2), 1, heads, nope,
+                   v, latent});
   }
   EXPECT_EQ(bytes_of(*lat_all, tokens * heads * latent * 2), bytes_of(*lat_alone, tokens * heads * latent * 2))
       << "mla_q_absorb";
@@ -89,8 +89,9 @@ TEST_F(CudaBatchInvariance, RouterAndExpertsGiveEachTokenItsOwnBits) {
     auto wt_all = inv->alloc(tokens * top_k * 4), wt_alone = inv->alloc(tokens * top_k * 4);
     auto route = [&](int64_t t0, int64_t count, ops::BufferPtr& ids, ops::BufferPtr& wt) {
       inv->moe_route({at(d_x, t0 * hidden * 2), static_cast<float*>(d_w->data()), static_cast<float*>(d_b->data()),
-                      reinterpret_cast<int32_t*>(at(ids, t0 * top_k * 4)), reinterpret_cast<float*>(at(wt, t0 * top_k * 4)),
-                      count, hidden, experts, n_group, topk_group, top_k, true, 2.5f});
+                      reinterpret_cast<int32_t*>(at(ids, t0 * top_k * 4)),
+                      reinterpret_cast<float*>(at(wt, t0 * top_k * 4)), count, hidden, experts, n_group, topk_group,
+                      top_k, true, 2.5f});
     };
     route(0, tokens, ids_all, wt_all);
     for (int64_t t = 0; t < tokens; ++t) route(t, 1, ids_alone, wt_alone);
@@ -117,9 +118,18 @@ TEST_F(CudaBatchInvariance, RouterAndExpertsGiveEachTokenItsOwnBits) {
       const int64_t elem = out_f32 ? 4 : 2;
       auto all = inv->alloc(tokens * hidden * elem), alone = inv->alloc(tokens * hidden * elem);
       auto run = [&](int64_t t0, int64_t count, ops::BufferPtr& out) {
-        ops::MoeExpertsParams g{at(d_x, t0 * hidden * 2), reinterpret_cast<const int32_t*>(at(d_ids, t0 * top_k * 4)),
-                                reinterpret_cast<const float*>(at(d_wt, t0 * top_k * 4)), ew.device_w13(),
-                                ew.device_w2(), at(out, t0 * hidden * elem), count, top_k, hidden, inter, 0, experts};
+        ops::MoeExpertsParams g{at(d_x, t0 * hidden * 2),
+                                reinterpret_cast<const int32_t*>(at(d_ids, t0 * top_k * 4)),
+                                reinterpret_cast<const float*>(at(d_wt, t0 * top_k * 4)),
+                                ew.device_w13(),
+                                ew.device_w2(),
+                                at(out, t0 * hidden * elem),
+                                count,
+                                top_k,
+                                hidden,
+                                inter,
+                                0,
+                                experts};
         g.routed_experts = experts;
         g.out_f32 = out_f32;
         g.w13_host = ew.d13.data();
@@ -155,7 +165,8 @@ TEST_F(CudaBatchInvariance, AttentionGivesEachTokenItsOwnBitsWhateverTheTableWid
                         heads, latent, rope, qk, nope, page_size, width, 0.06f});
     for (int64_t t = 0; t < tokens; ++t) {
       const int64_t own_width = positions[t] / page_size + 1;
-      std::vector<int32_t> own_table(tables.begin() + seq_of[t] * width, tables.begin() + seq_of[t] * width + own_width);
+      std::vector<int32_t> own_table(tables.begin() + seq_of[t] * width,
+                                     tables.begin() + seq_of[t] * width + own_width);
       auto d_own = to_gpu_raw(own_table), d_zero = to_gpu_raw(std::vector<int32_t>{0});
       auto d_pos = to_gpu_raw(std::vector<int32_t>{positions[t]});
       inputs_ready();
@@ -169,8 +180,8 @@ TEST_F(CudaBatchInvariance, AttentionGivesEachTokenItsOwnBitsWhateverTheTableWid
         << "mla_attention";
     // And the batch result is the attention's (bf16 bound and rounding points against cpu-bf16).
     std::vector<float> ref(tokens * heads * latent);
-    cpu->mla_attention({q_lat.data(), q.data(), cache.data(), tables.data(), seq_of.data(), positions.data(), ref.data(),
-                        tokens, heads, latent, rope, qk, nope, page_size, width, 0.06f});
+    cpu->mla_attention({q_lat.data(), q.data(), cache.data(), tables.data(), seq_of.data(), positions.data(),
+                        ref.data(), tokens, heads, latent, rope, qk, nope, page_size, width, 0.06f});
     expect_close(from_gpu_bf16(*all, ref.size()), ref, "mla_attention (batch-invariant)");
   }
 }

@@ -32,8 +32,8 @@ namespace moeserve {
 namespace {
 
 constexpr double kBf16Tolerance = 1e-2;
-constexpr double kUlpsAllowed = 2.0 / 256;        // two bf16 ulps (8 significand bits), relative
-constexpr double kFloorOfLargest = 1.0 / 1024;    // absolute slack, relative to max |ref|
+constexpr double kUlpsAllowed = 2.0 / 256;      // two bf16 ulps (8 significand bits), relative
+constexpr double kFloorOfLargest = 1.0 / 1024;  // absolute slack, relative to max |ref|
 constexpr double kMaxDifferingBf16Share = 0.05;
 
 // mla_attention over a paged cache: random absorbed queries, rope queries and cache (bf16 as
@@ -136,7 +136,8 @@ class CudaOps : public ::testing::Test {
       max_ref = std::max(max_ref, static_cast<double>(std::fabs(ref[i])));
       bf16_values &= gpu_out[i] == round_to_bf16(gpu_out[i]) && ref[i] == round_to_bf16(ref[i]);
     }
-    EXPECT_LE(max_diff / std::max(max_ref, 1e-30), tolerance) << what << ": max diff " << max_diff << ", max |ref| " << max_ref;
+    EXPECT_LE(max_diff / std::max(max_ref, 1e-30), tolerance)
+        << what << ": max diff " << max_diff << ", max |ref| " << max_ref;
     if (check == Check::kBoundOnly) return;
     // Same rounding points as the oracle.
     int64_t beyond = 0, differing = 0;
@@ -146,8 +147,8 @@ class CudaOps : public ::testing::Test {
       if (d > kUlpsAllowed * std::fabs(ref[i]) + kFloorOfLargest * max_ref && beyond++ == 0) first_beyond = i;
       differing += gpu_out[i] != ref[i];
     }
-    EXPECT_EQ(beyond, 0) << what << ": " << beyond << " elements beyond two bf16 ulps of cpu-bf16, first " << first_beyond
-                         << ": gpu " << gpu_out[first_beyond] << ", cpu-bf16 " << ref[first_beyond];
+    EXPECT_EQ(beyond, 0) << what << ": " << beyond << " elements beyond two bf16 ulps of cpu-bf16, first "
+                         << first_beyond << ": gpu " << gpu_out[first_beyond] << ", cpu-bf16 " << ref[first_beyond];
     if (bf16_values) {  // bf16 outputs (fp32 ones differ in their low bits everywhere)
       EXPECT_LE(static_cast<double>(differing) / std::max<size_t>(ref.size(), 1), kMaxDifferingBf16Share)
           << what << ": " << differing << " of " << ref.size() << " bf16 values differ from cpu-bf16";

@@ -3,7 +3,6 @@
 // datasets (lengths in range, deterministic by seed, errors naming the flag), SSE parsing
 // across arbitrary splits, and URL parsing.
 #include <gtest/gtest.h>
-
 #include <stdlib.h>
 
 #include <cstdio>
@@ -44,8 +43,8 @@ TEST(Metrics, ThroughputsLatenciesAndConcurrencyAddUp) {
   EXPECT_DOUBLE_EQ(m.input_throughput, 15.0);
   EXPECT_DOUBLE_EQ(m.output_throughput, 3.0);
   EXPECT_DOUBLE_EQ(m.total_throughput, 18.0);
-  EXPECT_DOUBLE_EQ(m.concurrency, 0.35);                 // (0.5 + 0.2) / 2
-  EXPECT_DOUBLE_EQ(m.tpot_ms.mean, 100.0);               // (0.5 - 0.1) / 4: one-token requests have none
+  EXPECT_DOUBLE_EQ(m.concurrency, 0.35);    // (0.5 + 0.2) / 2
+  EXPECT_DOUBLE_EQ(m.tpot_ms.mean, 100.0);  // (0.5 - 0.1) / 4: one-token requests have none
   EXPECT_DOUBLE_EQ(m.ttft_ms.mean, 150.0);
   EXPECT_DOUBLE_EQ(m.itl_ms.median, 100.0);
   EXPECT_DOUBLE_EQ(m.e2e_latency_ms.p99, 200.0 + 0.99 * 300.0);
@@ -54,8 +53,8 @@ TEST(Metrics, ThroughputsLatenciesAndConcurrencyAddUp) {
   add_metrics_json(m, j);
   for (const char* field : {"request_throughput", "input_throughput", "output_throughput", "total_throughput",
                             "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
-                            "mean_itl_ms", "p99_itl_ms", "mean_e2e_latency_ms", "median_e2e_latency_ms",
-                            "concurrency", "completed", "total_input_tokens", "total_output_tokens", "duration"})
+                            "mean_itl_ms", "p99_itl_ms", "mean_e2e_latency_ms", "median_e2e_latency_ms", "concurrency",
+                            "completed", "total_input_tokens", "total_output_tokens", "duration"})
     EXPECT_TRUE(j.contains(field)) << field;
   const BenchMetrics back = metrics_from_json(j);
   EXPECT_EQ(back.total_output_tokens, m.total_output_tokens);

@@ -1,6 +1,8 @@
 // comm::ExpertExchange: the layout of a known routing (counts, sent rows, positions) without a
 // communicator; and on in-process ranks with the CPU backend, random routing -> dispatch -> a
 // per-expert function -> combine equals a plain single-process reference, bit for bit.
+#include "comm/expert_exchange.h"
+
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -9,7 +11,6 @@
 #include <thread>
 
 #include "backend/cpu/cpu_backend.h"
-#include "comm/expert_exchange.h"
 #include "comm/in_process.h"
 
 namespace moeserve::comm {
@@ -76,12 +77,12 @@ RankInput input_of(int rank, int experts) {
 std::vector<float> exchange_on_rank(const World& w, int rank, Communicator& group, const RankInput& in) {
   std::unique_ptr<ops::Backend> backend = cpu::make_cpu_backend();
   const int64_t experts_per_group = w.experts / (w.ranks / w.moe_tp);
-  ExpertExchange exchange({.backend = *backend,
-                           .group = group,
-                           .placement = {.ranks = w.ranks, .moe_tp = w.moe_tp, .experts_per_group = experts_per_group,
-                                         .top_k = kTopK},
-                           .local_expert_begin = rank / w.moe_tp * experts_per_group,
-                           .hidden = kHidden});
+  ExpertExchange exchange(
+      {.backend = *backend,
+       .group = group,
+       .placement = {.ranks = w.ranks, .moe_tp = w.moe_tp, .experts_per_group = experts_per_group, .top_k = kTopK},
+       .local_expert_begin = rank / w.moe_tp * experts_per_group,
+       .hidden = kHidden});
   const int64_t rows = tokens_of(rank) + 2 * kMargin;
   ops::BufferPtr x = backend->alloc(in.x.size() * 4), out = backend->alloc(rows * kHidden * 4);
   backend->upload(*x, 0, in.x.data(), in.x.size() * 4);

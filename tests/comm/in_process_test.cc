@@ -2,13 +2,14 @@
 // results checked against a direct computation; rank-order summation (bitwise identical on
 // every rank); uneven and zero all_to_all_v counts; FIFO send/recv with a bounded mailbox;
 // statistics; mismatched calls and abort.
+#include "comm/in_process.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <functional>
 #include <thread>
 
-#include "comm/in_process.h"
 #include "core/error.h"
 
 namespace moeserve::comm {
@@ -37,7 +38,9 @@ void run_ranks(int n, const std::function<void(int, Communicator&)>& fn, InProce
 }
 
 // A value that differs per rank and element, with fractions that make float sums order-sensitive.
-float value(int rank, size_t i) { return static_cast<float>(rank + 1) * 0.1f + static_cast<float>(i) * 1e-3f + 1e7f * (i % 3 == 0); }
+float value(int rank, size_t i) {
+  return static_cast<float>(rank + 1) * 0.1f + static_cast<float>(i) * 1e-3f + 1e7f * (i % 3 == 0);
+}
 
 class CommSizes : public ::testing::TestWithParam<int> {};
 
@@ -304,7 +307,8 @@ TEST(InProcess, AllToAllVCountMismatchNamesBothRanks) {
     auto c0 = world.communicator(0, "moe", {0, 1});
     auto c1 = world.communicator(1, "moe", {0, 1});
     std::string e0, e1;
-    auto body = [](Communicator& c, std::vector<size_t> send_counts, std::vector<size_t> recv_counts, std::string& err) {
+    auto body = [](Communicator& c, std::vector<size_t> send_counts, std::vector<size_t> recv_counts,
+                   std::string& err) {
       try {
         std::vector<float> send(8), recv(8);
         c.all_to_all_v(send.data(), send_counts, recv.data(), recv_counts, DType::F32);

@@ -5,9 +5,8 @@
 // unaligned, other dtypes), called many times in a row (its call counters and buffer halves)
 // and replayed from a captured CUDA graph; the all-reduce fused with the residual add and RMSNorm
 // against the separate ops.
-#include <gtest/gtest.h>
-
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <cstring>
 #include <functional>
@@ -113,12 +112,18 @@ struct Case {
 };
 
 TEST_F(NcclComm, AllReduceIsTheRankOrderSumThroughPeerKernelAndNccl) {
-  const std::vector<Case> cases = {
-      {DType::F32, 4, 0},           {DType::F32, 7168, 0},        {DType::F32, 3 * 7168, 0},
-      {DType::F32, 8 * 7168, 0},    {DType::F32, 64 * 7168, 0},   {DType::F32, kMaxFloats, 0},
-      {DType::F32, kMaxFloats + 4, 0},  // over the peer kernel's limit: NCCL
-      {DType::F32, 7168, 4},        {DType::BF16, 8, 0},          {DType::BF16, 7168, 0},
-      {DType::BF16, 131072, 0},     {DType::BF16, 7, 0}};  // 14 bytes: NCCL
+  const std::vector<Case> cases = {{DType::F32, 4, 0},
+                                   {DType::F32, 7168, 0},
+                                   {DType::F32, 3 * 7168, 0},
+                                   {DType::F32, 8 * 7168, 0},
+                                   {DType::F32, 64 * 7168, 0},
+                                   {DType::F32, kMaxFloats, 0},
+                                   {DType::F32, kMaxFloats + 4, 0},  // over the peer kernel's limit: NCCL
+                                   {DType::F32, 7168, 4},
+                                   {DType::BF16, 8, 0},
+                                   {DType::BF16, 7168, 0},
+                                   {DType::BF16, 131072, 0},
+                                   {DType::BF16, 7, 0}};  // 14 bytes: NCCL
   for (const Case& c : cases) {
     EXPECT_EQ(peer_->fits(reinterpret_cast<void*>(c.offset_bytes == 0 ? 256 : 260), c.count, c.dtype),
               c.count * dtype_size(c.dtype) <= comm::PeerAllReduce::kMaxBytes && c.offset_bytes == 0 &&
@@ -227,14 +232,22 @@ TEST_F(NcclComm, FusedAllReduceAddRmsNormEqualsTheSeparateOps) {
       };
       void* w = upload(weight);
       // Fused.
-      void *branch_a = upload(branch), *hidden_a = upload(hidden), *normed_a = upload(std::vector<uint8_t>(n * 2, 0xff));
+      void *branch_a = upload(branch), *hidden_a = upload(hidden),
+           *normed_a = upload(std::vector<uint8_t>(n * 2, 0xff));
       const comm::ResidualNorm fused{hidden_a, w, normed_a, rows, dim, 1e-6f};
       ASSERT_TRUE(fused_path->all_reduce_add_rms_norm(static_cast<float*>(branch_a), fused)) << rows << " x " << dim;
       // Separate: the all-reduce (peer kernel), then the backend's add_rms_norm.
-      void *branch_b = upload(branch), *hidden_b = upload(hidden), *normed_b = upload(std::vector<uint8_t>(n * 2, 0xff));
+      void *branch_b = upload(branch), *hidden_b = upload(hidden),
+           *normed_b = upload(std::vector<uint8_t>(n * 2, 0xff));
       group->all_reduce_sum(branch_b, n, DType::F32);
-      cuda::launch_add_rms_norm({.hidden = hidden_b, .x = branch_b, .weight = w, .normed = normed_b, .rows = rows,
-                                 .dim = dim, .eps = 1e-6f, .x_f32 = true},
+      cuda::launch_add_rms_norm({.hidden = hidden_b,
+                                 .x = branch_b,
+                                 .weight = w,
+                                 .normed = normed_b,
+                                 .rows = rows,
+                                 .dim = dim,
+                                 .eps = 1e-6f,
+                                 .x_f32 = true},
                                 s);
       ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
       EXPECT_TRUE(download(branch_a, n * 4) == download(branch_b, n * 4)) << "branch, " << rows << " x " << dim;

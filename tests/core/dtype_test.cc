@@ -1,9 +1,10 @@
+#include "core/dtype.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
-#include "core/dtype.h"
 #include "core/error.h"
 
 namespace moeserve {
@@ -29,11 +30,11 @@ TEST(DType, Bf16RoundsToNearestEven) {
 }
 
 TEST(DType, Fp16RoundTripsIncludingSubnormals) {
-  for (float v : {0.0f, 1.0f, -2.5f, 65504.0f, 6.103515625e-05f /*min normal*/, 5.960464477539063e-08f /*min subnormal*/,
-                  -3.0517578125e-05f /*subnormal*/}) {
+  for (float v : {0.0f, 1.0f, -2.5f, 65504.0f, 6.103515625e-05f /*min normal*/,
+                  5.960464477539063e-08f /*min subnormal*/, -3.0517578125e-05f /*subnormal*/}) {
     EXPECT_EQ(f16_to_f32(f32_to_f16(v)), v) << v;
   }
-  EXPECT_EQ(f32_to_f16(1e6f), 0x7c00);  // overflow to +inf
+  EXPECT_EQ(f32_to_f16(1e6f), 0x7c00);   // overflow to +inf
   EXPECT_EQ(f32_to_f16(1e-9f), 0x0000);  // underflow to +0
   // Halfway between the two smallest subnormals rounds to even (the smaller).
   EXPECT_EQ(f32_to_f16(1.5f * 5.960464477539063e-08f), 0x0002);

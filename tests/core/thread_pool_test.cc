@@ -1,10 +1,10 @@
+#include "core/thread_pool.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <numeric>
 #include <vector>
-
-#include "core/thread_pool.h"
 
 namespace moeserve {
 

@@ -1,7 +1,8 @@
+#include "kv/block_pool.h"
+
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "kv/block_pool.h"
 
 namespace moeserve::kv {
 namespace {

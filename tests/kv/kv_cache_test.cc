@@ -1,8 +1,8 @@
+#include "kv/kv_cache.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
-
-#include "kv/kv_cache.h"
 
 namespace moeserve::kv {
 namespace {

@@ -1,6 +1,6 @@
-#include <gtest/gtest.h>
-
 #include "kv/radix_cache.h"
+
+#include <gtest/gtest.h>
 
 namespace moeserve::kv {
 namespace {

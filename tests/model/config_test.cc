@@ -1,10 +1,11 @@
+#include "model/config.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "model/config.h"
 #include "model/rope.h"
 
 namespace moeserve {

@@ -22,7 +22,8 @@ TEST(PlanErrors, Grammar) {
   EXPECT_ERROR_MESSAGE(parse_plan("tp99999"), "plan 'tp99999': size '99999' of 'tp' is too large");
   EXPECT_ERROR_MESSAGE(parse_plan("2tp"), fmt::format("plan '2tp': unexpected '2tp' at offset 0; {}", kGrammar));
   EXPECT_ERROR_MESSAGE(parse_plan("tp2x"), fmt::format("plan 'tp2x': unexpected 'x' at offset 3; {}", kGrammar));
-  EXPECT_ERROR_MESSAGE(parse_plan("ep2-dp-dp"), fmt::format("plan 'ep2-dp-dp': unexpected '-dp' at offset 3; {}", kGrammar));
+  EXPECT_ERROR_MESSAGE(parse_plan("ep2-dp-dp"),
+                       fmt::format("plan 'ep2-dp-dp': unexpected '-dp' at offset 3; {}", kGrammar));
   EXPECT_ERROR_MESSAGE(parse_plan("-dp"), fmt::format("plan '-dp': unexpected '-dp' at offset 0; {}", kGrammar));
   EXPECT_ERROR_MESSAGE(parse_plan("tp4-dp"),
                        "plan 'tp4-dp': '-dp' (attention data parallelism) needs expert parallelism, as in ep8-dp");
@@ -56,8 +57,9 @@ TEST(PlanErrors, SizesThatDoNotDivideTheModel) {
                        "plan 'ep2tp4': model moe_intermediate_size = 30 is not divisible by MoE TP size = 4");
   ShardDims shared = d;
   shared.shared_intermediate = 36;
-  EXPECT_ERROR_MESSAGE(validate_plan(parse_plan("ep8"), shared),
-                       "plan 'ep8': model shared-expert intermediate size = 36 is not divisible by attention TP size = 8");
+  EXPECT_ERROR_MESSAGE(
+      validate_plan(parse_plan("ep8"), shared),
+      "plan 'ep8': model shared-expert intermediate size = 36 is not divisible by attention TP size = 8");
   // A dense model (no experts) is not asked to divide experts.
   ShardDims no_experts = d;
   no_experts.experts = 0;

@@ -91,8 +91,7 @@ TEST_P(Pipelined, SubmittedStepsGiveTheSynchronousOutputsInEveryHeadMode) {
   const int stages = engine.options().plan.pp;
   StepPlan step = grouped_decode_step(engine, stages, 2);
   for (auto& micro_batch : step.micro_batches)  // a candidate head samples each row at its temperature
-    for (auto& replica : micro_batch.replicas)
-      replica.batch.temperatures.assign(replica.batch.logit_rows.size(), 0.7f);
+    for (auto& replica : micro_batch.replicas) replica.batch.temperatures.assign(replica.batch.logit_rows.size(), 0.7f);
   run_step(engine, step);  // the cache rows the groups read
   for (HeadMode head : {HeadMode::kLogits, HeadMode::kGreedy, HeadMode::kCandidates}) {
     SCOPED_TRACE(testing::Message() << "head mode " << static_cast<int>(head));
@@ -140,8 +139,7 @@ TEST(PipelinedArguments, WaitsMustMatchSubmittedStepsAndRankCallsNeedThemWaitedF
     engine.wait(ticket);
     FAIL() << "a step was waited for twice";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("was not submitted or was already waited for"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("was not submitted or was already waited for"), std::string::npos) << e.what();
   }
   EXPECT_NO_THROW(run_step(engine, step));  // the engine is still usable
 }

@@ -37,8 +37,8 @@ LoadedPlan load_plan(const ModelSource& model, const parallel::ParallelPlan& pla
     rank.backend = cpu::make_cpu_backend();
     rank.weights = wrap(model.weights());
     rank.comms = runtime::make_rank_comms(*out.world, plan, r);
-    rank.model = std::make_unique<DeepseekV3>(model.config, plan, r, *rank.backend, *rank.weights,
-                                              rank.comms.groups(), KvCacheShape{1, 16});
+    rank.model = std::make_unique<DeepseekV3>(model.config, plan, r, *rank.backend, *rank.weights, rank.comms.groups(),
+                                              KvCacheShape{1, 16});
   }
   return out;
 }

@@ -1,6 +1,8 @@
 // Rank workers: jobs run on every rank; a failing rank aborts the world so that peers
 // blocked in collectives return, and run() (or finish() after start()) reports the failing
 // rank's error, not the abort.
+#include "runtime/rank_workers.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "runtime/rank_workers.h"
 
 namespace moeserve::runtime {
 namespace {
@@ -78,8 +79,9 @@ TEST_P(EveryWaitMode, StartReturnsAtOnceAndFinishWaitsAndReports) {
   EXPECT_THROW(workers.finish(), Error);  // nothing started
 }
 
-INSTANTIATE_TEST_SUITE_P(Waits, EveryWaitMode, ::testing::Values(0, 2000),
-                         [](const auto& info) { return info.param ? std::string("Polling") : std::string("Sleeping"); });
+INSTANTIATE_TEST_SUITE_P(Waits, EveryWaitMode, ::testing::Values(0, 2000), [](const auto& info) {
+  return info.param ? std::string("Polling") : std::string("Sleeping");
+});
 
 }  // namespace
 }  // namespace moeserve::runtime

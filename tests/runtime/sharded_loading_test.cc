@@ -92,8 +92,10 @@ void check_read(const ModelConfig& c, const parallel::RankShard& s, const Read& 
   } else if (rest == "self_attn.o_proj.weight") {
     EXPECT_EQ(cols_begin, s.heads.begin * c.v_head_dim);
     EXPECT_EQ(cols_end, s.heads.end * c.v_head_dim);
-  } else if (rest.rfind("mlp.shared_experts.", 0) == 0 || (rest.rfind("mlp.", 0) == 0 && rest.find("gate.") == std::string::npos)) {
-    const parallel::Range cols = rest.rfind("mlp.shared_experts.", 0) == 0 ? s.shared_intermediate : s.dense_intermediate;
+  } else if (rest.rfind("mlp.shared_experts.", 0) == 0 ||
+             (rest.rfind("mlp.", 0) == 0 && rest.find("gate.") == std::string::npos)) {
+    const parallel::Range cols =
+        rest.rfind("mlp.shared_experts.", 0) == 0 ? s.shared_intermediate : s.dense_intermediate;
     if (rest.find("down_proj") != std::string::npos) {
       EXPECT_EQ(cols_begin, cols.begin);
       EXPECT_EQ(cols_end, cols.end);
@@ -132,7 +134,8 @@ TEST_P(ShardedLoading, EveryRankReadsOnlyWhatItOwns) {
     EXPECT_EQ(loaded.ranks[r].weights->touched(), expected);
   }
   // Every routed-expert tensor is read by exactly moe_tp ranks per stage (its column split).
-  EXPECT_EQ(expert_readers.size(), static_cast<size_t>(model.config.num_moe_layers() * model.config.n_routed_experts * 3));
+  EXPECT_EQ(expert_readers.size(),
+            static_cast<size_t>(model.config.num_moe_layers() * model.config.n_routed_experts * 3));
   for (const auto& [name, readers] : expert_readers) EXPECT_EQ(readers, plan.moe_tp) << name;
 }
 
@@ -141,7 +144,8 @@ INSTANTIATE_TEST_SUITE_P(Presets, ShardedLoading,
                                            "ep2tp2-dp", "ep2tp2pp2"),
                          [](const auto& info) {
                            std::string n = info.param;
-                           for (auto& ch : n) if (ch == '-') ch = '_';
+                           for (auto& ch : n)
+                             if (ch == '-') ch = '_';
                            return n;
                          });
 

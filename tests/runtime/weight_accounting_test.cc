@@ -74,11 +74,10 @@ TEST(WeightAccounting, KimiK26RanksAddUpToTheModel) {
     int64_t replicas;  // parameters held beyond the one owned copy, over all ranks
   };
   const Case cases[] = {
-      {"tp8", 7 * stage_replicated(c)},       // 8 ranks hold the stage-replicated tensors
-      {"ep8", 7 * stage_replicated(c)},       // same attention layout as tp8
-      {"ep4tp2", 7 * stage_replicated(c)},
-      {"pp8", 0},                             // every layer on one stage, nothing shared
-      {"ep8-dp", 7 * everything_but_experts}, // attention, dense and shared experts on every rank
+      {"tp8", 7 * stage_replicated(c)},                    // 8 ranks hold the stage-replicated tensors
+      {"ep8", 7 * stage_replicated(c)},                    // same attention layout as tp8
+      {"ep4tp2", 7 * stage_replicated(c)},    {"pp8", 0},  // every layer on one stage, nothing shared
+      {"ep8-dp", 7 * everything_but_experts},              // attention, dense and shared experts on every rank
   };
   for (const Case& k : cases) {
     const parallel::ParallelPlan plan = parallel::parse_plan(k.plan);

@@ -1,6 +1,8 @@
 // The scheduler without tensors: which tokens of which requests run in each step, on which
 // replica and micro-batch, with which pages; admission, chunked prefill, preemption, prefix
 // reuse, and that every page comes back.
+#include "sched/scheduler.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 #include <set>
 
 #include "core/error.h"
-#include "sched/scheduler.h"
 
 namespace moeserve::sched {
 namespace {
@@ -265,10 +266,10 @@ TEST(SchedulerGroups, GroupsTakeTheirShareOfRequestsAndStepInTurn) {
   for (RequestId id = 1; id <= 7; ++id) s.add(id, prompt_of(3, static_cast<int32_t>(10 * id)));
   const ScheduledStep a = s.schedule(0);
   EXPECT_EQ(a.group, 0);
-  EXPECT_EQ(a.chunks.size(), 3u);                  // ceil(5 / 2)
-  EXPECT_EQ(a.plan.micro_batches.size(), 1u);      // a group's step is one micro-batch
-  const ScheduledStep b = s.schedule(1);           // while group 0's step is in flight
-  EXPECT_EQ(b.chunks.size(), 2u);                  // the rest of max_running_requests
+  EXPECT_EQ(a.chunks.size(), 3u);              // ceil(5 / 2)
+  EXPECT_EQ(a.plan.micro_batches.size(), 1u);  // a group's step is one micro-batch
+  const ScheduledStep b = s.schedule(1);       // while group 0's step is in flight
+  EXPECT_EQ(b.chunks.size(), 2u);              // the rest of max_running_requests
   for (const auto& c : b.chunks) EXPECT_EQ(chunk_of(a, c.id), nullptr) << "request " << c.id << " in both groups";
   EXPECT_EQ(s.running(), 5);
   EXPECT_EQ(s.waiting(), 2);
@@ -450,8 +451,8 @@ TEST(SchedulerGroups, RandomWorkloadWithStepsInFlightKeepsEveryInvariant) {
         const auto mine = live_pages(step);
         for (const ScheduledStep& other : in_flight)
           for (const auto& page : live_pages(other))
-            EXPECT_FALSE(mine.count(page)) << "page " << page.second << " of replica " << page.first
-                                           << " in two steps in flight";
+            EXPECT_FALSE(mine.count(page))
+                << "page " << page.second << " of replica " << page.first << " in two steps in flight";
         in_flight.push_back(std::move(step));
       }
     };
@@ -549,7 +550,7 @@ TEST(Scheduler, PromptLogitsGiveEveryPromptTokenARowAcrossChunks) {
   step_once(s);  // request 1's prompt is now in the prefix cache
   s.finish(1);
   s.add(2, prompt_of(9), {.prompt_logits = true});  // the same prompt: no prefix reuse
-  std::vector<int64_t> positions;  // the position of each prompt row, in delivery order
+  std::vector<int64_t> positions;                   // the position of each prompt row, in delivery order
   for (int i = 0; i < 3; ++i) {
     const ScheduledStep step = step_once(s);
     ASSERT_EQ(step.chunks.size(), 1u);

@@ -3,6 +3,8 @@
 // PP micro-batches, pipeline groups with steps in flight), every request's greedy tokens equal
 // runtime::generate's for it, and every KV page comes back, also when requests are cancelled
 // while their step is in flight.
+#include "serve/engine_loop.h"
+
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -10,7 +12,6 @@
 
 #include "parallel/plan_parse.h"
 #include "serve/api_error.h"
-#include "serve/engine_loop.h"
 #include "tests/serve/single_rank_reference.h"
 #include "tests/serve/streamed_tokens.h"
 
@@ -179,24 +180,21 @@ TEST_P(ServeLoop, GreedyTokensEqualGenerateAndPagesComeBack) {
   EXPECT_EQ(flushed.kv_pages_free, flushed.kv_pages_total);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Plans, ServeLoop,
-    ::testing::Values(Case{"single", 8, 64, 512, true, 64},    // one batch, prefix reuse
-                      Case{"single", 4, 64, 3, true, 64},      // chunked prefill
-                      Case{"single", 4, 12, 512, false, 64},   // few pages: preemption, recompute
-                      Case{"single", 4, 12, 5, true, 2},       // everything at once
-                      Case{"tp2", 8, 64, 7, true, 64},
-                      Case{"ep2", 8, 64, 7, true, 64},
-                      Case{"pp2", 8, 64, 7, true, 64},
-                      Case{"ep2-dp", 4, 16, 6, true, 64},      // DP replicas with their own pools
-                      Case{"tp2pp2", 4, 64, 5, false, 3},
-                      // Pipeline groups: steps of different groups in flight at once.
-                      Case{"pp2", 8, 64, 7, true, 64, 2},
-                      Case{"pp2", 4, 12, 5, true, 64, 2},      // preemption beside a step in flight
-                      Case{"pp4", 4, 64, 3, true, 64, 4},
-                      Case{"tp2pp2", 4, 64, 5, false, 3, 2},
-                      Case{"single", 4, 16, 5, true, 64, 2}),  // groups need no stages to be exact
-    name_of);
+INSTANTIATE_TEST_SUITE_P(Plans, ServeLoop,
+                         ::testing::Values(Case{"single", 8, 64, 512, true, 64},   // one batch, prefix reuse
+                                           Case{"single", 4, 64, 3, true, 64},     // chunked prefill
+                                           Case{"single", 4, 12, 512, false, 64},  // few pages: preemption, recompute
+                                           Case{"single", 4, 12, 5, true, 2},      // everything at once
+                                           Case{"tp2", 8, 64, 7, true, 64}, Case{"ep2", 8, 64, 7, true, 64},
+                                           Case{"pp2", 8, 64, 7, true, 64},
+                                           Case{"ep2-dp", 4, 16, 6, true, 64},  // DP replicas with their own pools
+                                           Case{"tp2pp2", 4, 64, 5, false, 3},
+                                           // Pipeline groups: steps of different groups in flight at once.
+                                           Case{"pp2", 8, 64, 7, true, 64, 2},
+                                           Case{"pp2", 4, 12, 5, true, 64, 2},  // preemption beside a step in flight
+                                           Case{"pp4", 4, 64, 3, true, 64, 4}, Case{"tp2pp2", 4, 64, 5, false, 3, 2},
+                                           Case{"single", 4, 16, 5, true, 64, 2}),  // groups need no stages to be exact
+                         name_of);
 
 // Requests cancelled at random points, some while their group's step is in flight: the others'
 // tokens stay exact and every page comes back.
@@ -296,7 +294,7 @@ TEST(ServeLoopReductionPlan, EveryHeadModeStreamsTheSingleRanksTokens) {
     TinyServer server(
         plan, 8, 64, [](EngineLoopOptions& lo) { lo.scheduler.chunked_prefill_size = 7; }, reduction_plan);
     auto tokens = sampled_tokens(server.loop, [](size_t i, EngineRequest& r) {
-      if (i % 3 == 0) return;  // greedy
+      if (i % 3 == 0) return;                             // greedy
       r.sampling.temperature = i % 3 == 1 ? 0.7f : 1.3f;  // 1.3 over flat rows reaches past the candidates
       r.sampling.top_p = i % 2 == 0 ? 0.9f : 1.0f;
       r.sampling.seed = 500 + i;

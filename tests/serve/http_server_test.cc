@@ -1,8 +1,9 @@
 // The HTTP layer over real sockets: keep-alive, chunked bodies, limits, streaming, and
 // noticing a client that hung up.
-#include <gtest/gtest.h>
+#include "serve/http_server.h"
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -10,8 +11,6 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
-
-#include "serve/http_server.h"
 
 namespace moeserve::serve {
 namespace {
@@ -33,7 +32,9 @@ class Client {
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
   }
-  void send(const std::string& data) { ASSERT_EQ(::send(fd_, data.data(), data.size(), MSG_NOSIGNAL), (ssize_t)data.size()); }
+  void send(const std::string& data) {
+    ASSERT_EQ(::send(fd_, data.data(), data.size(), MSG_NOSIGNAL), (ssize_t)data.size());
+  }
   // Reads until `marker` appears (or the peer closes); returns everything read.
   std::string read_until(const std::string& marker) {
     while (buffer_.find(marker) == std::string::npos) {
@@ -113,8 +114,9 @@ TEST(HttpServer, KeepAliveServesSeveralRequestsOnOneConnection) {
 TEST(HttpServer, PipelinedRequestsAndChunkedBodies) {
   Fixture f;
   Client c(f.server.port());
-  c.send("POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
-         "GET /echo HTTP/1.1\r\n\r\n");
+  c.send(
+      "POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
+      "GET /echo HTTP/1.1\r\n\r\n");
   EXPECT_NE(c.read_until("POST abcde - ").find("200 OK"), std::string::npos);
   EXPECT_NE(c.read_until("GET  - ").find("200 OK"), std::string::npos);
 }

@@ -1,7 +1,8 @@
+#include "serve/openai_request.h"
+
 #include <gtest/gtest.h>
 
 #include "serve/api_error.h"
-#include "serve/openai_request.h"
 #include "tokenizer/chat_template.h"
 
 namespace moeserve::serve {
@@ -112,8 +113,7 @@ TEST(OpenAiRequest, BadInputNamesTheParameter) {
       {R"({"model":"synthetic:tiny","messages":[{"role":"user","content":5}]})", true, 400, "messages"},
       {R"({"model":"synthetic:tiny","messages":[{"role":"user","content":"a"}],"top_logprobs":2})", true, 400,
        "top_logprobs"},
-      {R"({"model":"synthetic:tiny","messages":[{"role":"user","content":"a"}],"logprobs":1})", true, 400,
-       "logprobs"},
+      {R"({"model":"synthetic:tiny","messages":[{"role":"user","content":"a"}],"logprobs":1})", true, 400, "logprobs"},
   };
   for (const BadCase& c : cases) {
     const ApiError e = error_of(c.body, c.chat);

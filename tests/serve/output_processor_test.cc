@@ -1,6 +1,6 @@
-#include <gtest/gtest.h>
-
 #include "serve/output_processor.h"
+
+#include <gtest/gtest.h>
 
 namespace moeserve::serve {
 namespace {

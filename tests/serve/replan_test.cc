@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <future>
-#include <thread>
 #include <stdexcept>
+#include <thread>
 
 #include "parallel/plan_parse.h"
 #include "serve/api_error.h"

@@ -1,8 +1,9 @@
 // Step layout helpers: micro-batch sizes, appending sequences, padding.
+#include "step/step_plan.h"
+
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "step/step_plan.h"
 
 namespace moeserve::step {
 namespace {

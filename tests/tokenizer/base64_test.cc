@@ -21,11 +21,11 @@ TEST(Base64, RoundTripsEveryLength) {
 }
 
 TEST(Base64, RejectsMalformedText) {
-  EXPECT_FALSE(base64_decode("YQ="));       // length not a multiple of 4
-  EXPECT_FALSE(base64_decode("Y*==").has_value());  // character outside the alphabet
-  EXPECT_FALSE(base64_decode("Y=Q=").has_value());  // padding in the middle
+  EXPECT_FALSE(base64_decode("YQ="));                   // length not a multiple of 4
+  EXPECT_FALSE(base64_decode("Y*==").has_value());      // character outside the alphabet
+  EXPECT_FALSE(base64_decode("Y=Q=").has_value());      // padding in the middle
   EXPECT_FALSE(base64_decode("YQ==YQ==").has_value());  // padding before the end
-  EXPECT_FALSE(base64_decode("YR==").has_value());  // non-canonical: padding bits set
+  EXPECT_FALSE(base64_decode("YR==").has_value());      // non-canonical: padding bits set
   EXPECT_FALSE(base64_decode("====").has_value());
 }
 

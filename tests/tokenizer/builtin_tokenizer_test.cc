@@ -59,7 +59,9 @@ TEST(IncrementalDetokenizer, HoldsCharactersSplitOverTokens) {
   EXPECT_EQ(detok.push(0xFF), "\xEF\xBF\xBD");
   // An interrupted sequence: its prefix becomes U+FFFD when the next byte arrives.
   EXPECT_EQ(detok.push(0xE4), "");
-  EXPECT_EQ(detok.push('a'), "\xEF\xBF\xBD" "a");
+  EXPECT_EQ(detok.push('a'),
+            "\xEF\xBF\xBD"
+            "a");
   EXPECT_EQ(detok.push(0xE4), "");
   EXPECT_EQ(detok.flush(), "\xEF\xBF\xBD");
   EXPECT_EQ(detok.flush(), "");

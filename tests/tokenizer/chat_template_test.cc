@@ -70,7 +70,8 @@ TEST(ChatTemplate, BadMessagesNameTheMessage) {
 
 TEST(PythonJson, WritesLikeJsonDumps) {
   // json.dumps({"a": 1.0, "b": [1e20, 1.5e-07, -3, True, None], "c": "é\n\"\x01/"}, ensure_ascii=False)
-  const auto value = nlohmann::ordered_json::parse(R"({"a": 1.0, "b": [1e20, 1.5e-7, -3, true, null], "c": "é\n\"\u0001/"})");
+  const auto value =
+      nlohmann::ordered_json::parse(R"({"a": 1.0, "b": [1e20, 1.5e-7, -3, true, null], "c": "é\n\"\u0001/"})");
   EXPECT_EQ(python_json_dumps(value), R"({"a": 1.0, "b": [1e+20, 1.5e-07, -3, true, null], "c": "é\n\"\u0001/"})");
   EXPECT_EQ(python_str(nlohmann::ordered_json(nullptr), "x"), "None");
   EXPECT_EQ(python_str(nlohmann::ordered_json(false), "x"), "False");

@@ -35,8 +35,7 @@ TEST(RegexTranslation, ErrorsNameTheSource) {
 
 TEST(Regex, KimiStyleIntersectionSplitsHanFromOtherLetters) {
   const Regex regex(R"([\p{Han}]+|[\p{L}&&[^\p{Han}]]+|\s+|\p{N}{1,3})", "test");
-  EXPECT_EQ(matches(regex, "Hello世界 ab12345"),
-            (std::vector<std::string>{"Hello", "世界", " ", "ab", "123", "45"}));
+  EXPECT_EQ(matches(regex, "Hello世界 ab12345"), (std::vector<std::string>{"Hello", "世界", " ", "ab", "123", "45"}));
 }
 
 TEST(Regex, LookaheadAndUnicodeWhitespace) {

@@ -17,10 +17,12 @@ const std::string kFffd = "\xEF\xBF\xBD";
 TEST(Utf8, LossyReplacesEachMaximalIllFormedSubpart) {
   EXPECT_EQ(lossy("plain ascii"), "plain ascii");
   EXPECT_EQ(lossy("h\xC3\xA9llo \xF0\x9F\x98\x80"), "h\xC3\xA9llo \xF0\x9F\x98\x80");
-  EXPECT_EQ(lossy("\xE4\xBD" "a"), kFffd + "a");              // truncated 3-byte sequence
-  EXPECT_EQ(lossy("\xED\xA0\x80"), kFffd + kFffd + kFffd);     // surrogate: 3 subparts
-  EXPECT_EQ(lossy("\xC0\xAF"), kFffd + kFffd);                 // overlong lead byte
-  EXPECT_EQ(lossy("\xF0\x9F\x98"), kFffd);                     // truncated at the end
+  EXPECT_EQ(lossy("\xE4\xBD"
+                  "a"),
+            kFffd + "a");                                   // truncated 3-byte sequence
+  EXPECT_EQ(lossy("\xED\xA0\x80"), kFffd + kFffd + kFffd);  // surrogate: 3 subparts
+  EXPECT_EQ(lossy("\xC0\xAF"), kFffd + kFffd);              // overlong lead byte
+  EXPECT_EQ(lossy("\xF0\x9F\x98"), kFffd);                  // truncated at the end
   EXPECT_EQ(lossy("\x80\x80x\xFF"), kFffd + kFffd + "x" + kFffd);
   EXPECT_EQ(lossy("\xF4\x90\x80\x80"), kFffd + kFffd + kFffd + kFffd);  // above U+10FFFF
 }
