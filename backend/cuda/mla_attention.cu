@@ -112,56 +112,76 @@ struct OnlineSoftmax {
   }
 };
 
+// The split kernels' view of ops::MlaAttentionParams, in the types they compute with.
+struct SplitInputs {
+  const bf16* q_latent;  // [T, heads, latent]
+  const bf16* q_rope;    // [T, heads, q_head_stride], rope at rope_offset
+  const bf16* cache;     // [pages * page_size, latent + rope]
+  const int32_t* block_tables;
+  const int32_t* seq_of_token;
+  const int32_t* positions;
+  int heads, latent, rope;
+  int64_t q_head_stride, rope_offset;
+  int page_size;
+  int64_t max_pages_per_seq;
+  float scale;
+  __device__ explicit SplitInputs(const ops::MlaAttentionParams& p)
+      : q_latent(static_cast<const bf16*>(p.q_latent)),
+        q_rope(static_cast<const bf16*>(p.q_rope)),
+        cache(static_cast<const bf16*>(p.cache)),
+        block_tables(p.block_tables),
+        seq_of_token(p.seq_of_token),
+        positions(p.positions),
+        heads(static_cast<int>(p.heads)),
+        latent(static_cast<int>(p.latent)),
+        rope(static_cast<int>(p.rope)),
+        q_head_stride(p.q_head_stride),
+        rope_offset(p.rope_offset),
+        page_size(static_cast<int>(p.page_size)),
+        max_pages_per_seq(p.max_pages_per_seq),
+        scale(p.scale) {}
+};
+
 __global__ void __launch_bounds__(kHeadsPerBlock * 32)
     mla_split_kernel(const ops::MlaAttentionParams p, Partials partials, int split_length) {
-  const bf16* const q_latent = static_cast<const bf16*>(p.q_latent);
-  const bf16* const q_rope = static_cast<const bf16*>(p.q_rope);
-  const bf16* const cache = static_cast<const bf16*>(p.cache);
-  const int32_t* const block_tables = p.block_tables;
-  const int32_t* const seq_of_token = p.seq_of_token;
-  const int32_t* const positions = p.positions;
-  const int heads = static_cast<int>(p.heads);
-  const int latent = static_cast<int>(p.latent), rope = static_cast<int>(p.rope);
-  const int64_t q_head_stride = p.q_head_stride, rope_offset = p.rope_offset;
-  const int page_size = static_cast<int>(p.page_size);
-  const int64_t max_pages_per_seq = p.max_pages_per_seq;
-  const float scale = p.scale;
+  const SplitInputs in(p);
   pdl_enter();
-  const SplitTask w = split_task(positions, heads, split_length);
-  if (w.h >= heads) return;
+  const SplitTask w = split_task(in.positions, in.heads, split_length);
+  if (w.h >= in.heads) return;
   const int t = w.t, h = w.h, lane = w.lane, begin = w.begin, end = w.end;
-  const int width = latent + rope;
+  const int width = in.latent + in.rope;
 
   float q_lat[kLatentPerLane], q_r[kRopePerLane], acc[kLatentPerLane];
-  const bf16* ql = q_latent + (static_cast<int64_t>(t) * heads + h) * latent;
-  const bf16* qr = q_rope + (static_cast<int64_t>(t) * heads + h) * q_head_stride + rope_offset;
+  const bf16* ql = in.q_latent + (static_cast<int64_t>(t) * in.heads + h) * in.latent;
+  const bf16* qr = in.q_rope + (static_cast<int64_t>(t) * in.heads + h) * in.q_head_stride + in.rope_offset;
 #pragma unroll
   for (int j = 0; j < kLatentPerLane; ++j) {
     const int i = lane + 32 * j;
-    q_lat[j] = i < latent ? to_f(ql[i]) * scale : 0.0f;
+    q_lat[j] = i < in.latent ? to_f(ql[i]) * in.scale : 0.0f;
     acc[j] = 0.0f;
   }
 #pragma unroll
   for (int j = 0; j < kRopePerLane; ++j) {
     const int i = lane + 32 * j;
-    q_r[j] = i < rope ? to_f(qr[i]) * scale : 0.0f;
+    q_r[j] = i < in.rope ? to_f(qr[i]) * in.scale : 0.0f;
   }
-  const int32_t* table = block_tables + static_cast<int64_t>(seq_of_token[t]) * max_pages_per_seq;
+  const int32_t* table = in.block_tables + static_cast<int64_t>(in.seq_of_token[t]) * in.max_pages_per_seq;
   OnlineSoftmax softmax;
   // Software pipeline: the next row's values are loaded while the current row is scored, so
   // a warp always has a row's loads in flight.
   float cur_lat[kLatentPerLane], cur_rope[kRopePerLane], nxt_lat[kLatentPerLane], nxt_rope[kRopePerLane];
   auto load_row = [&](int pos, float(&lat)[kLatentPerLane], float(&rp)[kRopePerLane]) {
-    const bf16* entry = cache + (static_cast<int64_t>(table[pos / page_size]) * page_size + pos % page_size) * width;
+    const bf16* entry =
+        in.cache + (static_cast<int64_t>(table[pos / in.page_size]) * in.page_size + pos % in.page_size) * width;
 #pragma unroll
     for (int j = 0; j < kLatentPerLane; ++j) {
       const int i = lane + 32 * j;
-      lat[j] = i < latent ? to_f(entry[i]) : 0.0f;
+      lat[j] = i < in.latent ? to_f(entry[i]) : 0.0f;
     }
 #pragma unroll
     for (int j = 0; j < kRopePerLane; ++j) {
       const int i = lane + 32 * j;
-      rp[j] = i < rope ? to_f(entry[latent + i]) : 0.0f;
+      rp[j] = i < in.rope ? to_f(entry[in.latent + i]) : 0.0f;
     }
   };
   if (begin < end) load_row(begin, cur_lat, cur_rope);
@@ -181,11 +201,11 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32)
     for (int j = 0; j < kRopePerLane; ++j) cur_rope[j] = nxt_rope[j];
   }
   softmax.store(partials, w);
-  float* out = partials.acc + w.slot * latent;
+  float* out = partials.acc + w.slot * in.latent;
 #pragma unroll
   for (int j = 0; j < kLatentPerLane; ++j) {
     const int i = lane + 32 * j;
-    if (i < latent) out[i] = acc[j];
+    if (i < in.latent) out[i] = acc[j];
   }
 }
 
@@ -205,28 +225,17 @@ struct RawRow {
 
 __global__ void __launch_bounds__(kHeadsPerBlock * 32)
     mla_split_vec_kernel(const ops::MlaAttentionParams p, Partials partials, int split_length) {
-  const bf16* const q_latent = static_cast<const bf16*>(p.q_latent);
-  const bf16* const q_rope = static_cast<const bf16*>(p.q_rope);
-  const bf16* const cache = static_cast<const bf16*>(p.cache);
-  const int32_t* const block_tables = p.block_tables;
-  const int32_t* const seq_of_token = p.seq_of_token;
-  const int32_t* const positions = p.positions;
-  const int heads = static_cast<int>(p.heads);
-  const int latent = static_cast<int>(p.latent), rope = static_cast<int>(p.rope);
-  const int64_t q_head_stride = p.q_head_stride, rope_offset = p.rope_offset;
-  const int page_size = static_cast<int>(p.page_size);
-  const int64_t max_pages_per_seq = p.max_pages_per_seq;
-  const float scale = p.scale;
+  const SplitInputs in(p);
   pdl_enter();
-  const SplitTask w = split_task(positions, heads, split_length);
-  if (w.h >= heads) return;
+  const SplitTask w = split_task(in.positions, in.heads, split_length);
+  if (w.h >= in.heads) return;
   const int t = w.t, h = w.h, lane = w.lane, begin = w.begin, end = w.end;
-  const int width = latent + rope;
-  const int chunks = latent / 8;
-  const bool has_rope = 2 * lane < rope;
+  const int width = in.latent + in.rope;
+  const int chunks = in.latent / 8;
+  const bool has_rope = 2 * lane < in.rope;
 
   float q_lat[kVecChunks][8], acc[kVecChunks][8], q_r[2];
-  const bf16* ql = q_latent + (static_cast<int64_t>(t) * heads + h) * latent;
+  const bf16* ql = in.q_latent + (static_cast<int64_t>(t) * in.heads + h) * in.latent;
 #pragma unroll
   for (int c = 0; c < kVecChunks; ++c) {
     const int chunk = lane + 32 * c;
@@ -234,24 +243,25 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32)
     const bf16* v = reinterpret_cast<const bf16*>(&bits);
 #pragma unroll
     for (int q = 0; q < 8; ++q) {
-      q_lat[c][q] = to_f(v[q]) * scale;
+      q_lat[c][q] = to_f(v[q]) * in.scale;
       acc[c][q] = 0.0f;
     }
   }
   {
-    const bf16* qr = q_rope + (static_cast<int64_t>(t) * heads + h) * q_head_stride + rope_offset;
-    q_r[0] = has_rope ? to_f(qr[2 * lane]) * scale : 0.0f;
-    q_r[1] = has_rope ? to_f(qr[2 * lane + 1]) * scale : 0.0f;
+    const bf16* qr = in.q_rope + (static_cast<int64_t>(t) * in.heads + h) * in.q_head_stride + in.rope_offset;
+    q_r[0] = has_rope ? to_f(qr[2 * lane]) * in.scale : 0.0f;
+    q_r[1] = has_rope ? to_f(qr[2 * lane + 1]) * in.scale : 0.0f;
   }
-  const int32_t* table = block_tables + static_cast<int64_t>(seq_of_token[t]) * max_pages_per_seq;
+  const int32_t* table = in.block_tables + static_cast<int64_t>(in.seq_of_token[t]) * in.max_pages_per_seq;
   auto load_row = [&](int pos, RawRow& row) {
-    const bf16* entry = cache + (static_cast<int64_t>(table[pos / page_size]) * page_size + pos % page_size) * width;
+    const bf16* entry =
+        in.cache + (static_cast<int64_t>(table[pos / in.page_size]) * in.page_size + pos % in.page_size) * width;
 #pragma unroll
     for (int c = 0; c < kVecChunks; ++c) {
       const int chunk = lane + 32 * c;
       row.lat[c] = chunk < chunks ? *reinterpret_cast<const uint4*>(entry + chunk * 8) : make_uint4(0, 0, 0, 0);
     }
-    row.rope = has_rope ? *reinterpret_cast<const uint32_t*>(entry + latent + 2 * lane) : 0u;
+    row.rope = has_rope ? *reinterpret_cast<const uint32_t*>(entry + in.latent + 2 * lane) : 0u;
   };
   RawRow ring[kVecAhead + 1];
 #pragma unroll
@@ -275,7 +285,7 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32)
       }
       const bf16* r = reinterpret_cast<const bf16*>(&ring[a].rope);
       partial += q_r[0] * to_f(r[0]) + q_r[1] * to_f(r[1]);
-      // The slot is free again: load the row kVecAhead + 1 positions on.
+      // The slot is free again: load the row kVecAhead + 1 in.positions on.
       if (pos + a + kVecAhead + 1 < end) load_row(pos + a + kVecAhead + 1, ring[a]);
       const float2 step = softmax.add(warp_sum(partial));
 #pragma unroll
@@ -285,7 +295,7 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32)
     }
   }
   softmax.store(partials, w);
-  float* out = partials.acc + w.slot * latent;
+  float* out = partials.acc + w.slot * in.latent;
 #pragma unroll
   for (int c = 0; c < kVecChunks; ++c) {
     const int chunk = lane + 32 * c;

@@ -7,11 +7,14 @@
 namespace moeserve {
 namespace {
 
+// A suite of its own: gtest refuses one suite name over two translation units' fixtures.
+class CudaSampleOps : public CudaOps {};
+
 // Sampling candidates against the CPU reference: the same top `count` (values, ids with the
 // slice offset, in order; the first is the row's maximum), and the fp64 normaliser to 1e-12 relative (the
 // sums differ only in order). Rows with ties and signed zeros, greedy rows (normaliser 1),
 // vocabularies that split into uneven segments, counts from 1 to the 1024 maximum.
-TEST_F(CudaOps, TopCandidatesMatchTheCpu) {
+TEST_F(CudaSampleOps, TopCandidatesMatchTheCpu) {
   for (int64_t vocab : {1000, 81920, 163840})
     for (int64_t count : {1, 64, 256, 1024}) {
       if (count > vocab) continue;
@@ -52,7 +55,7 @@ TEST_F(CudaOps, TopCandidatesMatchTheCpu) {
 // Whole-row draws on the device (what the serving loop uses when a draw reaches past a row's
 // candidates) pick the host's token for every option: flat rows (top-p over most of the
 // vocabulary), peaked rows, exact ties, -0 / +0, and a vocabulary gathered in slices.
-TEST_F(CudaOps, SampleDrawsTheHostsTokenOverWholeRows) {
+TEST_F(CudaSampleOps, SampleDrawsTheHostsTokenOverWholeRows) {
   std::vector<ops::SamplingOptions> kinds;
   for (float temperature : {0.0f, 0.6f, 1.0f, 1.7f})
     for (int32_t top_k : {0, 1, 40, 5000})
@@ -104,7 +107,7 @@ TEST_F(CudaOps, SampleDrawsTheHostsTokenOverWholeRows) {
     }
 }
 
-TEST_F(CudaOps, GreedySampleIsArgmax) {
+TEST_F(CudaSampleOps, GreedySampleIsArgmax) {
   const int64_t rows = 3, vocab = 50000;
   auto logits = random(rows * vocab, 5.0f);
   logits[1 * vocab + 777] = 100.0f;
