@@ -15,6 +15,7 @@
 #include "model/weight_source.h"
 #include "ops/ops.h"
 #include "parallel/plan.h"
+#include "sample/sampler.h"
 #include "step/forward_batch.h"
 
 namespace moeserve {
@@ -43,24 +44,6 @@ struct KvCacheShape {
   int64_t page_size = 64;
 };
 
-// What the head returns for the logit rows of a step.
-enum class HeadMode {
-  kLogits,      // fp32 logits [rows, vocab]
-  kGreedy,      // each row's argmax id
-  kCandidates,  // each row's top candidates and softmax normaliser (SampleCandidates)
-  kSampled,     // each row's token, drawn on the device under ForwardBatch::sampling
-};
-
-// A step's sampling candidates, merged over the vocab split (host memory): per row the
-// `count` largest logits in descending order (ties: smaller id first) and the softmax
-// normaliser at the row's temperature over the whole vocabulary (ops::TopCandidatesParams).
-struct SampleCandidates {
-  int64_t rows = 0, count = 0;
-  std::vector<float> values;       // [rows, count]
-  std::vector<int32_t> ids;        // [rows, count]
-  std::vector<double> normaliser;  // [rows], relative to values[row * count]
-};
-
 // How a rank computes, beside what it owns.
 //
 // reduction_plan (default single: none): every sum that a tensor- or expert-parallel plan
@@ -86,9 +69,6 @@ void check_reduction_plan(const ModelConfig& config, const parallel::ParallelPla
 
 class DeepseekV3 {
  public:
-  // Candidates per row and vocab slice in HeadMode::kCandidates (fewer when the slice is smaller).
-  static constexpr int64_t kSampleCandidates = 256;
-
   // Loads this rank's weights from `source` (only the slices the shard owns). Synthetic
   // weights are generated directly in backend memory.
   DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& plan, int rank, ops::Backend& backend,
@@ -106,32 +86,20 @@ class DeepseekV3 {
   ops::Buffer& hidden_states(int64_t tokens);
 
   // Runs this stage's layers on `batch`. The first stage embeds batch.tokens; later stages
-  // read hidden_states(T). The last stage returns the fp32 logits [logit_rows, vocab]
-  // (gathered over the vocab split, host memory); earlier stages return an empty Tensor.
-  Tensor forward(const ForwardBatch& batch);
+  // read hidden_states(T). The last stage projects the logit rows to fp32 logits on the
+  // device and returns what the sampler draws from them under batch.draw (sample::Sampler:
+  // kLogits the logits [logit_rows, vocab] gathered over the vocab split, kGreedy / kSampled
+  // the rows' ids, kCandidates their merged candidates); earlier stages return nothing.
+  sample::Drawn forward(const ForwardBatch& batch);
 
   // Decode-shaped steps (one logit row per token, in order) are captured once per
   // (tokens, max_pages_per_seq) and replayed as a graph on backends that support it.
   void set_graphs_enabled(bool enabled) { graphs_enabled_ = enabled; }
   int64_t graphs_captured() const;
 
-  // What the last stage returns. kGreedy: each logit row's argmax id (Tensor I32 [rows])
-  // instead of its logits; each vocab-parallel rank reduces its slice on the device and only
-  // (value, id) pairs cross ranks and come to the host. kCandidates: forward() returns an
-  // empty Tensor and take_candidates() the rows' top candidates at the temperatures of
-  // ForwardBatch::temperatures (each rank reduces its slice; count x (value, id) pairs and a
-  // normaliser per row cross ranks). kSampled: each logit row's token (Tensor I32 [rows])
-  // drawn where the logits are, right after the step, under ForwardBatch::sampling
-  // (sample_logits_rows; greedy rows have temperature 0): nothing waits for the host, so a
-  // step in flight behind it cannot overwrite the logits first. Graphs are kept per mode.
-  void set_head_mode(HeadMode mode) { head_mode_ = mode; }
-  SampleCandidates take_candidates();
-  // Draws logit rows `rows` of the last forward (still on the device until the next one)
-  // under `options`, over the whole vocabulary (ops::SampleParams; a vocab split is first
-  // gathered over attn_tp, so every rank of the split takes part and draws the same tokens):
-  // the fallback of sampled rows whose draws reach past their candidates.
-  std::vector<int32_t> sample_logits_rows(const std::vector<int64_t>& rows,
-                                          const std::vector<ops::SamplingOptions>& options);
+  // The last stage's sampler: its draw_rows() draws rows of the last forward's logits (the
+  // fallback of sampled rows whose draws reach past their candidates).
+  sample::Sampler& sampler() { return *sampler_; }
 
   // Benchmarks time the device work alone: without logits, forward() waits for the step to
   // finish and returns an empty Tensor on every stage.
@@ -160,8 +128,9 @@ class DeepseekV3 {
     comm::Communicator* group;
     const char* site;
   };
-  // The device work of a step: embedding (first stage), layers, and (last stage) the head.
-  void run(Activations& a, int64_t logit_rows, int64_t max_pages_per_seq);
+  // The device work of a step: embedding (first stage), layers, and (last stage) the head and
+  // the device part of the draw.
+  void run(Activations& a, int64_t logit_rows, int64_t max_pages_per_seq, DrawKind draw);
   void embed(Activations& a);
   BranchSum attention(const LayerWeights& layer, int64_t local_layer, Activations& a, int64_t max_pages_per_seq);
   void attention_part(const LayerPart& part, int v, ops::Buffer& cache, Activations& a, int64_t max_pages_per_seq);
@@ -193,13 +162,13 @@ class DeepseekV3 {
   bool graphs_enabled_ = false;
   bool record_routing_ = false;
   bool return_logits_ = true;
-  HeadMode head_mode_ = HeadMode::kLogits;
   std::vector<std::vector<int32_t>> last_routing_;  // [moe layer][tokens * top_k], appended per forward
 
   std::unique_ptr<ModelWeights> weights_;
   std::vector<ops::BufferPtr> kv_cache_;            // per local layer
   std::unique_ptr<comm::ExpertExchange> exchange_;  // attention DP: routed tokens by all-to-all
   std::unique_ptr<LmHead> head_;
+  std::unique_ptr<sample::Sampler> sampler_;
   std::unique_ptr<Workspace> workspace_;
   std::unique_ptr<GraphCache> graphs_;  // last: its graphs go first, before the buffers they point at
 };
