@@ -1,6 +1,6 @@
 // One rank's forward: embedding, per layer MLA attention then a dense MLP or the MoE block,
-// each branch summed over its group into the residual stream, then the head (model/lm_head)
-// and the sampler's device part (sample/sampler.h).
+// each branch summed over its group into the residual stream, then the head projection
+// (model/lm_head) to device logits and the caller's sampler's device part (sample/sampler.h).
 #include "model/deepseek_v3.h"
 
 #include <algorithm>
@@ -46,7 +46,7 @@ DeepseekV3::DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& 
   for (int64_t l = shard_.layers.begin; l < shard_.layers.end; ++l) kv_cache_.push_back(backend.alloc(cache_bytes));
   backend.synchronize();
   // Candidates per row and vocab part of a kCandidates draw (fewer when the part is smaller).
-  const int64_t candidates = std::min(sample::kCandidatesPerSlice, shard_.vocab.size() / parts_);
+  candidates_per_slice_ = std::min(sample::kCandidatesPerSlice, shard_.vocab.size() / parts_);
   graphs_ = std::make_unique<GraphCache>(backend);
   workspace_ = std::make_unique<Workspace>(WorkspaceDims{.config = config_,
                                                          .shard = shard_,
@@ -54,18 +54,10 @@ DeepseekV3::DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& 
                                                          .attn_tp = plan_.attn_tp,
                                                          .head_tp = groups_.attn_tp ? groups_.attn_tp->size() : 1,
                                                          .reduction_plan = reduction_plan_on(),
-                                                         .candidates_per_slice = candidates},
+                                                         .candidates_per_slice = candidates_per_slice_},
                                            backend, *graphs_);
   head_ = std::make_unique<LmHead>(
       LmHeadParams{.config = config_, .shard = shard_, .parts = parts_, .backend = backend, .weights = *weights_});
-  sampler_ = std::make_unique<sample::Sampler>(sample::SamplerParams{.backend = backend,
-                                                                     .attn_tp = groups_.attn_tp,
-                                                                     .vocab_size = config_.vocab_size,
-                                                                     .vocab_begin = shard_.vocab.begin,
-                                                                     .vocab_local = shard_.vocab.size(),
-                                                                     .parts = parts_,
-                                                                     .vocab_slices = parts_ * plan_.attn_tp,
-                                                                     .candidates_per_slice = candidates});
   if (plan_.attn_dp > 1)
     exchange_ = std::make_unique<comm::ExpertExchange>(
         comm::ExpertExchange::Params{.backend = backend,
@@ -82,6 +74,17 @@ DeepseekV3::~DeepseekV3() = default;
 
 int64_t DeepseekV3::graphs_captured() const { return graphs_->size(); }
 
+sample::SamplerParams DeepseekV3::sampler_params() const {
+  return {.backend = backend_,
+          .attn_tp = groups_.attn_tp,
+          .vocab_size = config_.vocab_size,
+          .vocab_begin = shard_.vocab.begin,
+          .vocab_local = shard_.vocab.size(),
+          .parts = parts_,
+          .vocab_slices = parts_ * plan_.attn_tp,
+          .candidates_per_slice = candidates_per_slice_};
+}
+
 std::vector<ops::Buffer*> DeepseekV3::kv_caches() {
   std::vector<ops::Buffer*> out;
   for (auto& b : kv_cache_) out.push_back(b.get());
@@ -95,7 +98,7 @@ void DeepseekV3::record_routing(int64_t moe_layer, const int32_t* ids, size_t co
 
 ops::Buffer& DeepseekV3::hidden_states(int64_t tokens) { return *workspace_->of(tokens).hidden; }
 
-sample::Drawn DeepseekV3::forward(const ForwardBatch& batch) {
+sample::SamplerBuffers DeepseekV3::forward(const ForwardBatch& batch, sample::Sampler* sampler) {
   const int64_t T = batch.num_tokens(), rows = static_cast<int64_t>(batch.logit_rows.size());
   check_forward_batch(
       batch,
@@ -105,7 +108,7 @@ sample::Drawn DeepseekV3::forward(const ForwardBatch& batch) {
   // Decode-shaped steps (one logit row per token, in order, no host work inside) replay a graph.
   bool decode_shaped = rows == T && plan_.attn_dp == 1 && !record_routing_;
   for (int64_t r = 0; decode_shaped && r < rows; ++r) decode_shaped = batch.logit_rows[r] == r;
-  auto step = [&] { run(a, rows, batch.max_pages_per_seq, batch.draw); };
+  auto step = [&] { run(a, rows, batch.max_pages_per_seq, batch.draw, sampler); };
   if (graphs_enabled_ && decode_shaped && backend_.supports_graphs() && T > 0) {
     graphs_->run({.tokens = T, .max_pages_per_seq = batch.max_pages_per_seq, .draw = batch.draw}, step);
   } else {
@@ -115,10 +118,11 @@ sample::Drawn DeepseekV3::forward(const ForwardBatch& batch) {
     backend_.synchronize();
     return {};
   }
-  return sampler_->finish(workspace_->sampler_buffers(a), batch, return_logits_);
+  return workspace_->sampler_buffers(a);
 }
 
-void DeepseekV3::run(Activations& a, int64_t logit_rows, int64_t max_pages_per_seq, DrawKind draw) {
+void DeepseekV3::run(Activations& a, int64_t logit_rows, int64_t max_pages_per_seq, DrawKind draw,
+                     sample::Sampler* sampler) {
   const int64_t T = a.tokens, hidden = config_.hidden_size;
   const std::vector<std::unique_ptr<LayerWeights>>& layers = weights_->layers;
   if (shard_.first_stage) embed(a);
@@ -137,7 +141,7 @@ void DeepseekV3::run(Activations& a, int64_t logit_rows, int64_t max_pages_per_s
   }
   if (shard_.last_stage) {
     head_->run(a, logit_rows);
-    sampler_->reduce(workspace_->sampler_buffers(a), logit_rows, draw);
+    sampler->reduce(workspace_->sampler_buffers(a), logit_rows, draw);
   }
 }
 

@@ -86,24 +86,20 @@ class DeepseekV3 {
   ops::Buffer& hidden_states(int64_t tokens);
 
   // Runs this stage's layers on `batch`. The first stage embeds batch.tokens; later stages
-  // read hidden_states(T). The last stage projects the logit rows to fp32 logits on the
-  // device and returns what the sampler draws from them under batch.draw (sample::Sampler:
-  // kLogits the logits [logit_rows, vocab] gathered over the vocab split, kGreedy / kSampled
-  // the rows' ids, kCandidates their merged candidates); earlier stages return nothing.
-  sample::Drawn forward(const ForwardBatch& batch);
+  // read hidden_states(T). The last stage ends with the LM head projection, fp32 logits
+  // [parts, logit_rows, vocab_part] on the device, and `sampler`'s device part for batch.draw
+  // (sample::Sampler::reduce) inside the same step (and graph); it returns where the logits
+  // and what the sampler reduced them to lie, for Sampler::finish. Earlier stages wait for the
+  // step and return nothing (`sampler` may be null there). One sampler per rank: a captured
+  // graph replays the sampler's collectives of its capture.
+  sample::SamplerBuffers forward(const ForwardBatch& batch, sample::Sampler* sampler);
+  // What a sampler of this rank's logits needs: the backend, the vocab split, its attn_tp group.
+  sample::SamplerParams sampler_params() const;
 
   // Decode-shaped steps (one logit row per token, in order) are captured once per
   // (tokens, max_pages_per_seq) and replayed as a graph on backends that support it.
   void set_graphs_enabled(bool enabled) { graphs_enabled_ = enabled; }
   int64_t graphs_captured() const;
-
-  // The last stage's sampler: its draw_rows() draws rows of the last forward's logits (the
-  // fallback of sampled rows whose draws reach past their candidates).
-  sample::Sampler& sampler() { return *sampler_; }
-
-  // Benchmarks time the device work alone: without logits, forward() waits for the step to
-  // finish and returns an empty Tensor on every stage.
-  void set_return_logits(bool enabled) { return_logits_ = enabled; }
 
   // Keep a host copy of each MoE layer's routing ([tokens, top_k] expert ids) while recording
   // (a synchronising download: for accounting, not for timed runs). Switching it on clears
@@ -130,7 +126,7 @@ class DeepseekV3 {
   };
   // The device work of a step: embedding (first stage), layers, and (last stage) the head and
   // the device part of the draw.
-  void run(Activations& a, int64_t logit_rows, int64_t max_pages_per_seq, DrawKind draw);
+  void run(Activations& a, int64_t logit_rows, int64_t max_pages_per_seq, DrawKind draw, sample::Sampler* sampler);
   void embed(Activations& a);
   BranchSum attention(const LayerWeights& layer, int64_t local_layer, Activations& a, int64_t max_pages_per_seq);
   void attention_part(const LayerPart& part, int v, ops::Buffer& cache, Activations& a, int64_t max_pages_per_seq);
@@ -161,14 +157,13 @@ class DeepseekV3 {
   int64_t weight_bytes_ = 0;
   bool graphs_enabled_ = false;
   bool record_routing_ = false;
-  bool return_logits_ = true;
   std::vector<std::vector<int32_t>> last_routing_;  // [moe layer][tokens * top_k], appended per forward
 
   std::unique_ptr<ModelWeights> weights_;
   std::vector<ops::BufferPtr> kv_cache_;            // per local layer
   std::unique_ptr<comm::ExpertExchange> exchange_;  // attention DP: routed tokens by all-to-all
   std::unique_ptr<LmHead> head_;
-  std::unique_ptr<sample::Sampler> sampler_;
+  int64_t candidates_per_slice_ = 0;  // of a kCandidates draw: min(kCandidatesPerSlice, vocab part)
   std::unique_ptr<Workspace> workspace_;
   std::unique_ptr<GraphCache> graphs_;  // last: its graphs go first, before the buffers they point at
 };

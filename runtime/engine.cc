@@ -28,12 +28,13 @@ struct Rank {
   std::unique_ptr<WeightSource> weights;
   RankComms comms;
   std::unique_ptr<DeepseekV3> model;
+  std::unique_ptr<sample::Sampler> sampler;  // last stage: draws from the model's logits
   int64_t forward_passes = 0;
 };
 
 // One stage's part of a micro-batch on `rank`: the [T, hidden] states from the previous stage
 // straight into the residual stream (every stage but the first), the forward, and the states
-// on to the next stage (every stage but the last). Returns forward()'s result.
+// on to the next stage (every stage but the last). Returns what the last stage's sampler drew.
 sample::Drawn run_stage(Rank& rank, const ForwardBatch& batch, int64_t hidden) {
   const parallel::RankShard& shard = rank.model->shard();
   const int stage = rank.coord.stage;
@@ -43,8 +44,10 @@ sample::Drawn run_stage(Rank& rank, const ForwardBatch& batch, int64_t hidden) {
   const int64_t T = batch.num_tokens();
   if (!shard.first_stage)
     pipeline.recv(rank.model->hidden_states(T).data(), static_cast<size_t>(T * hidden), act, stage - 1);
-  sample::Drawn out = rank.model->forward(batch);
+  const sample::SamplerBuffers logits = rank.model->forward(batch, rank.sampler.get());
   ++rank.forward_passes;
+  sample::Drawn out;
+  if (shard.last_stage) out = rank.sampler->finish(logits, batch);
   if (!shard.last_stage)
     pipeline.send(rank.model->hidden_states(T).data(), static_cast<size_t>(T * hidden), act, stage + 1);
   return out;
@@ -205,6 +208,7 @@ Engine::Engine(const ModelSource& model, EngineOptions options)
     rank.model = std::make_unique<DeepseekV3>(config_, plan, r, *rank.backend, *rank.weights, rank.comms.groups(),
                                               cache, options_.run);
     rank.model->set_graphs_enabled(options_.graphs);
+    if (rank.model->shard().last_stage) rank.sampler = std::make_unique<sample::Sampler>(rank.model->sampler_params());
   });
 }
 
@@ -219,7 +223,7 @@ void Engine::for_each_rank(const std::function<void(RankView&)>& fn) {
   impl_->quiesce("for_each_rank");
   impl_->workers->run([&](int r) {
     Rank& rank = impl_->ranks[r];
-    RankView view{r, *rank.model, *rank.backend, rank.comms};
+    RankView view{r, *rank.model, rank.sampler.get(), *rank.backend, rank.comms};
     fn(view);
   });
 }
@@ -293,7 +297,7 @@ std::vector<int32_t> Engine::sample_logits_rows(int replica, const std::vector<i
     Rank& rank = impl_->ranks[r];
     const parallel::RankShard& shard = rank.model->shard();
     if (!shard.last_stage || rank.coord.dp_index != replica) return;
-    std::vector<int32_t> drawn = rank.model->sampler().draw_rows(rows, options);
+    std::vector<int32_t> drawn = rank.sampler->draw_rows(rows, options);
     if (shard.vocab.begin == 0) tokens = std::move(drawn);  // the same on every slice's rank
   });
   return tokens;

@@ -93,6 +93,7 @@ class Engine {
   struct RankView {
     int rank;
     DeepseekV3& model;
+    sample::Sampler* sampler;  // last stage only
     ops::Backend& backend;
     RankComms& comms;
   };

@@ -299,7 +299,7 @@ std::vector<StepBenchResult> benchmark_decode_steps(Engine& engine, const std::v
     for (ops::Buffer* cache : r.model.kv_caches())
       r.backend.fill_uniform({cache->data(), slots, width, width, 0, 0, seed++, 0.0f, 1.0f});
     r.backend.synchronize();
-    r.model.set_return_logits(false);
+    if (r.sampler != nullptr) r.sampler->set_return_logits(false);
   });
 
   std::vector<StepBenchResult> results;

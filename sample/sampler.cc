@@ -66,7 +66,7 @@ void Sampler::argmax(const SamplerBuffers& b, int64_t rows) {
   }
 }
 
-Drawn Sampler::finish(const SamplerBuffers& b, const ForwardBatch& batch, bool logits) {
+Drawn Sampler::finish(const SamplerBuffers& b, const ForwardBatch& batch) {
   const int64_t rows = static_cast<int64_t>(batch.logit_rows.size());
   last_ = b;
   last_logit_rows_ = rows;
@@ -82,7 +82,7 @@ Drawn Sampler::finish(const SamplerBuffers& b, const ForwardBatch& batch, bool l
       out.rows = draw_all(rows, batch.sampling);
       break;
     case DrawKind::kLogits:
-      if (logits) {
+      if (return_logits_) {
         out.rows = logits_to_host(b, rows);
       } else {
         p_.backend.synchronize();

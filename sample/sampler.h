@@ -74,8 +74,11 @@ class Sampler {
   // captured in a graph), every rank of the vocab split at once (collectives).
   void reduce(const SamplerBuffers& b, int64_t rows, DrawKind draw);
   // The host side of the draw that reduce() enqueued for `batch` (its logit rows, temperatures
-  // and options). kLogits brings the logits only when `logits`; otherwise it synchronises.
-  Drawn finish(const SamplerBuffers& b, const ForwardBatch& batch, bool logits);
+  // and options). kLogits brings the logits unless set_return_logits(false); then it only
+  // waits for the step.
+  Drawn finish(const SamplerBuffers& b, const ForwardBatch& batch);
+  // Benchmarks time the device work alone: kLogits steps without the logits' download.
+  void set_return_logits(bool enabled) { return_logits_ = enabled; }
   // Draws logit rows `rows` of the last finished step (still on the device until the next
   // one) under `options`, over the whole vocabulary (ops::SampleParams, the same tokens as
   // cpu::sample_row); a vocab split is first gathered over attn_tp, so every rank of the
@@ -93,9 +96,10 @@ class Sampler {
   Tensor draw_all(int64_t rows, const std::vector<ops::SamplingOptions>& options);
 
   SamplerParams p_;
-  SamplerBuffers last_;            // of the last finished step: draw_rows() reads its logits
+  SamplerBuffers last_;            // of the last finished step (valid until the next forward)
   int64_t last_logit_rows_ = 0;    // its rows
   ops::BufferPtr sampled_tokens_;  // [rows] int32: draw_rows()'s tokens
+  bool return_logits_ = true;
 };
 
 }  // namespace moeserve::sample

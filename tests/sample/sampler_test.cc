@@ -145,7 +145,7 @@ ForwardBatch batch_drawing(DrawKind draw) {
 std::vector<Drawn> drawn_on_ranks(const Split& split, DrawKind draw) {
   return on_ranks<Drawn>(split, [&](Sampler& sampler, const SamplerBuffers& b) {
     sampler.reduce(b, kRows, draw);
-    return sampler.finish(b, batch_drawing(draw), /*logits=*/true);
+    return sampler.finish(b, batch_drawing(draw));
   });
 }
 
@@ -202,7 +202,7 @@ TEST_P(SamplerSplits, FallbackDrawsOfChosenRowsAreTheHostSamplersTokens) {
   const std::vector<int64_t> rows = {3, 1};
   const auto tokens = on_ranks<std::vector<int32_t>>(GetParam(), [&](Sampler& sampler, const SamplerBuffers& b) {
     sampler.reduce(b, kRows, DrawKind::kCandidates);
-    sampler.finish(b, batch_drawing(DrawKind::kCandidates), /*logits=*/true);
+    sampler.finish(b, batch_drawing(DrawKind::kCandidates));
     return sampler.draw_rows(rows, {options[3], options[1]});
   });
   for (const std::vector<int32_t>& t : tokens) {
@@ -224,7 +224,7 @@ TEST_P(SamplerSplits, LogitsComeBackWhole) {
 TEST(Sampler, FallbackRowsMustBeAmongTheLastStepsRows) {
   const auto errors = on_ranks<std::string>({.ranks = 1, .parts = 1}, [&](Sampler& sampler, const SamplerBuffers& b) {
     sampler.reduce(b, kRows, DrawKind::kGreedy);
-    sampler.finish(b, batch_drawing(DrawKind::kGreedy), /*logits=*/true);
+    sampler.finish(b, batch_drawing(DrawKind::kGreedy));
     try {
       sampler.draw_rows({kRows}, {ops::SamplingOptions{}});
     } catch (const std::exception& e) {
