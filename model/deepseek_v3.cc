@@ -1,5 +1,6 @@
 // One rank's forward: embedding, per layer MLA attention then a dense MLP or the MoE block,
-// each branch summed over its group into the residual stream, then the head (model/lm_head).
+// each branch summed over its group into the residual stream, then the head projection
+// (model/lm_head) to device logits and the caller's sampler's device part (sample/sampler.h).
 #include "model/deepseek_v3.h"
 
 #include <algorithm>
@@ -44,8 +45,8 @@ DeepseekV3::DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& 
       static_cast<size_t>(cache.num_pages * cache.page_size * width) * dtype_size(backend.activation_dtype());
   for (int64_t l = shard_.layers.begin; l < shard_.layers.end; ++l) kv_cache_.push_back(backend.alloc(cache_bytes));
   backend.synchronize();
-  // Candidates per row and vocab part in HeadMode::kCandidates (fewer when the part is smaller).
-  const int64_t candidates = std::min(kSampleCandidates, shard_.vocab.size() / parts_);
+  // Candidates per row and vocab part of a kCandidates draw (fewer when the part is smaller).
+  candidates_per_slice_ = std::min(sample::kCandidatesPerSlice, shard_.vocab.size() / parts_);
   graphs_ = std::make_unique<GraphCache>(backend);
   workspace_ = std::make_unique<Workspace>(WorkspaceDims{.config = config_,
                                                          .shard = shard_,
@@ -53,17 +54,10 @@ DeepseekV3::DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& 
                                                          .attn_tp = plan_.attn_tp,
                                                          .head_tp = groups_.attn_tp ? groups_.attn_tp->size() : 1,
                                                          .reduction_plan = reduction_plan_on(),
-                                                         .candidates_per_slice = candidates},
+                                                         .candidates_per_slice = candidates_per_slice_},
                                            backend, *graphs_);
-  head_ = std::make_unique<LmHead>(LmHeadParams{.config = config_,
-                                                .shard = shard_,
-                                                .parts = parts_,
-                                                .vocab_slices = parts_ * plan_.attn_tp,
-                                                .attn_tp = groups_.attn_tp,
-                                                .backend = backend,
-                                                .weights = *weights_,
-                                                .workspace = *workspace_,
-                                                .candidates_per_slice = candidates});
+  head_ = std::make_unique<LmHead>(
+      LmHeadParams{.config = config_, .shard = shard_, .parts = parts_, .backend = backend, .weights = *weights_});
   if (plan_.attn_dp > 1)
     exchange_ = std::make_unique<comm::ExpertExchange>(
         comm::ExpertExchange::Params{.backend = backend,
@@ -79,10 +73,16 @@ DeepseekV3::DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& 
 DeepseekV3::~DeepseekV3() = default;
 
 int64_t DeepseekV3::graphs_captured() const { return graphs_->size(); }
-SampleCandidates DeepseekV3::take_candidates() { return head_->take_candidates(); }
-std::vector<int32_t> DeepseekV3::sample_logits_rows(const std::vector<int64_t>& rows,
-                                                    const std::vector<ops::SamplingOptions>& options) {
-  return head_->sample_logits_rows(rows, options);
+
+sample::SamplerParams DeepseekV3::sampler_params() const {
+  return {.backend = backend_,
+          .attn_tp = groups_.attn_tp,
+          .vocab_size = config_.vocab_size,
+          .vocab_begin = shard_.vocab.begin,
+          .vocab_local = shard_.vocab.size(),
+          .parts = parts_,
+          .vocab_slices = parts_ * plan_.attn_tp,
+          .candidates_per_slice = candidates_per_slice_};
 }
 
 std::vector<ops::Buffer*> DeepseekV3::kv_caches() {
@@ -98,32 +98,31 @@ void DeepseekV3::record_routing(int64_t moe_layer, const int32_t* ids, size_t co
 
 ops::Buffer& DeepseekV3::hidden_states(int64_t tokens) { return *workspace_->of(tokens).hidden; }
 
-Tensor DeepseekV3::forward(const ForwardBatch& batch) {
+sample::SamplerBuffers DeepseekV3::forward(const ForwardBatch& batch, sample::Sampler* sampler) {
   const int64_t T = batch.num_tokens(), rows = static_cast<int64_t>(batch.logit_rows.size());
-  check_forward_batch(batch, {.config = config_,
-                              .cache = cache_shape_,
-                              .first_stage = shard_.first_stage,
-                              .last_stage = shard_.last_stage,
-                              .head_mode = head_mode_});
-  if (head_mode_ == HeadMode::kCandidates && shard_.last_stage) head_->set_temperatures(batch.temperatures);
-  if (head_mode_ == HeadMode::kSampled && shard_.last_stage) head_->set_sampling(batch.sampling);
-
-  Activations& a = workspace_->prepare(batch, head_mode_ == HeadMode::kCandidates && shard_.last_stage);
+  check_forward_batch(
+      batch,
+      {.config = config_, .cache = cache_shape_, .first_stage = shard_.first_stage, .last_stage = shard_.last_stage});
+  Activations& a = workspace_->prepare(batch);
 
   // Decode-shaped steps (one logit row per token, in order, no host work inside) replay a graph.
   bool decode_shaped = rows == T && plan_.attn_dp == 1 && !record_routing_;
   for (int64_t r = 0; decode_shaped && r < rows; ++r) decode_shaped = batch.logit_rows[r] == r;
-  auto step = [&] { run(a, rows, batch.max_pages_per_seq); };
+  auto step = [&] { run(a, rows, batch.max_pages_per_seq, batch.draw, sampler); };
   if (graphs_enabled_ && decode_shaped && backend_.supports_graphs() && T > 0) {
-    graphs_->run({.tokens = T, .max_pages_per_seq = batch.max_pages_per_seq, .head_mode = static_cast<int>(head_mode_)},
-                 step);
+    graphs_->run({.tokens = T, .max_pages_per_seq = batch.max_pages_per_seq, .draw = batch.draw}, step);
   } else {
     step();
   }
-  return head_->finish(a, rows, head_mode_, return_logits_);
+  if (!shard_.last_stage) {
+    backend_.synchronize();
+    return {};
+  }
+  return workspace_->sampler_buffers(a);
 }
 
-void DeepseekV3::run(Activations& a, int64_t logit_rows, int64_t max_pages_per_seq) {
+void DeepseekV3::run(Activations& a, int64_t logit_rows, int64_t max_pages_per_seq, DrawKind draw,
+                     sample::Sampler* sampler) {
   const int64_t T = a.tokens, hidden = config_.hidden_size;
   const std::vector<std::unique_ptr<LayerWeights>>& layers = weights_->layers;
   if (shard_.first_stage) embed(a);
@@ -140,7 +139,10 @@ void DeepseekV3::run(Activations& a, int64_t logit_rows, int64_t max_pages_per_s
     const BranchSum mlp = layer.is_moe ? moe(layer, moe_layer++, a) : dense_mlp(layer, a);
     add_branch(mlp, a, i + 1 < layers.size() ? ptr(layers[i + 1]->input_norm) : nullptr);
   }
-  if (shard_.last_stage) head_->run(a, logit_rows, head_mode_);
+  if (shard_.last_stage) {
+    head_->run(a, logit_rows);
+    sampler->reduce(workspace_->sampler_buffers(a), logit_rows, draw);
+  }
 }
 
 void DeepseekV3::embed(Activations& a) {

@@ -15,6 +15,7 @@
 #include "model/weight_source.h"
 #include "ops/ops.h"
 #include "parallel/plan.h"
+#include "sample/sampler.h"
 #include "step/forward_batch.h"
 
 namespace moeserve {
@@ -43,24 +44,6 @@ struct KvCacheShape {
   int64_t page_size = 64;
 };
 
-// What the head returns for the logit rows of a step.
-enum class HeadMode {
-  kLogits,      // fp32 logits [rows, vocab]
-  kGreedy,      // each row's argmax id
-  kCandidates,  // each row's top candidates and softmax normaliser (SampleCandidates)
-  kSampled,     // each row's token, drawn on the device under ForwardBatch::sampling
-};
-
-// A step's sampling candidates, merged over the vocab split (host memory): per row the
-// `count` largest logits in descending order (ties: smaller id first) and the softmax
-// normaliser at the row's temperature over the whole vocabulary (ops::TopCandidatesParams).
-struct SampleCandidates {
-  int64_t rows = 0, count = 0;
-  std::vector<float> values;       // [rows, count]
-  std::vector<int32_t> ids;        // [rows, count]
-  std::vector<double> normaliser;  // [rows], relative to values[row * count]
-};
-
 // How a rank computes, beside what it owns.
 //
 // reduction_plan (default single: none): every sum that a tensor- or expert-parallel plan
@@ -86,9 +69,6 @@ void check_reduction_plan(const ModelConfig& config, const parallel::ParallelPla
 
 class DeepseekV3 {
  public:
-  // Candidates per row and vocab slice in HeadMode::kCandidates (fewer when the slice is smaller).
-  static constexpr int64_t kSampleCandidates = 256;
-
   // Loads this rank's weights from `source` (only the slices the shard owns). Synthetic
   // weights are generated directly in backend memory.
   DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& plan, int rank, ops::Backend& backend,
@@ -106,36 +86,20 @@ class DeepseekV3 {
   ops::Buffer& hidden_states(int64_t tokens);
 
   // Runs this stage's layers on `batch`. The first stage embeds batch.tokens; later stages
-  // read hidden_states(T). The last stage returns the fp32 logits [logit_rows, vocab]
-  // (gathered over the vocab split, host memory); earlier stages return an empty Tensor.
-  Tensor forward(const ForwardBatch& batch);
+  // read hidden_states(T). The last stage ends with the LM head projection, fp32 logits
+  // [parts, logit_rows, vocab_part] on the device, and `sampler`'s device part for batch.draw
+  // (sample::Sampler::reduce) inside the same step (and graph); it returns where the logits
+  // and what the sampler reduced them to lie, for Sampler::finish. Earlier stages wait for the
+  // step and return nothing (`sampler` may be null there). One sampler per rank: a captured
+  // graph replays the sampler's collectives of its capture.
+  sample::SamplerBuffers forward(const ForwardBatch& batch, sample::Sampler* sampler);
+  // What a sampler of this rank's logits needs: the backend, the vocab split, its attn_tp group.
+  sample::SamplerParams sampler_params() const;
 
   // Decode-shaped steps (one logit row per token, in order) are captured once per
   // (tokens, max_pages_per_seq) and replayed as a graph on backends that support it.
   void set_graphs_enabled(bool enabled) { graphs_enabled_ = enabled; }
   int64_t graphs_captured() const;
-
-  // What the last stage returns. kGreedy: each logit row's argmax id (Tensor I32 [rows])
-  // instead of its logits; each vocab-parallel rank reduces its slice on the device and only
-  // (value, id) pairs cross ranks and come to the host. kCandidates: forward() returns an
-  // empty Tensor and take_candidates() the rows' top candidates at the temperatures of
-  // ForwardBatch::temperatures (each rank reduces its slice; count x (value, id) pairs and a
-  // normaliser per row cross ranks). kSampled: each logit row's token (Tensor I32 [rows])
-  // drawn where the logits are, right after the step, under ForwardBatch::sampling
-  // (sample_logits_rows; greedy rows have temperature 0): nothing waits for the host, so a
-  // step in flight behind it cannot overwrite the logits first. Graphs are kept per mode.
-  void set_head_mode(HeadMode mode) { head_mode_ = mode; }
-  SampleCandidates take_candidates();
-  // Draws logit rows `rows` of the last forward (still on the device until the next one)
-  // under `options`, over the whole vocabulary (ops::SampleParams; a vocab split is first
-  // gathered over attn_tp, so every rank of the split takes part and draws the same tokens):
-  // the fallback of sampled rows whose draws reach past their candidates.
-  std::vector<int32_t> sample_logits_rows(const std::vector<int64_t>& rows,
-                                          const std::vector<ops::SamplingOptions>& options);
-
-  // Benchmarks time the device work alone: without logits, forward() waits for the step to
-  // finish and returns an empty Tensor on every stage.
-  void set_return_logits(bool enabled) { return_logits_ = enabled; }
 
   // Keep a host copy of each MoE layer's routing ([tokens, top_k] expert ids) while recording
   // (a synchronising download: for accounting, not for timed runs). Switching it on clears
@@ -160,8 +124,9 @@ class DeepseekV3 {
     comm::Communicator* group;
     const char* site;
   };
-  // The device work of a step: embedding (first stage), layers, and (last stage) the head.
-  void run(Activations& a, int64_t logit_rows, int64_t max_pages_per_seq);
+  // The device work of a step: embedding (first stage), layers, and (last stage) the head and
+  // the device part of the draw.
+  void run(Activations& a, int64_t logit_rows, int64_t max_pages_per_seq, DrawKind draw, sample::Sampler* sampler);
   void embed(Activations& a);
   BranchSum attention(const LayerWeights& layer, int64_t local_layer, Activations& a, int64_t max_pages_per_seq);
   void attention_part(const LayerPart& part, int v, ops::Buffer& cache, Activations& a, int64_t max_pages_per_seq);
@@ -192,14 +157,13 @@ class DeepseekV3 {
   int64_t weight_bytes_ = 0;
   bool graphs_enabled_ = false;
   bool record_routing_ = false;
-  bool return_logits_ = true;
-  HeadMode head_mode_ = HeadMode::kLogits;
   std::vector<std::vector<int32_t>> last_routing_;  // [moe layer][tokens * top_k], appended per forward
 
   std::unique_ptr<ModelWeights> weights_;
   std::vector<ops::BufferPtr> kv_cache_;            // per local layer
   std::unique_ptr<comm::ExpertExchange> exchange_;  // attention DP: routed tokens by all-to-all
   std::unique_ptr<LmHead> head_;
+  int64_t candidates_per_slice_ = 0;  // of a kCandidates draw: min(kCandidatesPerSlice, vocab part)
   std::unique_ptr<Workspace> workspace_;
   std::unique_ptr<GraphCache> graphs_;  // last: its graphs go first, before the buffers they point at
 };

@@ -32,16 +32,16 @@ void check_tokens(const ForwardBatch& batch, const BatchLimits& limits) {
 
 void check_head_rows(const ForwardBatch& batch, const BatchLimits& limits) {
   const int64_t rows = static_cast<int64_t>(batch.logit_rows.size());
-  if (limits.head_mode == HeadMode::kCandidates && limits.last_stage) {
+  if (batch.draw == DrawKind::kCandidates && limits.last_stage) {
     MS_CHECK(static_cast<int64_t>(batch.temperatures.size()) == rows,
-             "forward batch: {} temperatures for {} logit rows (a candidate head needs one per row)",
+             "forward batch: {} temperatures for {} logit rows (a candidates draw needs one per row)",
              batch.temperatures.size(), rows);
     for (float t : batch.temperatures)
       MS_CHECK(std::isfinite(t) && t >= 0.0f, "forward batch: temperature {} is not a finite value >= 0", t);
   }
-  if (limits.head_mode == HeadMode::kSampled && limits.last_stage) {
+  if (batch.draw == DrawKind::kSampled && limits.last_stage) {
     MS_CHECK(static_cast<int64_t>(batch.sampling.size()) == rows,
-             "forward batch: {} sampling options for {} logit rows (a sampled head needs one per row)",
+             "forward batch: {} sampling options for {} logit rows (a sampled draw needs one per row)",
              batch.sampling.size(), rows);
   }
 }

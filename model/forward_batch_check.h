@@ -1,5 +1,5 @@
 // The checks a step's ForwardBatch passes before any of it reaches the device: lengths,
-// positions, cache slots and pages, token ids, logit rows, and what the head mode needs per row.
+// positions, cache slots and pages, token ids, logit rows, and what the draw needs per row.
 #pragma once
 
 #include "model/config.h"
@@ -11,8 +11,7 @@ struct BatchLimits {
   const ModelConfig& config;
   KvCacheShape cache;
   bool first_stage = false;  // checks the token ids
-  bool last_stage = false;   // checks what the head mode needs
-  HeadMode head_mode = HeadMode::kLogits;
+  bool last_stage = false;   // checks what the batch's draw needs
 };
 
 // Throws, naming the field at fault.

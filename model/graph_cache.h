@@ -12,6 +12,7 @@
 #include <set>
 
 #include "ops/ops.h"
+#include "step/forward_batch.h"
 
 namespace moeserve {
 
@@ -19,7 +20,7 @@ class GraphCache {
  public:
   struct Key {
     int64_t tokens = 0, max_pages_per_seq = 0;
-    int head_mode = 0;  // graphs are kept per head mode
+    DrawKind draw = DrawKind::kLogits;  // the sampler's device part is captured with the step
     auto operator<=>(const Key&) const = default;
   };
 

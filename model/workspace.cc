@@ -83,10 +83,6 @@ size_t Workspace::lay_out_head(Activations* a, int64_t rows, ops::Buffer* arena)
   layout.place(&Activations::selected, n * dims_.config.hidden_size, dtype_size(backend_.activation_dtype()));
   layout.place(&Activations::local_logits, n * vocab_local, 4);  // [parts, R, vocab part]
   layout.place(&Activations::greedy_pairs, parts * 2 * n, 4);    // [parts, 2R]
-  if (a != nullptr) {                                            // part 0's values and ids
-    a->greedy_values = std::make_unique<BufferView>(a->greedy_pairs->data(), n * 4);
-    a->greedy_ids = std::make_unique<BufferView>(static_cast<std::byte*>(a->greedy_pairs->data()) + n * 4, n * 4);
-  }
   const int64_t c = dims_.candidates_per_slice;
   layout.place(&Activations::temperatures, n, 4);
   layout.place(&Activations::cand_values, parts * n * c, 4);  // [parts, R, C]
@@ -100,6 +96,21 @@ size_t Workspace::lay_out_head(Activations* a, int64_t rows, ops::Buffer* arena)
     layout.place(&Activations::gathered_cand_normaliser, tp * parts * n, 8);
   }
   return layout.used();
+}
+
+sample::SamplerBuffers Workspace::sampler_buffers(const Activations& a) const {
+  return {.logits = a.local_logits.get(),
+          .gathered_logits = a.gathered_logits.get(),
+          .temperatures = a.temperatures.get(),
+          .greedy_pairs = a.greedy_pairs.get(),
+          .gathered_pairs = a.gathered_pairs.get(),
+          .cand_values = a.cand_values.get(),
+          .cand_ids = a.cand_ids.get(),
+          .cand_normaliser = a.cand_normaliser.get(),
+          .gathered_cand_values = a.gathered_cand_values.get(),
+          .gathered_cand_ids = a.gathered_cand_ids.get(),
+          .gathered_cand_normaliser = a.gathered_cand_normaliser.get(),
+          .capacity = std::max<int64_t>(head_rows_, 1)};
 }
 
 Activations& Workspace::of(int64_t T) {
@@ -153,7 +164,7 @@ void Workspace::reserve_logit_rows(int64_t rows) {
   for (auto& [tokens, a] : workspaces_) lay_out_head(a.get(), head_rows_, head_arena_.get());
 }
 
-Activations& Workspace::prepare(const ForwardBatch& batch, bool temperatures) {
+Activations& Workspace::prepare(const ForwardBatch& batch) {
   Activations& a = of(batch.num_tokens());
   reserve_block_tables(a, static_cast<int64_t>(batch.block_tables.size()));
   reserve_logit_rows(static_cast<int64_t>(batch.logit_rows.size()));
@@ -166,7 +177,7 @@ Activations& Workspace::prepare(const ForwardBatch& batch, bool temperatures) {
   put(a.slots, batch.slots);
   put(a.block_tables, batch.block_tables);
   put(a.logit_rows, batch.logit_rows);
-  if (temperatures && !batch.temperatures.empty())
+  if (batch.draw == DrawKind::kCandidates && dims_.shard.last_stage && !batch.temperatures.empty())
     backend_.upload(*a.temperatures, 0, batch.temperatures.data(), batch.temperatures.size() * 4);
   return a;
 }

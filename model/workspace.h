@@ -12,6 +12,7 @@
 #include "model/graph_cache.h"
 #include "ops/ops.h"
 #include "parallel/plan.h"
+#include "sample/sampler.h"
 
 namespace moeserve {
 
@@ -51,11 +52,11 @@ struct Activations {
   BufferPtr selected;         // [R, hidden] rows that get logits, normalised
   BufferPtr local_logits;     // [R, vocab_local] fp32
   BufferPtr gathered_logits;  // [attn_tp, R, vocab_local] fp32
-  // Greedy heads: this rank's slice maxima, values [R] then ids [R] in one buffer, so that a
+  // Greedy draws: this rank's slice maxima, values [R] then ids [R] in one buffer, so that a
   // single all-gather moves both: gathered [attn_tp, 2R].
-  BufferPtr greedy_pairs, greedy_values, greedy_ids;
+  BufferPtr greedy_pairs;
   BufferPtr gathered_pairs;
-  // Candidate heads: C = candidates_per_slice per row of this rank's vocab slice.
+  // Candidate draws: C = candidates_per_slice per row of this rank's vocab slice.
   BufferPtr temperatures;                             // [R] fp32, uploaded with the step
   BufferPtr cand_values, cand_ids;                    // [R, C]: a row's first value is its slice's maximum
   BufferPtr cand_normaliser;                          // [R] fp64
@@ -75,7 +76,7 @@ struct WorkspaceDims {
   int attn_tp;                   // the plan's attention TP
   int head_tp;                   // ranks of the attention-TP group (1 without one)
   bool reduction_plan;           // a reduction plan of more than one rank
-  int64_t candidates_per_slice;  // HeadMode::kCandidates, per row and vocab part
+  int64_t candidates_per_slice;  // DrawKind::kCandidates, per row and vocab part
 };
 
 class Workspace {
@@ -85,14 +86,14 @@ class Workspace {
 
   Activations& of(int64_t tokens);
   // The workspace of `batch`'s token count with its metadata (ids, positions, slots, block
-  // tables, logit rows; the rows' temperatures when `temperatures`) uploaded.
-  Activations& prepare(const ForwardBatch& batch, bool temperatures);
+  // tables, logit rows; on the last stage a kCandidates batch's temperatures) uploaded.
+  Activations& prepare(const ForwardBatch& batch);
   // Grow a's block table to `entries` (dropping the graphs of a's size that point at the old one).
   void reserve_block_tables(Activations& a, int64_t entries);
   void reserve_logit_rows(int64_t rows);  // last stage: the head arena, for `rows` rows
   int64_t head_rows() const { return head_rows_; }
-  // Any workspace: every one views the same head arena.
-  Activations& any() { return *workspaces_.begin()->second; }
+  // a's head buffers as the sampler reads and writes them.
+  sample::SamplerBuffers sampler_buffers(const Activations& a) const;
 
  private:
   // Points a's activation (head) buffers into `arena` for T tokens (rows); returns the bytes

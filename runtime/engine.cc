@@ -28,13 +28,14 @@ struct Rank {
   std::unique_ptr<WeightSource> weights;
   RankComms comms;
   std::unique_ptr<DeepseekV3> model;
+  std::unique_ptr<sample::Sampler> sampler;  // last stage: draws from the model's logits
   int64_t forward_passes = 0;
 };
 
 // One stage's part of a micro-batch on `rank`: the [T, hidden] states from the previous stage
 // straight into the residual stream (every stage but the first), the forward, and the states
-// on to the next stage (every stage but the last). Returns forward()'s result.
-Tensor run_stage(Rank& rank, const ForwardBatch& batch, int64_t hidden) {
+// on to the next stage (every stage but the last). Returns what the last stage's sampler drew.
+sample::Drawn run_stage(Rank& rank, const ForwardBatch& batch, int64_t hidden) {
   const parallel::RankShard& shard = rank.model->shard();
   const int stage = rank.coord.stage;
   comm::Communicator& pipeline = *rank.comms.pipeline;
@@ -43,39 +44,38 @@ Tensor run_stage(Rank& rank, const ForwardBatch& batch, int64_t hidden) {
   const int64_t T = batch.num_tokens();
   if (!shard.first_stage)
     pipeline.recv(rank.model->hidden_states(T).data(), static_cast<size_t>(T * hidden), act, stage - 1);
-  Tensor out = rank.model->forward(batch);
+  const sample::SamplerBuffers logits = rank.model->forward(batch, rank.sampler.get());
   ++rank.forward_passes;
+  sample::Drawn out;
+  if (shard.last_stage) out = rank.sampler->finish(logits, batch);
   if (!shard.last_stage)
     pipeline.send(rank.model->hidden_states(T).data(), static_cast<size_t>(T * hidden), act, stage + 1);
   return out;
 }
 
-// Outputs sized for `step`: one entry per (micro-batch, replica), candidates for a sampling step.
-StepOutputs sized_outputs(const StepPlan& step, int attn_dp, HeadMode head) {
+// Outputs sized for `step`: one entry per (micro-batch, replica).
+StepOutputs sized_outputs(const StepPlan& step, int attn_dp) {
   StepOutputs out;
   out.rows.assign(step.micro_batches.size(), std::vector<Tensor>(static_cast<size_t>(attn_dp)));
-  if (head == HeadMode::kCandidates)
-    out.candidates.assign(step.micro_batches.size(), std::vector<SampleCandidates>(static_cast<size_t>(attn_dp)));
+  out.candidates.assign(step.micro_batches.size(), std::vector<sample::SampleCandidates>(static_cast<size_t>(attn_dp)));
   return out;
 }
 
 // One rank's part of a step: every micro-batch through its stage, the outputs kept by the
 // ranks that hold them (the last stage's attention-TP rank 0 of each replica; the logits are
 // gathered over the vocab split).
-void run_step_on_rank(Rank& rank, const StepPlan& step, HeadMode head, int64_t hidden, StepOutputs& outputs) {
-  rank.model->set_head_mode(head);
+void run_step_on_rank(Rank& rank, const StepPlan& step, int64_t hidden, StepOutputs& outputs) {
   for (size_t m = 0; m < step.micro_batches.size(); ++m) {
-    Tensor out = run_stage(rank, step.micro_batches[m].replicas[rank.coord.dp_index].batch, hidden);
+    sample::Drawn out = run_stage(rank, step.micro_batches[m].replicas[rank.coord.dp_index].batch, hidden);
     if (!rank.model->shard().last_stage || rank.coord.tp_index != 0) continue;
-    outputs.rows[m][rank.coord.dp_index] = std::move(out);
-    if (head == HeadMode::kCandidates) outputs.candidates[m][rank.coord.dp_index] = rank.model->take_candidates();
+    outputs.rows[m][rank.coord.dp_index] = std::move(out.rows);
+    outputs.candidates[m][rank.coord.dp_index] = std::move(out.candidates);
   }
 }
 
 // A step queued by Engine::submit: its plan, and its outputs once every rank has run it.
 struct AsyncStep {
   StepPlan plan;
-  HeadMode head = HeadMode::kLogits;
   StepOutputs outputs;
   int ranks_done = 0;  // under AsyncQueue::mutex
 };
@@ -127,7 +127,7 @@ void Engine::Impl::start_async(int64_t hidden) {
         step = queue.steps.at(next);
       }
       try {
-        run_step_on_rank(rank, step->plan, step->head, hidden, step->outputs);
+        run_step_on_rank(rank, step->plan, hidden, step->outputs);
       } catch (...) {
         {
           std::lock_guard<std::mutex> lock(queue.mutex);
@@ -208,6 +208,7 @@ Engine::Engine(const ModelSource& model, EngineOptions options)
     rank.model = std::make_unique<DeepseekV3>(config_, plan, r, *rank.backend, *rank.weights, rank.comms.groups(),
                                               cache, options_.run);
     rank.model->set_graphs_enabled(options_.graphs);
+    if (rank.model->shard().last_stage) rank.sampler = std::make_unique<sample::Sampler>(rank.model->sampler_params());
   });
 }
 
@@ -222,7 +223,7 @@ void Engine::for_each_rank(const std::function<void(RankView&)>& fn) {
   impl_->quiesce("for_each_rank");
   impl_->workers->run([&](int r) {
     Rank& rank = impl_->ranks[r];
-    RankView view{r, *rank.model, *rank.backend, rank.comms};
+    RankView view{r, *rank.model, rank.sampler.get(), *rank.backend, rank.comms};
     fn(view);
   });
 }
@@ -238,12 +239,11 @@ EngineStats Engine::stats() const {
   return out;
 }
 
-StepTicket Engine::submit(StepPlan step, HeadMode head) {
+StepTicket Engine::submit(StepPlan step) {
   MS_CHECK(impl_->failure.empty(), "the engine stopped after a failed step: {}", impl_->failure);
   auto queued = std::make_shared<AsyncStep>();
-  queued->outputs = sized_outputs(step, options_.plan.attn_dp, head);
+  queued->outputs = sized_outputs(step, options_.plan.attn_dp);
   queued->plan = std::move(step);
-  queued->head = head;
   if (!impl_->workers->running()) impl_->start_async(config_.hidden_size);
   AsyncQueue& queue = impl_->queue;
   StepTicket ticket;
@@ -297,7 +297,7 @@ std::vector<int32_t> Engine::sample_logits_rows(int replica, const std::vector<i
     Rank& rank = impl_->ranks[r];
     const parallel::RankShard& shard = rank.model->shard();
     if (!shard.last_stage || rank.coord.dp_index != replica) return;
-    std::vector<int32_t> drawn = rank.model->sample_logits_rows(rows, options);
+    std::vector<int32_t> drawn = rank.sampler->draw_rows(rows, options);
     if (shard.vocab.begin == 0) tokens = std::move(drawn);  // the same on every slice's rank
   });
   return tokens;

@@ -2,7 +2,7 @@
 // thread per rank (runtime/rank_workers.h), each with its own shard of the model, its own
 // weight source and its own communicators (an in-process world on CPU ranks, NCCL on GPUs).
 // The last stage's attention-TP rank 0 of each replica hands the step's outputs over (logits
-// gathered over the vocab split, or what the head reduced them to on the devices). What runs
+// gathered over the vocab split, or what the sampler reduced them to on the devices). What runs
 // and what is drawn from the outputs is the caller's: runtime/step_loop.h.
 #pragma once
 
@@ -38,12 +38,12 @@ struct EngineOptions {
   bool batch_invariant = false;  // every row's logits independent of its batch (rank_devices.h)
 };
 
-// What a step gives back: per (micro-batch, DP replica), the logit rows [rows, vocab] (fp32),
-// or each row's argmax id (I32 [rows]) for a greedy step, and for a sampling step each row's
-// top candidates (rows then empty).
+// What a step gives back: per (micro-batch, DP replica), what the sampler drew under the
+// batch's DrawKind: the logit rows [rows, vocab] (fp32), each row's id (I32 [rows]) for a
+// greedy or sampled draw, or each row's top candidates (rows then empty).
 struct StepOutputs {
   std::vector<std::vector<Tensor>> rows;
-  std::vector<std::vector<SampleCandidates>> candidates;
+  std::vector<std::vector<sample::SampleCandidates>> candidates;
 };
 using StepTicket = uint64_t;
 
@@ -68,9 +68,10 @@ class Engine {
   // (hidden states pass stage to stage), so while the last stage runs one group of
   // sequences' step the first can run another's (pipeline groups). wait() blocks until the
   // step has left every rank and returns its outputs; a synchronous step is
-  // wait(submit(step, head)). The caller orders dependent steps itself (a sequence's next
-  // step is submitted after its previous one was waited for and sampled). What the head
-  // returns per (micro-batch, DP replica), rows as the step's ReplicaBatch describes:
+  // wait(submit(step)). The caller orders dependent steps itself (a sequence's next step is
+  // submitted after its previous one was waited for and sampled). What each batch's
+  // ForwardBatch::draw returns per (micro-batch, DP replica), rows as the step's
+  // ReplicaBatch describes (step::set_draw sets it on every batch):
   //   kLogits      the fp32 logits [rows, vocab];
   //   kGreedy      each row's argmax id (I32 [rows]), reduced on the devices;
   //   kCandidates  each row's top candidates and softmax normaliser at the temperatures of
@@ -78,13 +79,13 @@ class Engine {
   //   kSampled     each row's token (I32 [rows]) drawn on the devices under its
   //                ForwardBatch::sampling options right after its micro-batch.
   // A failed step stops the engine: later calls throw.
-  StepTicket submit(StepPlan step, HeadMode head);
+  StepTicket submit(StepPlan step);
   StepOutputs wait(StepTicket ticket);
   // Replica `replica`'s logit rows `rows` of the last step, each drawn under its `options`
-  // exactly as cpu::sample_row draws it (ops::SampleParams), on the devices; returns the
-  // tokens. For the rows a candidates step's candidates do not cover (the step's last
-  // micro-batch's logits stay on the devices until the next step). Like for_each_rank(), it
-  // needs every submitted step waited for.
+  // exactly as cpu::sample_row draws it (ops::SampleParams), on the devices (each rank's
+  // sample::Sampler::draw_rows); returns the tokens. For the rows a candidates step's candidates do not cover (the
+  // step's last micro-batch's logits stay on the devices until the next step). Like for_each_rank(), it needs every
+  // submitted step waited for.
   std::vector<int32_t> sample_logits_rows(int replica, const std::vector<int64_t>& rows,
                                           const std::vector<ops::SamplingOptions>& options);
 
@@ -92,6 +93,7 @@ class Engine {
   struct RankView {
     int rank;
     DeepseekV3& model;
+    sample::Sampler* sampler;  // last stage only
     ops::Backend& backend;
     RankComms& comms;
   };

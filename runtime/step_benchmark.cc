@@ -56,12 +56,12 @@ void run_pipelined(Engine& engine, const StepPlan& step, int rounds) {
   std::vector<StepPlan> groups(step.micro_batches.size());  // micro-batch m alone
   for (size_t m = 0; m < groups.size(); ++m) groups[m].micro_batches.push_back(step.micro_batches[m]);
   std::deque<StepTicket> in_flight;  // one step per group, oldest first
-  for (const StepPlan& group : groups) in_flight.push_back(engine.submit(group, HeadMode::kLogits));
+  for (const StepPlan& group : groups) in_flight.push_back(engine.submit(group));
   for (int round = 1; round < rounds; ++round)
     for (const StepPlan& group : groups) {
       engine.wait(in_flight.front());
       in_flight.pop_front();
-      in_flight.push_back(engine.submit(group, HeadMode::kLogits));
+      in_flight.push_back(engine.submit(group));
     }
   for (; !in_flight.empty(); in_flight.pop_front()) engine.wait(in_flight.front());
 }
@@ -80,7 +80,7 @@ namespace {
 
 // One step with the logits head, synchronously (what a step costs when every logit row comes
 // to the host).
-void run_logits_step(Engine& engine, const StepPlan& step) { engine.wait(engine.submit(step, HeadMode::kLogits)); }
+void run_logits_step(Engine& engine, const StepPlan& step) { engine.wait(engine.submit(step)); }
 
 // A decode step of the engine's layout: every sequence has `context` cached tokens and decodes
 // position `context`. micro_batch > 0: micro-batches of that many sequences (else the
@@ -299,7 +299,7 @@ std::vector<StepBenchResult> benchmark_decode_steps(Engine& engine, const std::v
     for (ops::Buffer* cache : r.model.kv_caches())
       r.backend.fill_uniform({cache->data(), slots, width, width, 0, 0, seed++, 0.0f, 1.0f});
     r.backend.synchronize();
-    r.model.set_return_logits(false);
+    if (r.sampler != nullptr) r.sampler->set_return_logits(false);
   });
 
   std::vector<StepBenchResult> results;

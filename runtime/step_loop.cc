@@ -6,6 +6,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/thread_pool.h"
+#include "sample/sampler.h"
 
 namespace moeserve::runtime {
 
@@ -40,7 +41,7 @@ auto StepLoop::on_engine(Fn&& fn) -> decltype(fn()) {
 
 void StepLoop::warm_up() {
   for (step::StepPlan& plan : scheduler_.warmup_steps())
-    on_engine([&] { return engine_.wait(engine_.submit(std::move(plan), HeadMode::kLogits)); });
+    on_engine([&] { return engine_.wait(engine_.submit(std::move(plan))); });
 }
 
 void StepLoop::add(sched::RequestId id, LoopRequest request) {
@@ -59,46 +60,47 @@ ops::SamplingOptions StepLoop::next_draw(sched::RequestId id, const LoopRequest&
   return options;
 }
 
-HeadMode StepLoop::choose_head(sched::ScheduledStep& step) const {
-  // The least that lets every row draw: greedy rows without logprobs need only each row's
+DrawKind StepLoop::choose_draw(sched::ScheduledStep& step) const {
+  // The least that lets every row be drawn: greedy rows without logprobs need only each row's
   // argmax; sampled rows their top candidates and softmax normaliser (both reduced on the
   // devices); full fp32 logits come to the host only for logprobs, prompt logits or a top_k
   // beyond the candidates. A step of several micro-batches (the candidates' fallback can fetch
   // the last one's logits only) and a pipeline group's step (a later group's step may replace
   // its logits on the devices before a fallback could fetch them) draw every row on the
   // devices right after its micro-batch instead (kSampled), under options uploaded with the batch.
-  HeadMode head = HeadMode::kGreedy;
+  DrawKind draw = DrawKind::kGreedy;
   for (const auto& chunk : step.chunks) {
     const LoopRequest& r = requests_.at(chunk.id);
-    if (chunk.prompt_rows) head = HeadMode::kLogits;
+    if (chunk.prompt_rows) draw = DrawKind::kLogits;
     if (chunk.logit_row < 0) continue;
     const bool greedy_row = r.sampling.temperature <= 0.0f || r.sampling.top_k == 1;
-    if (r.top_logprobs >= 0 || r.sampling.top_k > DeepseekV3::kSampleCandidates) {
-      head = HeadMode::kLogits;
-    } else if (!greedy_row && head == HeadMode::kGreedy) {
-      head = HeadMode::kCandidates;
+    if (r.top_logprobs >= 0 || r.sampling.top_k > sample::kCandidatesPerSlice) {
+      draw = DrawKind::kLogits;
+    } else if (!greedy_row && draw == DrawKind::kGreedy) {
+      draw = DrawKind::kCandidates;
     }
   }
   const bool pipelined = scheduler_.options().pipeline_groups > 1;
-  if (head == HeadMode::kCandidates && (step.plan.micro_batches.size() != 1 || pipelined)) head = HeadMode::kSampled;
-  return head;
+  if (draw == DrawKind::kCandidates && (step.plan.micro_batches.size() != 1 || pipelined)) draw = DrawKind::kSampled;
+  return draw;
 }
 
-void StepLoop::set_row_options(sched::ScheduledStep& step, HeadMode head) const {
-  if (head != HeadMode::kSampled && head != HeadMode::kCandidates) return;
+void StepLoop::set_row_options(sched::ScheduledStep& step, DrawKind draw) const {
+  step::set_draw(step.plan, draw);
+  if (draw != DrawKind::kSampled && draw != DrawKind::kCandidates) return;
   for (auto& micro_batch : step.plan.micro_batches)
     for (auto& replica : micro_batch.replicas) {
       const size_t rows = replica.batch.logit_rows.size();
       // Rows that draw nothing (padding) are greedy: temperature 0.
-      if (head == HeadMode::kSampled) replica.batch.sampling.assign(rows, {});
-      if (head == HeadMode::kCandidates) replica.batch.temperatures.assign(rows, 0.0f);
+      if (draw == DrawKind::kSampled) replica.batch.sampling.assign(rows, {});
+      if (draw == DrawKind::kCandidates) replica.batch.temperatures.assign(rows, 0.0f);
     }
   for (const auto& chunk : step.chunks) {
     if (chunk.logit_row < 0) continue;
     const LoopRequest& r = requests_.at(chunk.id);
     ForwardBatch& batch = step.plan.micro_batches[chunk.micro_batch].replicas[chunk.replica].batch;
-    if (head == HeadMode::kSampled) batch.sampling[chunk.logit_row] = next_draw(chunk.id, r);
-    if (head == HeadMode::kCandidates)
+    if (draw == DrawKind::kSampled) batch.sampling[chunk.logit_row] = next_draw(chunk.id, r);
+    if (draw == DrawKind::kCandidates)
       batch.temperatures[chunk.logit_row] = r.sampling.top_k == 1 ? 0.0f : std::max(r.sampling.temperature, 0.0f);
   }
 }
@@ -111,10 +113,10 @@ void StepLoop::top_up() {
     sched::ScheduledStep step = scheduler_.schedule(g);
     if (step.empty()) continue;
     if (options_.on_scheduled) options_.on_scheduled(step, scheduled);
-    const HeadMode head = choose_head(step);
-    set_row_options(step, head);
-    const StepTicket ticket = on_engine([&] { return engine_.submit(step.plan, head); });
-    in_flight_.push_back({std::move(step), head, ticket, scheduled});
+    const DrawKind draw = choose_draw(step);
+    set_row_options(step, draw);
+    const StepTicket ticket = on_engine([&] { return engine_.submit(step.plan); });
+    in_flight_.push_back({std::move(step), draw, ticket, scheduled});
   }
 }
 
@@ -157,7 +159,7 @@ StepLoop::Rows StepLoop::rows_of(const sched::ScheduledStep& step) const {
 }
 
 void StepLoop::draw(const Flight& flight, StepOutputs& outputs, StepResult& result) {
-  const HeadMode head = flight.head;
+  const DrawKind draw = flight.draw;
   const std::vector<std::vector<Tensor>>& logits = outputs.rows;  // or drawn ids
   const int64_t vocab = engine_.config().vocab_size;
   const Rows rows = rows_of(flight.step);
@@ -168,10 +170,10 @@ void StepLoop::draw(const Flight& flight, StepOutputs& outputs, StepResult& resu
     drawn[i].id = chunk.id;
     const LoopRequest* owner = rows.owners[i];
     if (owner == nullptr) return;
-    if (head == HeadMode::kGreedy || head == HeadMode::kSampled) {  // ids drawn on the devices
+    if (draw == DrawKind::kGreedy || draw == DrawKind::kSampled) {  // ids drawn on the devices
       drawn[i].token = logits.at(chunk.micro_batch).at(chunk.replica).i32()[chunk.logit_row];
-    } else if (head == HeadMode::kCandidates) {  // -1: drawn over the row's whole logits below
-      const SampleCandidates& c = outputs.candidates.at(chunk.micro_batch).at(chunk.replica);
+    } else if (draw == DrawKind::kCandidates) {  // -1: drawn over the row's whole logits below
+      const sample::SampleCandidates& c = outputs.candidates.at(chunk.micro_batch).at(chunk.replica);
       const int64_t r = chunk.logit_row;
       drawn[i].token =
           cpu::sample_candidates({c.values.data() + r * c.count, c.ids.data() + r * c.count, c.count, c.normaliser[r]},
@@ -182,7 +184,7 @@ void StepLoop::draw(const Flight& flight, StepOutputs& outputs, StepResult& resu
       if (owner->top_logprobs >= 0) drawn[i].logprob = token_logprob(row, vocab, drawn[i].token, owner->top_logprobs);
     }
   };
-  if (head != HeadMode::kLogits) {
+  if (draw != DrawKind::kLogits) {
     for (size_t i = 0; i < drawn.size(); ++i) sample(i);
   } else {
     // Rows are independent and each sorts a vocabulary of logits: over the host's cores (the
@@ -192,16 +194,16 @@ void StepLoop::draw(const Flight& flight, StepOutputs& outputs, StepResult& resu
     });
   }
   draw_fallbacks(rows, drawn, result);
-  if (head == HeadMode::kCandidates) result.candidate_rows = static_cast<int64_t>(drawn.size());
-  if (head == HeadMode::kSampled) result.device_drawn_rows = static_cast<int64_t>(drawn.size());
-  // Rows that asked for logprobs always run with the logits head, where sample() filled them.
+  if (draw == DrawKind::kCandidates) result.candidate_rows = static_cast<int64_t>(drawn.size());
+  if (draw == DrawKind::kSampled) result.device_drawn_rows = static_cast<int64_t>(drawn.size());
+  // Rows that asked for logprobs always run with the logits draw, where sample() filled them.
   for (size_t i = 0; i < drawn.size(); ++i)
     if (rows.owners[i] != nullptr && rows.owners[i]->top_logprobs < 0) drawn[i].logprob = {drawn[i].token, 0, {}};
 }
 
 void StepLoop::draw_fallbacks(const Rows& rows, std::vector<DrawnToken>& drawn, StepResult& result) {
   // The rows' logits are still on the devices until the next step (one call per replica; only
-  // the tokens come back). Steps in flight never take the candidates head: a later step would
+  // the tokens come back). Steps in flight never draw kCandidates: a later step would
   // have overwritten these logits.
   std::map<int, std::vector<size_t>> fallback;  // replica -> indices into rows
   for (size_t i = 0; i < drawn.size(); ++i)

@@ -104,7 +104,7 @@ class StepLoop {
  private:
   struct Flight {
     sched::ScheduledStep step;
-    HeadMode head;
+    DrawKind draw;
     StepTicket ticket;
     Clock::time_point scheduled;
   };
@@ -114,10 +114,10 @@ class StepLoop {
     std::vector<const LoopRequest*> owners;
   };
   void top_up();
-  // The head a step needs (and, for candidates or device draws, each logit row's options in
-  // its batch).
-  HeadMode choose_head(sched::ScheduledStep& step) const;
-  void set_row_options(sched::ScheduledStep& step, HeadMode head) const;
+  // The draw a step needs, and (set on every batch, with, for candidates or device draws,
+  // each logit row's options).
+  DrawKind choose_draw(sched::ScheduledStep& step) const;
+  void set_row_options(sched::ScheduledStep& step, DrawKind draw) const;
   // The options of a request's next draw.
   ops::SamplingOptions next_draw(sched::RequestId id, const LoopRequest& request) const;
   Rows rows_of(const sched::ScheduledStep& step) const;

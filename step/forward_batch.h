@@ -9,6 +9,15 @@
 
 namespace moeserve {
 
+// What the last stage draws from a batch's logit rows (sample::Sampler performs it; the step
+// loop picks the least that lets every row be drawn).
+enum class DrawKind {
+  kLogits,      // fp32 logits [rows, vocab] to the host
+  kGreedy,      // each row's argmax id, reduced on the devices
+  kCandidates,  // each row's top candidates and softmax normaliser at `temperatures`
+  kSampled,     // each row's token drawn on the devices under `sampling`
+};
+
 // One step's tokens on this rank (host memory; the forward uploads what the backend needs).
 // Tokens of several sequences are concatenated; each token carries its sequence's index
 // into `block_tables`, its position, and the cache slot its latent is written to.
@@ -20,8 +29,9 @@ struct ForwardBatch {
   std::vector<int32_t> block_tables;  // [num_seqs * max_pages_per_seq]
   int64_t max_pages_per_seq = 0;
   std::vector<int32_t> logit_rows;             // token indices whose logits are returned
-  std::vector<float> temperatures;             // [logit_rows]: each row's sampling temperature (candidate heads)
-  std::vector<ops::SamplingOptions> sampling;  // [logit_rows]: each row's draw (sampled heads)
+  DrawKind draw = DrawKind::kLogits;           // what the last stage draws from them
+  std::vector<float> temperatures;             // [logit_rows]: each row's sampling temperature (kCandidates)
+  std::vector<ops::SamplingOptions> sampling;  // [logit_rows]: each row's draw (kSampled)
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
 };
 

@@ -65,4 +65,9 @@ void pad_batch(ReplicaBatch& rb, int64_t tokens, int32_t scratch_page, int64_t p
   }
 }
 
+void set_draw(StepPlan& step, DrawKind draw) {
+  for (MicroBatch& micro_batch : step.micro_batches)
+    for (ReplicaBatch& replica : micro_batch.replicas) replica.batch.draw = draw;
+}
+
 }  // namespace moeserve::step

@@ -33,6 +33,9 @@ struct StepPlan {
   std::vector<MicroBatch> micro_batches;
 };
 
+// Every batch of `step` draws `draw` (ForwardBatch::draw).
+void set_draw(StepPlan& step, DrawKind draw);
+
 // How a step's sequences are cut into pipeline micro-batches.
 struct MicroBatching {
   int pp = 1;

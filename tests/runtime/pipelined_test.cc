@@ -1,7 +1,7 @@
 // Asynchronous steps on CPU ranks. run_pipelined (runtime/step_benchmark.h): every rank runs every group's
 // step once per round, the groups' results are those of the synchronous step (the same KV
 // entries are rewritten each round). Engine::submit / wait: each group's outputs, in every
-// head mode, equal the synchronous step's, whatever the order of the waits; misuse fails with
+// draw kind, equal the synchronous step's, whatever the order of the waits; misuse fails with
 // a message and leaves the engine usable.
 #include <gtest/gtest.h>
 
@@ -15,9 +15,15 @@
 namespace moeserve::runtime {
 namespace {
 
+// `step` with every batch drawing `draw`.
+StepPlan drawing(StepPlan step, DrawKind draw) {
+  step::set_draw(step, draw);
+  return step;
+}
+
 // A synchronous step: submit, then wait.
-StepOutputs run_step(Engine& engine, const StepPlan& step, HeadMode head = HeadMode::kLogits) {
-  return engine.wait(engine.submit(step, head));
+StepOutputs run_step(Engine& engine, const StepPlan& step, DrawKind draw = DrawKind::kLogits) {
+  return engine.wait(engine.submit(drawing(step, draw)));
 }
 
 constexpr int64_t kContext = 20;
@@ -86,33 +92,35 @@ void expect_same_tensor(const Tensor& a, const Tensor& b, const std::string& wha
   ASSERT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0) << what;
 }
 
-TEST_P(Pipelined, SubmittedStepsGiveTheSynchronousOutputsInEveryHeadMode) {
+TEST_P(Pipelined, SubmittedStepsGiveTheSynchronousOutputsInEveryDrawKind) {
   Engine engine(open_model("synthetic:tiny"), options_for(GetParam()));
   const int stages = engine.options().plan.pp;
   StepPlan step = grouped_decode_step(engine, stages, 2);
-  for (auto& micro_batch : step.micro_batches)  // a candidate head samples each row at its temperature
+  for (auto& micro_batch : step.micro_batches)  // a candidates draw samples each row at its temperature
     for (auto& replica : micro_batch.replicas) replica.batch.temperatures.assign(replica.batch.logit_rows.size(), 0.7f);
   run_step(engine, step);  // the cache rows the groups read
-  for (HeadMode head : {HeadMode::kLogits, HeadMode::kGreedy, HeadMode::kCandidates}) {
-    SCOPED_TRACE(testing::Message() << "head mode " << static_cast<int>(head));
+  for (DrawKind draw : {DrawKind::kLogits, DrawKind::kGreedy, DrawKind::kCandidates}) {
+    SCOPED_TRACE(testing::Message() << "draw " << static_cast<int>(draw));
     std::vector<StepOutputs> expected;
     for (int m = 0; m < stages; ++m) {
       const StepPlan group = group_of(step, static_cast<size_t>(m));
-      expected.push_back(run_step(engine, group, head));
+      expected.push_back(run_step(engine, group, draw));
     }
     // Every group twice in flight; waited newest first in the first round, oldest first after.
     std::vector<StepTicket> tickets;
-    for (int m = 0; m < stages; ++m) tickets.push_back(engine.submit(group_of(step, static_cast<size_t>(m)), head));
+    for (int m = 0; m < stages; ++m)
+      tickets.push_back(engine.submit(drawing(group_of(step, static_cast<size_t>(m)), draw)));
     for (int round = 0; round < 2; ++round)
       for (int i = 0; i < stages; ++i) {
         const int m = round == 0 ? stages - 1 - i : i;
         const StepOutputs got = engine.wait(tickets[static_cast<size_t>(m)]);
-        if (round == 0) tickets[static_cast<size_t>(m)] = engine.submit(group_of(step, static_cast<size_t>(m)), head);
+        if (round == 0)
+          tickets[static_cast<size_t>(m)] = engine.submit(drawing(group_of(step, static_cast<size_t>(m)), draw));
         const std::string what = "group " + std::to_string(m) + ", round " + std::to_string(round);
-        if (head == HeadMode::kCandidates) {
+        if (draw == DrawKind::kCandidates) {
           ASSERT_EQ(got.candidates.size(), 1u) << what;
-          const SampleCandidates& a = got.candidates[0][0];
-          const SampleCandidates& b = expected[static_cast<size_t>(m)].candidates[0][0];
+          const sample::SampleCandidates& a = got.candidates[0][0];
+          const sample::SampleCandidates& b = expected[static_cast<size_t>(m)].candidates[0][0];
           EXPECT_EQ(a.ids, b.ids) << what;
           EXPECT_EQ(a.values, b.values) << what;
           EXPECT_EQ(a.normaliser, b.normaliser) << what;
@@ -127,7 +135,7 @@ TEST_P(Pipelined, SubmittedStepsGiveTheSynchronousOutputsInEveryHeadMode) {
 TEST(PipelinedArguments, WaitsMustMatchSubmittedStepsAndRankCallsNeedThemWaitedFor) {
   Engine engine(open_model("synthetic:tiny"), options_for("pp2"));
   const StepPlan step = grouped_decode_step(engine, 2, 1);
-  const StepTicket ticket = engine.submit(group_of(step, 0), HeadMode::kGreedy);
+  const StepTicket ticket = engine.submit(drawing(group_of(step, 0), DrawKind::kGreedy));
   try {
     engine.sample_logits_rows(0, {}, {});
     FAIL() << "a synchronous call ran while a submitted step was not waited for";
@@ -144,13 +152,13 @@ TEST(PipelinedArguments, WaitsMustMatchSubmittedStepsAndRankCallsNeedThemWaitedF
   EXPECT_NO_THROW(run_step(engine, step));  // the engine is still usable
 }
 
-// A rank that fails inside a submitted step (here the last stage: a candidate head without the
+// A rank that fails inside a submitted step (here the last stage: a candidates draw without the
 // rows' temperatures) fails its wait with the rank's error, and the engine refuses later steps.
 TEST(PipelinedArguments, ARankFailingInASubmittedStepFailsItsWaitAndStopsTheEngine) {
   Engine engine(open_model("synthetic:tiny"), options_for("pp2"));
   const StepPlan step = grouped_decode_step(engine, 2, 1);
-  const StepTicket good = engine.submit(group_of(step, 0), HeadMode::kGreedy);
-  const StepTicket bad = engine.submit(group_of(step, 1), HeadMode::kCandidates);
+  const StepTicket good = engine.submit(drawing(group_of(step, 0), DrawKind::kGreedy));
+  const StepTicket bad = engine.submit(drawing(group_of(step, 1), DrawKind::kCandidates));
   EXPECT_NO_THROW(engine.wait(good));
   try {
     engine.wait(bad);
@@ -159,7 +167,7 @@ TEST(PipelinedArguments, ARankFailingInASubmittedStepFailsItsWaitAndStopsTheEngi
     EXPECT_NE(std::string(e.what()).find("temperatures"), std::string::npos) << e.what();
   }
   try {
-    engine.submit(step, HeadMode::kLogits);
+    engine.submit(step);
     FAIL() << "a step was accepted after a failed one";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("stopped after a failed step"), std::string::npos) << e.what();

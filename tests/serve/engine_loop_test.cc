@@ -239,7 +239,7 @@ TEST(ServeLoopPipelineGroups, CancelsWhileStepsAreInFlightLoseNothing) {
 // draw the same tokens with pipeline groups in flight as one step at a time on one rank: the
 // groups' steps take the full-logits head, the same draws as the candidates' path.
 // Steps in flight draw their sampled rows on the devices right after their micro-batch
-// (HeadMode::kSampled; a row asking for logprobs takes the logits head): the tokens of one
+// (DrawKind::kSampled; a row asking for logprobs draws from host logits): the tokens of one
 // step at a time on one rank.
 TEST(ServeLoopPipelineGroups, SampledRequestsDrawTheTokensOfOneStepAtATime) {
   auto run = [&](const std::string& plan, int groups) {
@@ -289,7 +289,7 @@ TEST(ServeLoopSampling, DrawsPastTheCandidatesAreTheSameUnderEveryPlan) {
 // over the slices), sampled ones (candidates merged over the slices) and draws past the
 // candidates (over the slices' logits) stream the tokens of the plain single rank. (That the
 // logits are the same bits under these plans is tests/python/plans/test_invariance.py's check.)
-TEST(ServeLoopReductionPlan, EveryHeadModeStreamsTheSingleRanksTokens) {
+TEST(ServeLoopReductionPlan, EveryDrawKindStreamsTheSingleRanksTokens) {
   auto run = [&](const std::string& plan, const std::string& reduction_plan) {
     TinyServer server(
         plan, 8, 64, [](EngineLoopOptions& lo) { lo.scheduler.chunked_prefill_size = 7; }, reduction_plan);
