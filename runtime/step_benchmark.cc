@@ -290,7 +290,6 @@ std::vector<StepBenchResult> benchmark_decode_steps(Engine& engine, const std::v
                                                     const StepBenchOptions& options) {
   const ModelConfig& config = engine.config();
   const parallel::ParallelPlan& plan = engine.options().plan;
-  const int world = plan.world();
   // Random latents in every cache slot, once.
   engine.for_each_rank([&](Engine::RankView& r) {
     const int64_t width = config.kv_lora_rank + config.qk_rope_head_dim;
@@ -342,7 +341,7 @@ std::vector<StepBenchResult> benchmark_decode_steps(Engine& engine, const std::v
         timer.set_enabled(false);
       });
     }
-    if (on_gpus && options.comm && world > 1) result.comm = time_communication(engine, step, options);
+    if (on_gpus && options.comm && plan.world() > 1) result.comm = time_communication(engine, step, options);
 #endif
     results.push_back(std::move(result));
   }
