@@ -9,34 +9,33 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <optional>
 
 #include "core/error.h"
+#include "serve/http_parse.h"
 
 namespace moeserve::serve {
 
 namespace {
 
+using http_parse::body_framing;
+using http_parse::BodyFraming;
+using http_parse::expects_continue;
+using http_parse::keeps_alive;
+using http_parse::MaybeFailure;
+using http_parse::next_line;
+using http_parse::parse_chunk_size;
+using http_parse::parse_headers;
+using http_parse::parse_request_line;
+using http_parse::RequestFailure;
+using Clock = std::chrono::steady_clock;
+
 constexpr int kPollSliceMs = 100;             // how often a waiting connection checks for shutdown
 constexpr size_t kMaxDrainBytes = 64u << 20;  // a too-large body is read and dropped up to this
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
 
 bool write_all(int fd, std::string_view data) {
   while (!data.empty()) {
@@ -60,10 +59,9 @@ class SocketReader {
 
   std::string& buffer() { return buf_; }
 
-  // Reads more bytes into the buffer. `idle`: no part of a request read yet, so a stopping
-  // server may close the connection instead of waiting.
-  ReadResult fill(int timeout_ms, bool idle) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  // Reads more bytes into the buffer, waiting until `deadline` at most. `idle`: no part of a
+  // request read yet, so a stopping server may close the connection instead of waiting.
+  ReadResult fill_until(Clock::time_point deadline, bool idle) {
     for (;;) {
       if (idle && stopping_.load()) return ReadResult::kStopping;
       pollfd p{fd_, POLLIN, 0};
@@ -77,8 +75,13 @@ class SocketReader {
         buf_.append(chunk, static_cast<size_t>(n));
         return ReadResult::kOk;
       }
-      if (std::chrono::steady_clock::now() >= deadline) return ReadResult::kTimeout;
+      if (Clock::now() >= deadline) return ReadResult::kTimeout;
     }
+  }
+
+  // A body read: it may take long as a whole, but each read must make progress in timeout_ms.
+  ReadResult fill(int timeout_ms, bool idle) {
+    return fill_until(Clock::now() + std::chrono::milliseconds(timeout_ms), idle);
   }
 
   // Reads until the buffer holds `n` bytes.
@@ -117,11 +120,14 @@ class SocketReader {
 
 class SocketExchange final : public HttpExchange {
  public:
-  SocketExchange(int fd, bool keep_alive) : fd_(fd), keep_alive_(keep_alive) {}
+  // `http11`: the client speaks HTTP/1.1, so it must accept interim (1xx) responses.
+  SocketExchange(int fd, bool keep_alive, bool http11 = false) : fd_(fd), keep_alive_(keep_alive), http11_(http11) {}
 
   bool responded() const { return state_ != State::kFresh; }
   bool healthy() const { return ok_ && state_ != State::kStreaming; }
   bool keep_alive() const { return keep_alive_; }
+  // The answer (if any is still to come) says Connection: close, and the connection closes after it.
+  void close_after() { keep_alive_ = false; }
 
   bool respond(int status, std::string_view content_type, std::string_view body,
                const HttpHeaders& extra_headers) override {
@@ -158,15 +164,24 @@ class SocketExchange final : public HttpExchange {
     return ok_ = ok_ && write_all(fd_, "0\r\n\r\n");
   }
 
+  // The end of the client's sending side (FIN) is no proof that it is gone: a client may
+  // shutdown(SHUT_WR) after its request and still read the answer. Only a reset or an error
+  // is; a client that closed resets the connection when it is written to, which streams do
+  // anyway, and a response not begun yet gets a probe for it: one interim 100 Continue, which
+  // HTTP/1.1 clients must take before the final response.
   bool client_gone() override {
     if (!ok_) return true;
     pollfd p{fd_, static_cast<short>(POLLIN | POLLRDHUP), 0};
     if (::poll(&p, 1, 0) <= 0) return false;
-    if (p.revents & (POLLERR | POLLHUP | POLLRDHUP)) return !(ok_ = false);
+    if (p.revents & (POLLERR | POLLHUP)) return !(ok_ = false);
     char byte;
     const ssize_t n = ::recv(fd_, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return !(ok_ = false);
-    return false;  // the client sent more (a pipelined request): still there
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return !(ok_ = false);
+    if (n == 0 && !probed_ && http11_ && state_ == State::kFresh) {
+      probed_ = true;
+      if (!write_all(fd_, "HTTP/1.1 100 Continue\r\n\r\n")) return !(ok_ = false);
+    }
+    return false;  // half-closed, or it sent more (a pipelined request): still there
   }
 
  private:
@@ -182,17 +197,12 @@ class SocketExchange final : public HttpExchange {
 
   int fd_;
   bool keep_alive_;
+  bool http11_;
+  bool probed_ = false;  // the 100 Continue probe of a half-closed client went out
   bool ok_ = true;
   State state_ = State::kFresh;
 };
 
-// Why a request was not read whole: an error to answer (status > 0), or nothing to send
-// (status 0: the client closed or stalled, or the server stops).
-struct RequestFailure {
-  int status = 0;
-  std::string message;
-};
-using MaybeFailure = std::optional<RequestFailure>;
 const RequestFailure kClosed{};
 
 RequestFailure headers_too_large(const HttpServerOptions& options) {
@@ -204,72 +214,27 @@ RequestFailure body_too_large(const HttpServerOptions& options) {
 }
 
 // The head: request line and headers, up to the blank line (which is consumed, not returned).
+// Both deadlines are absolute (see HttpServerOptions): a byte now and then extends neither.
 MaybeFailure read_head(SocketReader& reader, const HttpServerOptions& options, std::string& head) {
+  const Clock::time_point idle_deadline = Clock::now() + std::chrono::milliseconds(options.idle_timeout_ms);
+  std::optional<Clock::time_point> head_deadline;  // from the request's first byte
   size_t head_end;
-  bool idle = reader.buffer().empty();
   for (;;) {
+    if (!head_deadline && !reader.buffer().empty())
+      head_deadline = Clock::now() + std::chrono::milliseconds(options.header_timeout_ms);
     head_end = reader.buffer().find("\r\n\r\n");
     if (head_end != std::string::npos) break;
     if (reader.buffer().size() > options.max_header_bytes) return headers_too_large(options);
-    const ReadResult r = reader.fill(idle ? options.idle_timeout_ms : options.io_timeout_ms, idle);
+    const ReadResult r = reader.fill_until(head_deadline.value_or(idle_deadline), !head_deadline);
+    if (r == ReadResult::kTimeout && head_deadline)
+      return RequestFailure{408,
+                            "request headers not complete within " + std::to_string(options.header_timeout_ms) + " ms"};
     if (r != ReadResult::kOk) return kClosed;  // closed, idle too long, or the server stops
-    idle = false;
   }
   if (head_end > options.max_header_bytes) return headers_too_large(options);
   head = reader.buffer().substr(0, head_end);
   reader.buffer().erase(0, head_end + 4);
   return std::nullopt;
-}
-
-// Splits the next CRLF-terminated line off `rest`.
-std::string_view next_line(std::string_view& rest) {
-  const size_t eol = rest.find("\r\n");
-  const std::string_view line = rest.substr(0, eol);
-  rest = eol == std::string_view::npos ? std::string_view() : rest.substr(eol + 2);
-  return line;
-}
-
-// The request line into request.method, .path and .query; `version` views into `line`.
-MaybeFailure parse_request_line(std::string_view line, HttpRequest& request, std::string_view& version) {
-  const size_t sp1 = line.find(' ');
-  const size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
-  if (sp2 == std::string_view::npos || line.find(' ', sp2 + 1) != std::string_view::npos)
-    return RequestFailure{400, "malformed HTTP request line"};
-  request.method = std::string(line.substr(0, sp1));
-  const std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
-  version = line.substr(sp2 + 1);
-  if (version != "HTTP/1.1" && version != "HTTP/1.0") return RequestFailure{505, "unsupported HTTP version"};
-  if (request.method.empty() || target.empty() || target.front() != '/')
-    return RequestFailure{400, "malformed HTTP request target"};
-  const size_t q = target.find('?');
-  request.path = std::string(target.substr(0, q));
-  if (q != std::string_view::npos) request.query = std::string(target.substr(q + 1));
-  return std::nullopt;
-}
-
-// The header lines after the request line, names lower-cased, values trimmed.
-MaybeFailure parse_headers(std::string_view rest, HttpRequest& request) {
-  while (!rest.empty()) {
-    const std::string_view line = next_line(rest);
-    const size_t colon = line.find(':');
-    if (colon == 0 || colon == std::string_view::npos || line.front() == ' ' || line.front() == '\t')
-      return RequestFailure{400, "malformed HTTP header line"};
-    request.headers.emplace_back(lower(line.substr(0, colon)), std::string(trim(line.substr(colon + 1))));
-  }
-  return std::nullopt;
-}
-
-// HTTP/1.1 keeps the connection unless told to close; HTTP/1.0 closes it unless told to keep it.
-bool keeps_alive(const HttpRequest& request, std::string_view version) {
-  const std::string* connection = request.header("connection");
-  const std::string value = connection ? lower(*connection) : "";
-  return version == "HTTP/1.1" ? value.find("close") == std::string::npos
-                               : value.find("keep-alive") != std::string::npos;
-}
-
-bool expects_continue(const HttpRequest& request) {
-  const std::string* expect = request.header("expect");
-  return expect && lower(*expect) == "100-continue";
 }
 
 // Tells a client that waits for it (Expect: 100-continue) to send the body; false: it is gone.
@@ -285,11 +250,11 @@ MaybeFailure read_chunked_body(SocketReader& reader, const HttpServerOptions& op
     std::string size_line;
     bool too_long = false;
     if (reader.line(size_line, 1024, io_ms, too_long) != ReadResult::kOk) return kClosed;
-    char* end = nullptr;
-    const unsigned long long size = std::strtoull(size_line.c_str(), &end, 16);
-    if (too_long || end == size_line.c_str()) return RequestFailure{400, "malformed chunked request body"};
-    if (request.body.size() + size > options.max_body_bytes) return body_too_large(options);
-    if (size == 0) {  // trailers, then the blank line
+    const std::optional<uint64_t> size = too_long ? std::nullopt : parse_chunk_size(size_line);
+    if (!size) return RequestFailure{400, "malformed chunked request body"};
+    // Against what is left of the limit (the body never exceeds it), so no sum can wrap around.
+    if (*size > options.max_body_bytes - request.body.size()) return body_too_large(options);
+    if (*size == 0) {  // trailers, then the blank line
       std::string trailer;
       do {
         if (reader.line(trailer, options.max_header_bytes, io_ms, too_long) != ReadResult::kOk || too_long)
@@ -297,25 +262,22 @@ MaybeFailure read_chunked_body(SocketReader& reader, const HttpServerOptions& op
       } while (!trailer.empty());
       return std::nullopt;
     }
-    if (reader.need(size + 2, io_ms) != ReadResult::kOk) return kClosed;
-    if (reader.buffer().compare(size, 2, "\r\n") != 0) return RequestFailure{400, "malformed chunked request body"};
-    request.body.append(reader.buffer(), 0, size);
-    reader.buffer().erase(0, size + 2);
+    const size_t n = static_cast<size_t>(*size);
+    if (reader.need(n + 2, io_ms) != ReadResult::kOk) return kClosed;
+    if (reader.buffer().compare(n, 2, "\r\n") != 0) return RequestFailure{400, "malformed chunked request body"};
+    request.body.append(reader.buffer(), 0, n);
+    reader.buffer().erase(0, n + 2);
   }
 }
 
 // A Content-Length body, at most max_body_bytes.
-MaybeFailure read_sized_body(SocketReader& reader, const HttpServerOptions& options, int fd,
-                             const std::string& content_length, HttpRequest& request) {
+MaybeFailure read_sized_body(SocketReader& reader, const HttpServerOptions& options, int fd, uint64_t length,
+                             HttpRequest& request) {
   const int io_ms = options.io_timeout_ms;
-  char* end = nullptr;
-  const unsigned long long length = std::strtoull(content_length.c_str(), &end, 10);
-  if (content_length.empty() || *end != '\0' || !std::isdigit(static_cast<unsigned char>(content_length[0])))
-    return RequestFailure{400, "malformed Content-Length"};
   if (length > options.max_body_bytes) {
     if (expects_continue(request)) return body_too_large(options);
     // Read what the client sends (up to a cap) so that it gets to read the answer.
-    size_t left = static_cast<size_t>(std::min<unsigned long long>(length, kMaxDrainBytes));
+    size_t left = static_cast<size_t>(std::min<uint64_t>(length, kMaxDrainBytes));
     while (left > 0) {
       const size_t take = std::min(left, reader.buffer().size());
       reader.buffer().erase(0, take);
@@ -325,75 +287,75 @@ MaybeFailure read_sized_body(SocketReader& reader, const HttpServerOptions& opti
     return body_too_large(options);
   }
   if (!send_continue(fd, request)) return kClosed;
-  if (reader.need(length, io_ms) != ReadResult::kOk) return kClosed;
+  if (reader.need(static_cast<size_t>(length), io_ms) != ReadResult::kOk) return kClosed;
   request.body = reader.buffer().substr(0, length);
   reader.buffer().erase(0, length);
   return std::nullopt;
 }
 
+// What the connection learnt of the client from a request's head.
+struct ClientTraits {
+  bool keep_alive = false;
+  bool http11 = false;
+};
+
 // One whole request off the connection: head, then the body (chunked, sized or none).
 MaybeFailure read_request(SocketReader& reader, const HttpServerOptions& options, int fd, HttpRequest& request,
-                          bool& keep_alive) {
+                          ClientTraits& client) {
   std::string head;
   if (MaybeFailure failure = read_head(reader, options, head)) return failure;
   std::string_view rest(head);
   std::string_view version;
   if (MaybeFailure failure = parse_request_line(next_line(rest), request, version)) return failure;
   if (MaybeFailure failure = parse_headers(rest, request)) return failure;
-  keep_alive = keeps_alive(request, version);
-  if (const std::string* transfer_encoding = request.header("transfer-encoding")) {
-    if (lower(*transfer_encoding) != "chunked") return RequestFailure{501, "unsupported Transfer-Encoding"};
-    return read_chunked_body(reader, options, fd, request);
-  }
-  if (const std::string* content_length = request.header("content-length"))
-    return read_sized_body(reader, options, fd, *content_length, request);
+  client = {keeps_alive(request, version), version == "HTTP/1.1"};
+  BodyFraming framing;
+  if (MaybeFailure failure = body_framing(request, framing)) return failure;
+  if (framing.chunked) return read_chunked_body(reader, options, fd, request);
+  if (framing.length) return read_sized_body(reader, options, fd, *framing.length, request);
   return std::nullopt;
 }
 
-}  // namespace
-
-std::string_view http_status_text(int status) {
-  switch (status) {
-    case 100:
-      return "Continue";
-    case 200:
-      return "OK";
-    case 400:
-      return "Bad Request";
-    case 401:
-      return "Unauthorized";
-    case 404:
-      return "Not Found";
-    case 405:
-      return "Method Not Allowed";
-    case 408:
-      return "Request Timeout";
-    case 411:
-      return "Length Required";
-    case 413:
-      return "Payload Too Large";
-    case 429:
-      return "Too Many Requests";
-    case 431:
-      return "Request Header Fields Too Large";
-    case 500:
-      return "Internal Server Error";
-    case 501:
-      return "Not Implemented";
-    case 503:
-      return "Service Unavailable";
-    case 505:
-      return "HTTP Version Not Supported";
-    default:
-      return "Unknown";
+// read_request, where an exception (a defect that the checks above missed, or memory running
+// out) answers 400 instead of escaping the connection thread, which would end the process.
+MaybeFailure read_request_guarded(SocketReader& reader, const HttpServerOptions& options, int fd, HttpRequest& request,
+                                  ClientTraits& client) {
+  try {
+    return read_request(reader, options, fd, request, client);
+  } catch (...) {
+    return RequestFailure{400, "malformed HTTP request"};
   }
 }
 
-const std::string* HttpRequest::header(std::string_view name) const {
-  for (const auto& [n, v] : headers)
-    if (n == name) return &v;
-  return nullptr;
+// The error body, and a plain one should making it fail (e.g. a message that is not UTF-8).
+std::string error_body(const HttpServerOptions& options, int status, const std::string& message) {
+  try {
+    return options.error_body(status, message);
+  } catch (...) {
+    return options.error_body(status, std::string(http_status_text(status)));
+  }
 }
+
+// Runs the handler; whatever it throws is answered 500 (if no answer began) and closes the
+// connection. False: the connection must close.
+bool run_handler(const HttpHandler& handler, const HttpServerOptions& options, const HttpRequest& request,
+                 SocketExchange& exchange) {
+  std::optional<std::string> failure;  // what it threw
+  try {
+    handler(request, exchange);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  } catch (...) {
+    failure = "the handler failed";
+  }
+  if (failure) exchange.close_after();
+  if (!exchange.responded())
+    exchange.respond(500, "application/json",
+                     error_body(options, 500, failure.value_or("the handler sent no response")), {});
+  return !failure && exchange.healthy() && exchange.keep_alive();
+}
+
+}  // namespace
 
 struct HttpServer::Connection {
   std::thread thread;
@@ -455,14 +417,17 @@ void HttpServer::accept_loop() {
     ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof(send_timeout));
     if (open_connections_.load() >= options_.max_connections) {
       SocketExchange busy(fd, false);
-      busy.respond(503, "application/json", options_.error_body(503, "too many open connections"), {});
+      busy.respond(503, "application/json", error_body(options_, 503, "too many open connections"), {});
       ::close(fd);
       continue;
     }
     ++open_connections_;
     auto connection = std::make_shared<Connection>();
     connection->thread = std::thread([this, fd, connection] {
-      serve_connection(fd);
+      try {
+        serve_connection(fd);
+      } catch (...) {  // the last guard (an answer failed): close the connection, keep the process
+      }
       ::close(fd);
       --open_connections_;
       connection->done = true;
@@ -509,23 +474,16 @@ void HttpServer::serve_connection(int fd) {
   SocketReader reader(fd, stopping_);
   for (;;) {
     HttpRequest request;
-    bool keep_alive = false;
-    if (const MaybeFailure failure = read_request(reader, options_, fd, request, keep_alive)) {
-      if (failure->status != 0) {
+    ClientTraits client;
+    if (const MaybeFailure failure = read_request_guarded(reader, options_, fd, request, client)) {
+      if (failure->status != 0) {  // answered, then closed: what follows cannot be framed
         SocketExchange ex(fd, false);
-        ex.respond(failure->status, "application/json", options_.error_body(failure->status, failure->message), {});
+        ex.respond(failure->status, "application/json", error_body(options_, failure->status, failure->message), {});
       }
       return;
     }
-    SocketExchange exchange(fd, keep_alive && !stopping_.load());
-    try {
-      handler_(request, exchange);
-    } catch (const std::exception& e) {
-      if (!exchange.responded()) exchange.respond(500, "application/json", options_.error_body(500, e.what()), {});
-    }
-    if (!exchange.responded())
-      exchange.respond(500, "application/json", options_.error_body(500, "the handler sent no response"), {});
-    if (!exchange.healthy() || !exchange.keep_alive()) return;
+    SocketExchange exchange(fd, client.keep_alive && !stopping_.load(), client.http11);
+    if (!run_handler(handler_, options_, request, exchange)) return;
   }
 }
 

@@ -52,9 +52,13 @@ struct HttpServerOptions {
   size_t max_body_bytes = 8u << 20;
   size_t max_header_bytes = 64u << 10;
   int max_connections = 1024;
-  int idle_timeout_ms = 60000;  // a keep-alive connection with no new request is closed
-  int io_timeout_ms = 30000;    // a stalled read of a started request, or a stalled write
-  // The body of errors the server answers itself (400, 413, 431, 503), e.g. OpenAI's JSON.
+  // Deadlines are absolute, not reset by each byte, so that a client dribbling bytes (slowloris)
+  // cannot hold a connection thread: idle from the end of the previous answer (or the accept) to
+  // a request's first byte, header from that first byte to the end of its head (else 408).
+  int idle_timeout_ms = 60000;    // a keep-alive connection with no new request is closed
+  int header_timeout_ms = 10000;  // a request head not complete by then is answered 408
+  int io_timeout_ms = 30000;      // a stalled read of a request body, or a stalled write
+  // The body of errors the server answers itself (400, 408, 413, 431, 500, 503), e.g. OpenAI's JSON.
   std::function<std::string(int status, const std::string& message)> error_body;
 };
 

@@ -1,5 +1,5 @@
-// The HTTP layer over real sockets: keep-alive, chunked bodies, limits, streaming, and
-// noticing a client that hung up.
+// The HTTP layer over real sockets: keep-alive, chunked bodies, limits, streaming, noticing a
+// client that hung up, and the hardening against hostile clients (framing, overflow, slowloris).
 #include "serve/http_server.h"
 
 #include <arpa/inet.h>
@@ -35,6 +35,11 @@ class Client {
   void send(const std::string& data) {
     ASSERT_EQ(::send(fd_, data.data(), data.size(), MSG_NOSIGNAL), (ssize_t)data.size());
   }
+  // A send that may fail (the server closed): for clients that misbehave on purpose.
+  bool try_send(const std::string& data) {
+    return ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL) == (ssize_t)data.size();
+  }
+  void shutdown_write() { ASSERT_EQ(::shutdown(fd_, SHUT_WR), 0); }
   // Reads until `marker` appears (or the peer closes); returns everything read.
   std::string read_until(const std::string& marker) {
     while (buffer_.find(marker) == std::string::npos) {
@@ -63,13 +68,14 @@ class Client {
 struct Fixture {
   std::atomic<bool> saw_gone{false};
   HttpServer server;
-  explicit Fixture(size_t max_body = 1024)
+  explicit Fixture(size_t max_body = 1024, int header_timeout_ms = 10000)
       : server(
             [&] {
               HttpServerOptions o;
               o.host = "127.0.0.1";
               o.port = 0;
               o.max_body_bytes = max_body;
+              o.header_timeout_ms = header_timeout_ms;
               o.error_body = [](int status, const std::string& m) {
                 return "{\"status\":" + std::to_string(status) + ",\"message\":\"" + m + "\"}";
               };
@@ -90,10 +96,25 @@ struct Fixture {
     } else if (r.path == "/wait-for-hangup") {
       ex.begin_stream(200, "text/event-stream");
       ex.send_chunk("data: started\n\n");
-      for (int i = 0; i < 500 && !ex.client_gone(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      // Like a real stream, it keeps writing: a closed client answers a write with a reset.
+      for (int i = 0; i < 500 && !ex.client_gone(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        ex.send_chunk(": waiting\n\n");
+      }
       saw_gone = ex.client_gone();
+    } else if (r.path == "/collect") {  // like a non-streamed completion: waits, watching the client
+      for (int i = 0; i < 30; ++i) {
+        if (ex.client_gone()) {
+          saw_gone = true;
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      ex.respond(200, "text/plain", "collected");
     } else if (r.path == "/throw") {
       throw std::runtime_error("boom");
+    } else if (r.path == "/throw-int") {
+      throw 42;  // not a std::exception
     }
   }
 };
@@ -193,6 +214,124 @@ TEST(HttpServer, StopClosesIdleConnectionsAndRefusesNewOnes) {
   ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
   EXPECT_NE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
   ::close(fd);
+}
+
+// Sends `request` on a fresh connection; expects a 400 answer and the connection closed.
+void expect_rejected(const Fixture& f, const std::string& request) {
+  Client c(f.server.port());
+  c.send(request);
+  const std::string reply = c.read_until("}");
+  EXPECT_NE(reply.find("400 Bad Request"), std::string::npos) << request << "\n->\n" << reply;
+  EXPECT_TRUE(c.peer_closed()) << request;
+}
+
+void expect_echo_served(const Fixture& f) {
+  Client c(f.server.port());
+  c.send("POST /echo HTTP/1.1\r\nContent-Length: 2\r\n\r\nok");
+  EXPECT_NE(c.read_until("POST ok - ").find("200 OK"), std::string::npos);
+}
+
+TEST(HttpServer, ChunkSizeOverflowIsRefusedAndTheServerLives) {
+  Fixture f(1024);
+  for (const std::string chunks : {"1\r\na\r\nffffffffffffffff\r\n\r\n", "ffffffffffffffff\r\n",
+                                   "10\r\n0123456789abcdef\r\nfffffffffffffff0\r\nxx\r\n0\r\n\r\n"}) {
+    Client c(f.server.port());
+    c.send("POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks);
+    const std::string reply = c.read_until("}");
+    EXPECT_NE(reply.find("413 Payload Too Large"), std::string::npos) << chunks << "\n->\n" << reply;
+    EXPECT_TRUE(c.peer_closed());
+  }
+  expect_echo_served(f);
+}
+
+TEST(HttpServer, AnExceptionOfAnyTypeIs500AndTheServerLives) {
+  Fixture f;
+  Client c(f.server.port());
+  c.send("GET /throw-int HTTP/1.1\r\n\r\n");
+  const std::string reply = c.read_until("}");
+  EXPECT_NE(reply.find("500 Internal Server Error"), std::string::npos) << reply;
+  EXPECT_NE(reply.find("Connection: close"), std::string::npos) << reply;
+  EXPECT_TRUE(c.peer_closed());
+  expect_echo_served(f);
+}
+
+TEST(HttpServer, AmbiguousBodyFramingIs400AndCloses) {
+  Fixture f;
+  const std::string post = "POST /echo HTTP/1.1\r\n";
+  const std::string chunked = post + "Transfer-Encoding: chunked\r\n\r\n";
+  for (const std::string& request : {
+           post + "Content-Length: 5\r\nContent-Length: 6\r\n\r\nhello!",
+           post + "Content-Length: 5, 6\r\n\r\nhello!",
+           post + "Content-Length: 5, 5\r\n\r\nhello",
+           post + "Content-Length: +5\r\n\r\nhello",
+           post + "Content-Length: 0x5\r\n\r\nhello",
+           post + "Content-Length: 5a\r\n\r\nhello",
+           post + "Content-Length: -3\r\n\r\n",
+           post + "Content-Length : 5\r\n\r\nhello",
+           post + "X-A: a\nContent-Length: 5\r\n\r\nhello",
+           post + "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+           post + "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+           post + "Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+           post + "Transfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n",
+           post + "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+           post + "Transfer-Encoding: identity\r\n\r\n",
+           post + "Transfer-Encoding: xchunked\r\n\r\n0\r\n\r\n",
+           chunked + "1x\r\na\r\n0\r\n\r\n",
+           chunked + "+5\r\nhello\r\n0\r\n\r\n",
+           chunked + " 5\r\nhello\r\n0\r\n\r\n",
+           chunked + "5 \r\nhello\r\n0\r\n\r\n",
+           chunked + "0x5\r\nhello\r\n0\r\n\r\n",
+           chunked + "-1\r\na\r\n0\r\n\r\n",
+           chunked + "\r\n",
+       })
+    expect_rejected(f, request);
+  expect_echo_served(f);
+}
+
+TEST(HttpServer, ChunkExtensionsAndRepeatedEqualLengthsAreAccepted) {
+  Fixture f;
+  Client c(f.server.port());
+  c.send("POST /echo HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n5;ext=1\r\nhello\r\nA;x\r\n0123456789\r\n0\r\n\r\n");
+  EXPECT_NE(c.read_until("POST hello0123456789 - ").find("200 OK"), std::string::npos);
+  c.send("POST /echo HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nhi");
+  EXPECT_NE(c.read_until("POST hi - ").find("200 OK"), std::string::npos);
+}
+
+TEST(HttpServer, AHalfClosedClientStillGetsTheAnswer) {
+  Fixture f;
+  Client c(f.server.port());
+  c.send("GET /collect HTTP/1.1\r\n\r\n");
+  c.shutdown_write();  // "that is all I send"; it still reads
+  const std::string reply = c.read_until("collected");
+  EXPECT_NE(reply.find("HTTP/1.1 200 OK"), std::string::npos) << reply;
+  EXPECT_NE(reply.find("collected"), std::string::npos) << reply;
+  EXPECT_FALSE(f.saw_gone.load());
+}
+
+TEST(HttpServer, AWaitingHandlerSeesAClientThatClosed) {
+  Fixture f;
+  {
+    Client c(f.server.port());
+    c.send("GET /collect HTTP/1.1\r\n\r\n");
+  }  // closes both ways, before the answer
+  for (int i = 0; i < 300 && !f.saw_gone; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(f.saw_gone.load());
+}
+
+TEST(HttpServer, HeaderDeadlineIsAbsoluteNotPerByte) {
+  Fixture f(1024, /*header_timeout_ms=*/500);
+  Client slow(f.server.port());
+  const std::string dribble = "GET /echo HTTP/1.1\r\nX-Slow: " + std::string(40, 'a');
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < dribble.size() && slow.try_send(dribble.substr(i, 1)); ++i) {
+    if (i == 3) expect_echo_served(f);  // another connection is served meanwhile
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(2)) break;
+  }
+  const std::string reply = slow.read_until("}");
+  EXPECT_NE(reply.find("408 Request Timeout"), std::string::npos) << reply;
+  EXPECT_TRUE(slow.peer_closed());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
 }
 
 }  // namespace
