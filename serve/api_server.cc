@@ -232,6 +232,10 @@ void ApiServer::handle(const HttpRequest& request, HttpExchange& exchange) {
     throw ApiError(404, "no route " + request.method + " " + path);
   } catch (const ApiError& e) {
     send_error(exchange, e);
+  } catch (const nlohmann::json::exception&) {
+    // A request field of a type some reader did not check: the client's error, and the
+    // library's text (with its exception ids) is no answer to show.
+    send_error(exchange, ApiError(400, "a request field has the wrong type or value"));
   }
 }
 
@@ -241,12 +245,7 @@ void ApiServer::enable_replan(std::function<ReplanTarget(const std::string& plan
 
 void ApiServer::replan(const HttpRequest& request, HttpExchange& exchange) {
   if (!prepare_replan_) throw ApiError(404, "re-plan is not enabled on this server");
-  Json body;
-  try {
-    body = Json::parse(request.body);
-  } catch (const std::exception& e) {
-    throw ApiError(400, std::string("malformed JSON: ") + e.what());
-  }
+  const Json body = parse_request_json(request.body);
   if (!body.is_object() || !body.contains("plan") || !body["plan"].is_string() ||
       body["plan"].get<std::string>().empty())
     throw ApiError(400, "plan: required, a plan preset such as \"ep2\"", "plan");

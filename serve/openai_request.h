@@ -49,6 +49,10 @@ struct CompletionRequest {
   GenerationParams params;
 };
 
+// A request body as JSON, nested at most 64 levels deep. Throws ApiError (400) naming the
+// problem: malformed JSON, too deep, a number beyond the double range.
+nlohmann::ordered_json parse_request_json(const std::string& body);
+
 // Parses a request body. `chat` selects the chat-completions schema. Throws ApiError.
 CompletionRequest parse_completion_request(const std::string& body, bool chat, const ServedModel& model);
 
