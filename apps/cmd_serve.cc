@@ -34,6 +34,7 @@ struct ServeArgs {
   std::string host = "127.0.0.1";
   int port = 30000;
   std::string api_key;
+  std::string admin_api_key;
   std::string backend = "cpu";
   PlanCliArgs plan;
   EngineCliArgs engine;
@@ -166,7 +167,7 @@ void run_serve(ServeArgs args) {
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - warmup_start).count());
 
   const serve::ServedModel served = served_model(args, model, *tok);
-  serve::ApiServer api(loop, served, args.api_key);
+  serve::ApiServer api(loop, served, {args.api_key, args.admin_api_key});
   // A re-plan keeps every flag but the plan: the memory check (--mem-per-rank, with
   // --context-length and --max-running-requests) applies to the new plan too.
   api.enable_replan([&](const std::string& spec) {
@@ -209,6 +210,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--host", args->host, "Address to bind (loopback by default)")->capture_default_str();
   cmd->add_option("--port", args->port, "Port (0: any free port; the chosen one is printed)")->capture_default_str();
   cmd->add_option("--api-key", args->api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
+  cmd->add_option("--admin-api-key", args->admin_api_key,
+                  "Enable the admin routes (/admin/replan, /admin/flush_cache) for 'Authorization: Bearer KEY'; "
+                  "without it they answer 403");
   cmd->add_option("--backend", args->backend, "cpu, cpu-bf16 (the CUDA backend's bf16 rounding on the host) or cuda")
       ->capture_default_str();
   cmd->add_option("--plan", args->plan.preset, "Parallel plan preset (single, tp2, ep2, pp2, ep2-dp, ...)");
