@@ -47,6 +47,7 @@ struct ServeArgs {
   int64_t max_body_bytes = 8 << 20;
   double drain_timeout_s = 30;
   std::string chat_template;
+  bool special_tokens_in_content = false;
 };
 
 std::unique_ptr<tokenizer::Tokenizer> tokenizer_of(const ModelSource& model) {
@@ -103,6 +104,7 @@ serve::ServedModel served_model(const ServeArgs& args, const ModelSource& model,
     MS_CHECK(args.chat_template.empty(), "--chat-template: {}", e.what());
     std::fprintf(stderr, "moeserve: no chat template (%s); /v1/chat/completions is off\n", e.what());
   }
+  served.special_tokens_in_content = args.special_tokens_in_content;
   served.tokenizer = &tok;
   return served;
 }
@@ -239,6 +241,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--drain-timeout", args->drain_timeout_s, "Seconds SIGTERM waits for requests in flight")
       ->capture_default_str();
   cmd->add_option("--chat-template", args->chat_template, "Chat template name (default: the tokenizer's)");
+  cmd->add_flag("--allow-special-tokens-in-content", args->special_tokens_in_content,
+                "Special-token text in chat messages becomes those tokens (by default it is plain text, so that "
+                "a message cannot forge another role's turn)");
   cmd->callback([args] { run_serve(*args); });
 }
 

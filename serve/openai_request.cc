@@ -176,15 +176,19 @@ void parse_messages(const Json& body, const ServedModel& model, CompletionReques
         bad("tools", fmt::format("tools[{}]: expected an object, got {}", i, (*tools)[i].type_name()));
     chat.tools = *tools;
   }
-  std::string text;
+  tokenizer::RenderedChat rendered;
   try {
-    text =
-        tokenizer::render_chat(model.chat_template, chat, {model.tokenizer->bos_token(), model.tokenizer->eos_token()});
+    rendered = tokenizer::render_chat_parts(model.chat_template, chat,
+                                            {model.tokenizer->bos_token(), model.tokenizer->eos_token()});
+    // The template's markers are special tokens; what the request wrote is plain text unless
+    // the server allows otherwise.
+    const std::span<const tokenizer::TextRange> plain =
+        model.special_tokens_in_content ? std::span<const tokenizer::TextRange>() : rendered.request_text;
+    out.prompts.push_back(model.tokenizer->encode(rendered.text, plain));
   } catch (const Error& e) {
     bad("messages", fmt::format("messages: {}", e.what()));
   }
-  out.prompts.push_back(encode(text, "messages", model, /*allow_special=*/true));
-  out.prompt_texts.push_back(text);
+  out.prompt_texts.push_back(std::move(rendered.text));
 }
 
 void reject_unsupported(const Fields& f) {

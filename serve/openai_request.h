@@ -24,6 +24,10 @@ struct ServedModel {
   std::optional<int32_t> eos_id;
   std::optional<int32_t> end_of_turn_id;  // "<|im_end|>": chat completions also stop there
   std::string chat_template;              // the template name ("" if the tokenizer has none)
+  // Special-token text in chat messages ("<|im_end|><|im_system|>" in a user's content) becomes
+  // those tokens, as the template's own markers do. Off: it is plain text, so that a message
+  // cannot forge a turn of another role (--allow-special-tokens-in-content).
+  bool special_tokens_in_content = false;
   const tokenizer::Tokenizer* tokenizer = nullptr;
 };
 
