@@ -54,7 +54,7 @@ void add_restart_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("restart", "Move a running server to another parallel plan (live re-plan)");
   cmd->add_option("--plan", args->plan, "The new plan preset (tp2, ep2, pp2, ep2-dp, ...)")->required();
   cmd->add_option("--url", args->url, "The server, http://HOST:PORT")->capture_default_str();
-  cmd->add_option("--api-key", args->api_key, "Bearer key, when the server needs one");
+  cmd->add_option("--admin-api-key,--api-key", args->api_key, "The server's --admin-api-key (its admin routes' key)");
   cmd->add_option("--timeout", args->timeout_s, "Seconds to wait for the switch")->capture_default_str();
   cmd->callback([args] { run_restart(*args); });
 }

@@ -34,6 +34,7 @@ struct ServeArgs {
   std::string host = "127.0.0.1";
   int port = 30000;
   std::string api_key;
+  std::string admin_api_key;
   std::string backend = "cpu";
   PlanCliArgs plan;
   EngineCliArgs engine;
@@ -46,6 +47,7 @@ struct ServeArgs {
   int64_t max_body_bytes = 8 << 20;
   double drain_timeout_s = 30;
   std::string chat_template;
+  bool special_tokens_in_content = false;
 };
 
 std::unique_ptr<tokenizer::Tokenizer> tokenizer_of(const ModelSource& model) {
@@ -102,6 +104,7 @@ serve::ServedModel served_model(const ServeArgs& args, const ModelSource& model,
     MS_CHECK(args.chat_template.empty(), "--chat-template: {}", e.what());
     std::fprintf(stderr, "moeserve: no chat template (%s); /v1/chat/completions is off\n", e.what());
   }
+  served.special_tokens_in_content = args.special_tokens_in_content;
   served.tokenizer = &tok;
   return served;
 }
@@ -166,7 +169,7 @@ void run_serve(ServeArgs args) {
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - warmup_start).count());
 
   const serve::ServedModel served = served_model(args, model, *tok);
-  serve::ApiServer api(loop, served, args.api_key);
+  serve::ApiServer api(loop, served, {args.api_key, args.admin_api_key});
   // A re-plan keeps every flag but the plan: the memory check (--mem-per-rank, with
   // --context-length and --max-running-requests) applies to the new plan too.
   api.enable_replan([&](const std::string& spec) {
@@ -209,6 +212,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--host", args->host, "Address to bind (loopback by default)")->capture_default_str();
   cmd->add_option("--port", args->port, "Port (0: any free port; the chosen one is printed)")->capture_default_str();
   cmd->add_option("--api-key", args->api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
+  cmd->add_option("--admin-api-key", args->admin_api_key,
+                  "Enable the admin routes (/admin/replan, /admin/flush_cache) for 'Authorization: Bearer KEY'; "
+                  "without it they answer 403");
   cmd->add_option("--backend", args->backend, "cpu, cpu-bf16 (the CUDA backend's bf16 rounding on the host) or cuda")
       ->capture_default_str();
   cmd->add_option("--plan", args->plan.preset, "Parallel plan preset (single, tp2, ep2, pp2, ep2-dp, ...)");
@@ -235,6 +241,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--drain-timeout", args->drain_timeout_s, "Seconds SIGTERM waits for requests in flight")
       ->capture_default_str();
   cmd->add_option("--chat-template", args->chat_template, "Chat template name (default: the tokenizer's)");
+  cmd->add_flag("--allow-special-tokens-in-content", args->special_tokens_in_content,
+                "Special-token text in chat messages becomes those tokens (by default it is plain text, so that "
+                "a message cannot forge another role's turn)");
   cmd->callback([args] { run_serve(*args); });
 }
 

@@ -4,6 +4,7 @@
 // DIR/sweep.json, DIR/sweep.md, DIR/sweep.html, DIR/bench.jsonl (every run, sglang's fields)
 // and DIR/server.log. Plans the model or the memory cannot hold are skipped with the reason.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -139,13 +141,23 @@ class ServerProcess {
   std::string url_;
 };
 
+// The --admin-api-key the sweep gives its server, so that it can re-plan it: random per run,
+// as nothing else on the host should re-plan or flush that server.
+const std::string& sweep_admin_key() {
+  static const std::string key = [] {
+    std::random_device random;
+    return fmt::format("sweep-{:08x}{:08x}", random(), random());
+  }();
+  return key;
+}
+
 // POST /admin/replan; the reply's JSON, or an Error with the server's reason.
 Json replan(const bench::HttpUrl& url, const std::string& plan) {
   bench::HttpCall call;
   call.method = "POST";
   call.path = "/admin/replan";
   call.body = Json{{"plan", plan}}.dump();
-  call.headers = {{"Content-Type", "application/json"}};
+  call.headers = {{"Content-Type", "application/json"}, {"Authorization", "Bearer " + sweep_admin_key()}};
   const bench::HttpResponse response = bench::http_call(url, call);
   const Json body = Json::parse(response.body, nullptr, false);
   if (response.status != 200) {
@@ -252,7 +264,9 @@ std::vector<std::string> serve_command(const SweepArgs& args, const std::string&
                                     "--max-running-requests",
                                     std::to_string(max_running),
                                     "--reduction-plan",
-                                    args.reduction_plan};
+                                    args.reduction_plan,
+                                    "--admin-api-key",
+                                    sweep_admin_key()};
   if (args.batch_invariant) serve.push_back("--batch-invariant");
   if (!args.mem_per_rank.empty()) serve.insert(serve.end(), {"--mem-per-rank", args.mem_per_rank});
   if (args.context_length > 0) serve.insert(serve.end(), {"--context-length", std::to_string(args.context_length)});

@@ -11,6 +11,8 @@ std::string ApiError::type() const {
   switch (status_) {
     case 401:
       return "authentication_error";
+    case 403:
+      return "permission_error";
     case 404:
       return "not_found_error";
     case 429:

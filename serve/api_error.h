@@ -14,7 +14,7 @@ class ApiError : public std::runtime_error {
   int status() const { return status_; }
   const std::string& param() const { return param_; }
   const std::string& code() const { return code_; }
-  // "invalid_request_error", "authentication_error", "not_found_error", "rate_limit_error",
+  // "invalid_request_error", "authentication_error", "permission_error", "not_found_error", "rate_limit_error",
   // "server_error", "service_unavailable" by status.
   std::string type() const;
   std::string json() const;

@@ -179,17 +179,38 @@ void collect_choices(Completion& c, HttpExchange& exchange) {
 
 }  // namespace
 
-ApiServer::ApiServer(EngineLoop& loop, ServedModel model, std::string api_key)
-    : loop_(loop), model_(std::move(model)), api_key_(std::move(api_key)), created_(std::time(nullptr)) {}
+ApiServer::ApiServer(EngineLoop& loop, ServedModel model, ApiKeys keys)
+    : loop_(loop), model_(std::move(model)), keys_(std::move(keys)), created_(std::time(nullptr)) {}
 
-bool ApiServer::authorized(const HttpRequest& request) const {
-  if (api_key_.empty()) return true;
+namespace {
+
+bool is_admin_route(const std::string& path) { return path.rfind("/admin/", 0) == 0 || path == "/flush_cache"; }
+
+bool bearer_matches(const HttpRequest& request, const std::string& key) {
   const std::string* header = request.header("authorization");
-  const std::string expected = "Bearer " + api_key_;
+  const std::string expected = "Bearer " + key;
   if (header == nullptr || header->size() != expected.size()) return false;
   unsigned char diff = 0;  // constant time in the key's length
   for (size_t i = 0; i < expected.size(); ++i) diff |= static_cast<unsigned char>((*header)[i] ^ expected[i]);
   return diff == 0;
+}
+
+}  // namespace
+
+void ApiServer::check_authorized(const HttpRequest& request) const {
+  if (!is_admin_route(request.path)) {
+    if (!keys_.api.empty() && !bearer_matches(request, keys_.api))
+      throw ApiError(401, "invalid or missing API key (Authorization: Bearer KEY)", "", "invalid_api_key");
+    return;
+  }
+  if (keys_.admin.empty())
+    throw ApiError(403,
+                   "admin routes are off: start the server with --admin-api-key KEY and send "
+                   "Authorization: Bearer KEY",
+                   "", "admin_disabled");
+  if (!bearer_matches(request, keys_.admin))
+    throw ApiError(401, "invalid or missing admin API key (Authorization: Bearer KEY of --admin-api-key)", "",
+                   "invalid_api_key");
 }
 
 void ApiServer::handle(const HttpRequest& request, HttpExchange& exchange) {
@@ -206,8 +227,7 @@ void ApiServer::handle(const HttpRequest& request, HttpExchange& exchange) {
       if (loop_.draining()) throw ApiError(503, "the server is shutting down");
       return send_json(exchange, {{"status", "ok"}, {"plan", loop_.plan_name()}, {"replans", loop_.replans()}});
     }
-    if (!authorized(request))
-      throw ApiError(401, "invalid or missing API key (Authorization: Bearer KEY)", "", "invalid_api_key");
+    check_authorized(request);
     if (path == "/v1/completions" || path == "/v1/chat/completions") {
       only("POST");
       return completions(request, exchange, path == "/v1/chat/completions");
@@ -225,13 +245,17 @@ void ApiServer::handle(const HttpRequest& request, HttpExchange& exchange) {
       only("POST");
       return replan(request, exchange);
     }
-    if (path == "/flush_cache") {
+    if (path == "/admin/flush_cache" || path == "/flush_cache") {
       only("POST");
       return send_json(exchange, {{"evicted_pages", loop_.flush_prefix_cache()}});
     }
     throw ApiError(404, "no route " + request.method + " " + path);
   } catch (const ApiError& e) {
     send_error(exchange, e);
+  } catch (const nlohmann::json::exception&) {
+    // A request field of a type some reader did not check: the client's error, and the
+    // library's text (with its exception ids) is no answer to show.
+    send_error(exchange, ApiError(400, "a request field has the wrong type or value"));
   }
 }
 
@@ -241,12 +265,7 @@ void ApiServer::enable_replan(std::function<ReplanTarget(const std::string& plan
 
 void ApiServer::replan(const HttpRequest& request, HttpExchange& exchange) {
   if (!prepare_replan_) throw ApiError(404, "re-plan is not enabled on this server");
-  Json body;
-  try {
-    body = Json::parse(request.body);
-  } catch (const std::exception& e) {
-    throw ApiError(400, std::string("malformed JSON: ") + e.what());
-  }
+  const Json body = parse_request_json(request.body);
   if (!body.is_object() || !body.contains("plan") || !body["plan"].is_string() ||
       body["plan"].get<std::string>().empty())
     throw ApiError(400, "plan: required, a plan preset such as \"ep2\"", "plan");

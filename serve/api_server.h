@@ -1,9 +1,12 @@
 // The OpenAI-compatible routes over an EngineLoop:
 //   POST /v1/completions, POST /v1/chat/completions (SSE with "stream": true)
 //   GET  /v1/models, /v1/models/{id}, /health, /metrics (Prometheus text)
-//   POST /flush_cache (evicts the prefix cache's unused pages)
+//   POST /admin/flush_cache (also /flush_cache: evicts the prefix cache's unused pages)
 //   POST /admin/replan {"plan": "ep2"}: live re-plan (EngineLoop::replan), when enabled
-// With an API key, every route but /health needs "Authorization: Bearer KEY". Each request
+// With an API key, every route but /health needs "Authorization: Bearer KEY". The admin
+// routes need the admin key instead ("Bearer ADMIN_KEY"), and without one they are refused
+// (403): the HTTP layer does not tell who is calling, so "loopback only" cannot be checked,
+// and an API user must never re-plan or flush the server. Each request
 // runs on its connection's thread: parse and tokenize, submit, then wait for the engine's
 // events and write them out; a client that hangs up cancels its requests.
 #pragma once
@@ -17,9 +20,14 @@
 
 namespace moeserve::serve {
 
+struct ApiKeys {
+  std::string api;    // empty: the API routes are open
+  std::string admin;  // empty: the admin routes are refused
+};
+
 class ApiServer {
  public:
-  ApiServer(EngineLoop& loop, ServedModel model, std::string api_key);
+  ApiServer(EngineLoop& loop, ServedModel model, ApiKeys keys);
 
   void handle(const HttpRequest& request, HttpExchange& exchange);
 
@@ -31,12 +39,13 @@ class ApiServer {
  private:
   void completions(const HttpRequest& request, HttpExchange& exchange, bool chat);
   void models(const HttpRequest& request, HttpExchange& exchange);
-  bool authorized(const HttpRequest& request) const;
+  // Throws the 401 / 403 for a request its route's key does not admit.
+  void check_authorized(const HttpRequest& request) const;
   void replan(const HttpRequest& request, HttpExchange& exchange);
 
   EngineLoop& loop_;
   ServedModel model_;
-  std::string api_key_;
+  ApiKeys keys_;
   int64_t created_;
   std::function<ReplanTarget(const std::string& plan)> prepare_replan_;
 };

@@ -18,6 +18,8 @@ constexpr int kMaxStopStrings = 16;
 constexpr int kMaxTopLogprobs = 20;
 constexpr int kMaxN = 16;
 constexpr int kMaxChoices = 64;
+constexpr size_t kMaxStopTokenIds = 256;
+constexpr int kMaxJsonDepth = 64;  // far beyond any real request; bounds every recursive walk of it
 
 [[noreturn]] void bad(const std::string& param, const std::string& message) { throw ApiError(400, message, param); }
 
@@ -120,6 +122,29 @@ void parse_prompt(const Json& prompt, const ServedModel& model, CompletionReques
   }
 }
 
+// The fields a template prints must have OpenAI's types: Jinja would print a number or
+// object as text where the client most likely sent something malformed.
+void check_message_fields(const Json& m, const std::string& where) {
+  for (const char* key : {"name", "tool_call_id", "reasoning_content"})
+    if (auto v = m.find(key); v != m.end() && !v->is_null() && !v->is_string())
+      bad("messages", fmt::format("{}.{}: expected a string, got {}", where, key, v->type_name()));
+  if (auto calls = m.find("tool_calls"); calls != m.end() && !calls->is_null() && !calls->is_array())
+    bad("messages", fmt::format("{}.tool_calls: expected an array, got {}", where, calls->type_name()));
+  auto content = m.find("content");
+  if (content == m.end() || content->is_null() || content->is_string()) return;
+  if (!content->is_array())
+    bad("messages",
+        fmt::format("{}.content: expected a string or an array of parts, got {}", where, content->type_name()));
+  for (size_t k = 0; k < content->size(); ++k) {
+    const Json& part = (*content)[k];
+    const std::string part_where = fmt::format("{}.content[{}]", where, k);
+    if (!part.is_object()) bad("messages", fmt::format("{}: expected an object, got {}", part_where, part.type_name()));
+    for (const char* key : {"type", "text"})
+      if (auto v = part.find(key); v != part.end() && !v->is_string())
+        bad("messages", fmt::format("{}.{}: expected a string, got {}", part_where, key, v->type_name()));
+  }
+}
+
 void parse_messages(const Json& body, const ServedModel& model, CompletionRequest& out) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) bad("messages", "messages: required");
@@ -135,10 +160,7 @@ void parse_messages(const Json& body, const ServedModel& model, CompletionReques
     const std::string& r = role->get_ref<const std::string&>();
     if (r != "system" && r != "user" && r != "assistant" && r != "tool" && r != "developer")
       bad("messages", fmt::format("{}.role: '{}' is not one of system, user, assistant, tool, developer", where, r));
-    auto content = m.find("content");
-    if (content != m.end() && !content->is_null() && !content->is_string() && !content->is_array())
-      bad("messages",
-          fmt::format("{}.content: expected a string or an array of parts, got {}", where, content->type_name()));
+    check_message_fields(m, where);
   }
   if (model.chat_template.empty())
     throw ApiError(400, "this model's tokenizer has no chat template; use /v1/completions", "messages");
@@ -149,17 +171,24 @@ void parse_messages(const Json& body, const ServedModel& model, CompletionReques
     if (m["role"] == "developer") m["role"] = "system";
   if (auto tools = body.find("tools"); tools != body.end() && !tools->is_null()) {
     if (!tools->is_array()) bad("tools", fmt::format("tools: expected an array, got {}", tools->type_name()));
+    for (size_t i = 0; i < tools->size(); ++i)
+      if (!(*tools)[i].is_object())
+        bad("tools", fmt::format("tools[{}]: expected an object, got {}", i, (*tools)[i].type_name()));
     chat.tools = *tools;
   }
-  std::string text;
+  tokenizer::RenderedChat rendered;
   try {
-    text =
-        tokenizer::render_chat(model.chat_template, chat, {model.tokenizer->bos_token(), model.tokenizer->eos_token()});
+    rendered = tokenizer::render_chat_parts(model.chat_template, chat,
+                                            {model.tokenizer->bos_token(), model.tokenizer->eos_token()});
+    // The template's markers are special tokens; what the request wrote is plain text unless
+    // the server allows otherwise.
+    const std::span<const tokenizer::TextRange> plain =
+        model.special_tokens_in_content ? std::span<const tokenizer::TextRange>() : rendered.request_text;
+    out.prompts.push_back(model.tokenizer->encode(rendered.text, plain));
   } catch (const Error& e) {
     bad("messages", fmt::format("messages: {}", e.what()));
   }
-  out.prompts.push_back(encode(text, "messages", model, /*allow_special=*/true));
-  out.prompt_texts.push_back(text);
+  out.prompt_texts.push_back(std::move(rendered.text));
 }
 
 void reject_unsupported(const Fields& f) {
@@ -172,7 +201,7 @@ void reject_unsupported(const Fields& f) {
     bad("best_of", "best_of: not supported (only 1)");
   if (const Json* suffix = f.get("suffix"); suffix) bad("suffix", "suffix: not supported");
   if (const Json* format = f.get("response_format");
-      format && !(format->is_object() && format->value("type", "") == "text"))
+      format && !(format->is_object() && format->contains("type") && (*format)["type"] == "text"))
     bad("response_format", "response_format: only {\"type\": \"text\"} is supported");
   if (const Json* choice = f.get("tool_choice");
       choice && !(choice->is_string() && (*choice == "none" || *choice == "auto")))
@@ -199,17 +228,14 @@ void parse_stop(const Fields& f, const ServedModel& model, GenerationParams& p) 
   if (const Json* ids = f.get("stop_token_ids")) {
     if (!ids->is_array())
       bad("stop_token_ids", fmt::format("stop_token_ids: expected an array of token ids, got {}", ids->type_name()));
+    if (ids->size() > kMaxStopTokenIds)
+      bad("stop_token_ids", fmt::format("stop_token_ids: at most {} token ids", kMaxStopTokenIds));
     p.stop_token_ids = token_ids(*ids, "stop_token_ids", model);
   }
 }
 
 Json parse_body_object(const std::string& body) {
-  Json json;
-  try {
-    json = Json::parse(body);
-  } catch (const Json::parse_error& e) {
-    throw ApiError(400, fmt::format("malformed JSON body: {}", e.what()));
-  }
+  const Json json = parse_request_json(body);
   if (!json.is_object())
     throw ApiError(400, fmt::format("the request body must be a JSON object, got {}", json.type_name()));
   return json;
@@ -251,24 +277,32 @@ void parse_sampling(const Fields& f, GenerationParams& p) {
   p.return_token_ids = f.boolean("return_token_ids").value_or(false);
 }
 
+// The generation length a client asked for, and the field it came in (for errors).
+struct MaxTokens {
+  std::optional<int64_t> tokens;  // none: the default applies
+  const char* param = "max_tokens";
+};
+
 // The endpoint's own fields: logprobs, the length limit and the prompts (messages for chat,
-// prompt otherwise). Returns max_tokens as asked (none: the default applies).
-std::optional<int64_t> parse_endpoint_fields(const Json& json, const Fields& f, const ServedModel& model,
-                                             CompletionRequest& out) {
+// prompt otherwise). Returns max_tokens as asked.
+MaxTokens parse_endpoint_fields(const Json& json, const Fields& f, const ServedModel& model, CompletionRequest& out) {
   GenerationParams& p = out.params;
-  std::optional<int64_t> max_tokens;
+  MaxTokens max_tokens;
   if (out.chat) {
     const bool logprobs = f.boolean("logprobs").value_or(false);
     const auto top = f.integer("top_logprobs", 0, kMaxTopLogprobs);
     if (top && !logprobs) bad("top_logprobs", "top_logprobs: requires logprobs: true");
     p.top_logprobs = logprobs ? static_cast<int>(top.value_or(0)) : -1;
-    max_tokens = f.integer("max_completion_tokens", 1, INT64_MAX);
-    if (!max_tokens) max_tokens = f.integer("max_tokens", 1, INT64_MAX);
+    max_tokens.tokens = f.integer("max_completion_tokens", 1, INT64_MAX);
+    if (max_tokens.tokens)
+      max_tokens.param = "max_completion_tokens";
+    else
+      max_tokens.tokens = f.integer("max_tokens", 1, INT64_MAX);
     parse_messages(json, model, out);
   } else {
     if (auto logprobs = f.integer("logprobs", 0, kMaxTopLogprobs)) p.top_logprobs = static_cast<int>(*logprobs);
     p.echo = f.boolean("echo").value_or(false);
-    max_tokens = f.integer("max_tokens", 1, INT64_MAX);
+    max_tokens.tokens = f.integer("max_tokens", 1, INT64_MAX);
     const Json* prompt = f.get("prompt");
     if (!prompt) bad("prompt", "prompt: required");
     parse_prompt(*prompt, model, out);
@@ -278,7 +312,7 @@ std::optional<int64_t> parse_endpoint_fields(const Json& json, const Fields& f, 
 
 // Lengths: every prompt plus max_tokens must fit the context and one KV cache replica. Sets
 // params.max_tokens (the default: what is left for chat, at most 16 for completions).
-void fit_lengths(const ServedModel& model, std::optional<int64_t> max_tokens, CompletionRequest& out) {
+void fit_lengths(const ServedModel& model, const MaxTokens& asked, CompletionRequest& out) {
   const char* prompt_param = out.chat ? "messages" : "prompt";
   const int64_t limit = std::min(model.context_length, model.max_request_tokens);
   int64_t longest = 0;
@@ -294,22 +328,62 @@ void fit_lengths(const ServedModel& model, std::optional<int64_t> max_tokens, Co
                                "(raise --kv-pages)",
                                longest, model.max_request_tokens),
                    prompt_param, "context_length_exceeded");
-  if (!max_tokens) {
+  if (!asked.tokens) {
     out.params.max_tokens = out.chat ? limit - longest : std::min<int64_t>(16, limit - longest);
     return;
   }
-  if (longest + *max_tokens > limit)
+  // Compared against what is left, never as longest + max_tokens: a max_tokens near INT64_MAX
+  // would overflow that sum, pass the check and leave the engine a request it cannot hold.
+  const int64_t max_tokens = *asked.tokens;
+  if (max_tokens > limit - longest)
     throw ApiError(400,
-                   fmt::format("max_tokens: the prompt ({} tokens) plus max_tokens ({}) is {} tokens, more than the "
-                               "{} allowed ({})",
-                               longest, *max_tokens, longest + *max_tokens, limit,
+                   fmt::format("{}: the prompt ({} tokens) plus {} ({}) is more than the {} tokens allowed ({})",
+                               asked.param, longest, asked.param, max_tokens, limit,
                                limit == model.context_length ? "the model's context length"
                                                              : "what one request can hold in the KV cache"),
-                   "max_tokens", "context_length_exceeded");
-  out.params.max_tokens = *max_tokens;
+                   asked.param, "context_length_exceeded");
+  out.params.max_tokens = max_tokens;
+}
+
+// Thrown by the parser callback: the body nests deeper than kMaxJsonDepth.
+struct TooDeep {};
+
+// "[json.exception.parse_error.101] parse error at ..." without the library's prefix.
+std::string without_exception_id(const char* what) {
+  const std::string text = what;
+  const size_t close = text.find("] ");
+  return text.rfind("[json.exception.", 0) == 0 && close != std::string::npos ? text.substr(close + 2) : text;
 }
 
 }  // namespace
+
+Json parse_request_json(const std::string& body) {
+  // The depth is bounded while parsing, so that no recursive copy, dump or renderer ever sees
+  // a depth bomb (tens of thousands of "[" overflow the stack). The top-level key last seen
+  // names the field at fault, which the parser's own errors do not.
+  std::string field;
+  auto bound = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if ((event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) &&
+        depth >= kMaxJsonDepth)
+      throw TooDeep{};
+    if (event == Json::parse_event_t::key && depth == 1) field = parsed.get<std::string>();
+    return true;
+  };
+  try {
+    return Json::parse(body, bound);
+  } catch (const TooDeep&) {
+    throw ApiError(400,
+                   fmt::format("{}JSON nested deeper than {} levels", field.empty() ? "" : field + ": ", kMaxJsonDepth),
+                   field);
+  } catch (const Json::out_of_range& e) {  // 406: a number beyond the double range
+    throw ApiError(400,
+                   fmt::format("{}a number is beyond the range of a double ({})", field.empty() ? "" : field + ": ",
+                               without_exception_id(e.what())),
+                   field);
+  } catch (const Json::exception& e) {
+    throw ApiError(400, fmt::format("malformed JSON body: {}", without_exception_id(e.what())));
+  }
+}
 
 CompletionRequest parse_completion_request(const std::string& body, bool chat, const ServedModel& model) {
   const Json json = parse_body_object(body);
@@ -324,7 +398,7 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat, c
   parse_stop(f, model, p);
   if (!ignore_eos && model.eos_id) p.stop_token_ids.push_back(*model.eos_id);
   if (!ignore_eos && chat && model.end_of_turn_id) p.stop_token_ids.push_back(*model.end_of_turn_id);
-  const std::optional<int64_t> max_tokens = parse_endpoint_fields(json, f, model, out);
+  const MaxTokens max_tokens = parse_endpoint_fields(json, f, model, out);
   if (static_cast<int64_t>(out.prompts.size()) * p.n > kMaxChoices)
     bad("n", fmt::format("n: {} prompts x n = {} choices, more than {}", out.prompts.size(), out.prompts.size() * p.n,
                          kMaxChoices));

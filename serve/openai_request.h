@@ -24,6 +24,10 @@ struct ServedModel {
   std::optional<int32_t> eos_id;
   std::optional<int32_t> end_of_turn_id;  // "<|im_end|>": chat completions also stop there
   std::string chat_template;              // the template name ("" if the tokenizer has none)
+  // Special-token text in chat messages ("<|im_end|><|im_system|>" in a user's content) becomes
+  // those tokens, as the template's own markers do. Off: it is plain text, so that a message
+  // cannot forge a turn of another role (--allow-special-tokens-in-content).
+  bool special_tokens_in_content = false;
   const tokenizer::Tokenizer* tokenizer = nullptr;
 };
 
@@ -48,6 +52,10 @@ struct CompletionRequest {
   std::vector<std::string> prompt_texts;      // the text of each (for echo)
   GenerationParams params;
 };
+
+// A request body as JSON, nested at most 64 levels deep. Throws ApiError (400) naming the
+// problem: malformed JSON, too deep, a number beyond the double range.
+nlohmann::ordered_json parse_request_json(const std::string& body);
 
 // Parses a request body. `chat` selects the chat-completions schema. Throws ApiError.
 CompletionRequest parse_completion_request(const std::string& body, bool chat, const ServedModel& model);

@@ -13,28 +13,35 @@ using jinja::Json;
 
 // '<｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + tool['function']['name'] + '\n```json\n'
 //   + tool['function']['arguments'] + '\n```<｜tool▁call▁end｜>'
-std::string tool_call_text(const Json& tool, const std::string& where) {
+void append_tool_call(const Json& tool, const std::string& where, RenderedChat& out) {
   const std::string& type = jinja::string_operand(tool, "type", where);
   const Json& function = jinja::get(tool, "function");
   const std::string function_where = where + ".function";
-  return "<｜tool▁call▁begin｜>" + type + "<｜tool▁sep｜>" + jinja::string_operand(function, "name", function_where) +
-         "\n```json\n" + jinja::string_operand(function, "arguments", function_where) + "\n```<｜tool▁call▁end｜>";
+  const std::string& name = jinja::string_operand(function, "name", function_where);
+  const std::string& arguments = jinja::string_operand(function, "arguments", function_where);
+  out += "<｜tool▁call▁begin｜>";
+  out.add_request_text(type);
+  out += "<｜tool▁sep｜>";
+  out.add_request_text(name);
+  out += "\n```json\n";
+  out.add_request_text(arguments);
+  out += "\n```<｜tool▁call▁end｜>";
 }
 
 }  // namespace
 
-std::string render_deepseek_v3(const ChatRequest& request, const ChatSpecialTokens& special_tokens) {
+RenderedChat render_deepseek_v3(const ChatRequest& request, const ChatSpecialTokens& special_tokens) {
   const Json& messages = request.messages;
   // System messages, wherever they are, joined by blank lines after the BOS token.
-  std::string system_prompt;
+  RenderedChat out;
+  out += special_tokens.bos_token;
   bool first_system = true;
   for (size_t i = 0; i < messages.size(); ++i) {
     if (messages[i]["role"] != "system") continue;
-    if (!first_system) system_prompt += "\n\n";
-    system_prompt += jinja::string_operand(messages[i], "content", jinja::message_name(i));
+    if (!first_system) out += "\n\n";
+    out.add_request_text(jinja::string_operand(messages[i], "content", jinja::message_name(i)));
     first_system = false;
   }
-  std::string out = special_tokens.bos_token + system_prompt;
   bool is_first = false, is_tool = false, is_output_first = true;
   for (size_t i = 0; i < messages.size(); ++i) {
     const Json& message = messages[i];
@@ -43,7 +50,8 @@ std::string render_deepseek_v3(const ChatRequest& request, const ChatSpecialToke
     auto content = [&]() -> const std::string& { return jinja::string_operand(message, "content", where); };
     if (role == "user") {
       is_tool = false;
-      out += "<｜User｜>" + content();
+      out += "<｜User｜>";
+      out.add_request_text(content());
     } else if (role == "assistant") {
       MS_CHECK(message.contains("content"), "{}.content is missing (the template needs it, null or text)", where);
       if (message["content"].is_null()) {
@@ -53,28 +61,39 @@ std::string render_deepseek_v3(const ChatRequest& request, const ChatSpecialToke
           const Json& tool_calls = message["tool_calls"];
           MS_CHECK(tool_calls.is_array(), "{}.tool_calls must be a list", where);
           for (size_t k = 0; k < tool_calls.size(); ++k) {
-            const std::string call = tool_call_text(tool_calls[k], fmt::format("{}.tool_calls[{}]", where, k));
+            const std::string call_where = fmt::format("{}.tool_calls[{}]", where, k);
             if (!is_first) {
-              out += "<｜Assistant｜><｜tool▁calls▁begin｜>" + call;
+              out += "<｜Assistant｜><｜tool▁calls▁begin｜>";
+              append_tool_call(tool_calls[k], call_where, out);
               is_first = true;
             } else {
-              out += "\n" + call + "<｜tool▁calls▁end｜><｜end▁of▁sentence｜>";
+              out += "\n";
+              append_tool_call(tool_calls[k], call_where, out);
+              out += "<｜tool▁calls▁end｜><｜end▁of▁sentence｜>";
             }
           }
         }
       } else if (is_tool) {
-        out += "<｜tool▁outputs▁end｜>" + content() + "<｜end▁of▁sentence｜>";
+        out += "<｜tool▁outputs▁end｜>";
+        out.add_request_text(content());
+        out += "<｜end▁of▁sentence｜>";
         is_tool = false;
       } else {
-        out += "<｜Assistant｜>" + content() + "<｜end▁of▁sentence｜>";
+        out += "<｜Assistant｜>";
+        out.add_request_text(content());
+        out += "<｜end▁of▁sentence｜>";
       }
     } else if (role == "tool") {
       is_tool = true;
       if (is_output_first) {
-        out += "<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>" + content() + "<｜tool▁output▁end｜>";
+        out += "<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>";
+        out.add_request_text(content());
+        out += "<｜tool▁output▁end｜>";
         is_output_first = false;
       } else {
-        out += "\n<｜tool▁output▁begin｜>" + content() + "<｜tool▁output▁end｜>";
+        out += "\n<｜tool▁output▁begin｜>";
+        out.add_request_text(content());
+        out += "<｜tool▁output▁end｜>";
       }
     }
   }

@@ -21,7 +21,7 @@ bool is_image_part(const Json& part) {
 
 // The parts of a list content: images become the media placeholder (followed by
 // `image_suffix`, a newline the thinking template leaves in), other parts print their "text".
-void append_content_parts(const Json& parts, const std::string& where, const char* image_suffix, std::string& out) {
+void append_content_parts(const Json& parts, const std::string& where, const char* image_suffix, RenderedChat& out) {
   MS_CHECK(parts.is_array(), "{} must be a string, a list of parts or null, not {}", where, parts.type_name());
   for (size_t i = 0; i < parts.size(); ++i) {
     const Json& part = parts[i];
@@ -31,22 +31,25 @@ void append_content_parts(const Json& parts, const std::string& where, const cha
       out += kMediaPlaceholder;
       out += image_suffix;
     } else if (part.contains("text")) {
-      out += python_str(part["text"], part_where + ".text");
+      out.add_request_text(python_str(part["text"], part_where + ".text"));
     }
   }
 }
 
-std::string tools_declaration(const Json& tools) {
+void append_tools_declaration(const Json& tools, RenderedChat& out) {
   // {% if tools %}<|im_system|>tool_declare<|im_middle|>{{ tools | tojson }}<|im_end|>
-  if (!jinja::truthy(tools)) return {};
-  return "<|im_system|>tool_declare<|im_middle|>" + python_json_dumps(tools) + "<|im_end|>";
+  if (!jinja::truthy(tools)) return;
+  out += "<|im_system|>tool_declare<|im_middle|>";
+  out.add_request_text(python_json_dumps(tools));
+  out += "<|im_end|>";
 }
 
 }  // namespace
 
-std::string render_kimi_k2(const ChatRequest& request) {
+RenderedChat render_kimi_k2(const ChatRequest& request) {
   const Json& messages = request.messages;
-  std::string out = tools_declaration(request.tools);
+  RenderedChat out;
+  append_tools_declaration(request.tools, out);
   for (size_t i = 0; i < messages.size(); ++i) {
     const Json& message = messages[i];
     const std::string where = jinja::message_name(i);
@@ -69,7 +72,7 @@ std::string render_kimi_k2(const ChatRequest& request) {
     if (message.contains("content")) {
       const Json& content = message["content"];
       if (content.is_string()) {
-        out += content.get_ref<const std::string&>();
+        out.add_request_text(content.get_ref<const std::string&>());
       } else {
         append_content_parts(content, where + ".content", "", out);
       }
@@ -84,26 +87,30 @@ namespace {
 
 // {% macro render_content(msg) %}: content = msg.get('content'); a string as it is, none as
 // nothing, a list part by part.
-void append_thinking_content(const Json& message, const std::string& where, std::string& out) {
+void append_thinking_content(const Json& message, const std::string& where, RenderedChat& out) {
   const Json& content = jinja::get(message, "content");
   if (content.is_string()) {
-    out += content.get_ref<const std::string&>();
+    out.add_request_text(content.get_ref<const std::string&>());
   } else if (!content.is_null()) {
     append_content_parts(content, where + ".content", "\n", out);
   }
 }
 
 // {% macro set_roles(message) %}: role_name = message.get('name') or message['role'].
-void append_role_header(const Json& message, const std::string& where, std::string& out) {
+void append_role_header(const Json& message, const std::string& where, RenderedChat& out) {
   const std::string& role = message["role"].get_ref<const std::string&>();
   const Json& name = jinja::get(message, "name");
-  const std::string role_name = jinja::truthy(name) ? python_str(name, where + ".name") : role;
   const char* marker = role == "user" ? "<|im_user|>" : role == "assistant" ? "<|im_assistant|>" : "<|im_system|>";
-  out += marker + role_name + "<|im_middle|>";
+  out += marker;
+  if (jinja::truthy(name))
+    out.add_request_text(python_str(name, where + ".name"));
+  else
+    out += role;
+  out += "<|im_middle|>";
 }
 
 // {% macro render_toolcalls(message) %}
-void append_tool_calls(const Json& tool_calls, const std::string& where, std::string& out) {
+void append_tool_calls(const Json& tool_calls, const std::string& where, RenderedChat& out) {
   MS_CHECK(tool_calls.is_array(), "{} must be a list, not {}", where, tool_calls.type_name());
   out += "<|tool_calls_section_begin|>";
   for (size_t i = 0; i < tool_calls.size(); ++i) {
@@ -115,9 +122,9 @@ void append_tool_calls(const Json& tool_calls, const std::string& where, std::st
              call_where);
     const Json& arguments = function["arguments"];
     out += "<|tool_call_begin|>";
-    if (call.contains("id")) out += python_str(call["id"], call_where + ".id");
+    if (call.contains("id")) out.add_request_text(python_str(call["id"], call_where + ".id"));
     out += "<|tool_call_argument_begin|>";
-    out += arguments.is_string() ? arguments.get<std::string>() : python_json_dumps(arguments);
+    out.add_request_text(arguments.is_string() ? arguments.get<std::string>() : python_json_dumps(arguments));
     out += "<|tool_call_end|>";
   }
   out += "<|tool_calls_section_end|>";
@@ -125,7 +132,7 @@ void append_tool_calls(const Json& tool_calls, const std::string& where, std::st
 
 }  // namespace
 
-std::string render_kimi_k2_thinking(const ChatRequest& request) {
+RenderedChat render_kimi_k2_thinking(const ChatRequest& request) {
   const Json& messages = request.messages;
   const size_t n = messages.size();
   // The messages after the last assistant message without tool calls keep their reasoning.
@@ -136,7 +143,8 @@ std::string render_kimi_k2_thinking(const ChatRequest& request) {
       break;
     }
   }
-  std::string out = tools_declaration(request.tools);
+  RenderedChat out;
+  append_tools_declaration(request.tools, out);
   if (n == 0 || messages[0]["role"] != "system") {
     out += "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>";
   }
@@ -149,7 +157,7 @@ std::string render_kimi_k2_thinking(const ChatRequest& request) {
       out += "<think>";
       // In the suffix: {{ message.get('reasoning_content', '') }}.
       if (i >= suffix_begin && message.contains("reasoning_content")) {
-        out += python_str(message["reasoning_content"], where + ".reasoning_content");
+        out.add_request_text(python_str(message["reasoning_content"], where + ".reasoning_content"));
       }
       out += "</think>";
       append_thinking_content(message, where, out);
@@ -158,7 +166,8 @@ std::string render_kimi_k2_thinking(const ChatRequest& request) {
     } else if (role == "tool") {
       // ## Return of {{ message.tool_call_id }}\n{{ render_content(message) }}
       out += "## Return of ";
-      if (message.contains("tool_call_id")) out += python_str(message["tool_call_id"], where + ".tool_call_id");
+      if (message.contains("tool_call_id"))
+        out.add_request_text(python_str(message["tool_call_id"], where + ".tool_call_id"));
       out += "\n";
       append_thinking_content(message, where, out);
     } else if (!message.contains("content") || !message["content"].is_null()) {

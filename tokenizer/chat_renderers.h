@@ -8,9 +8,9 @@
 
 namespace moeserve::tokenizer {
 
-std::string render_kimi_k2(const ChatRequest& request);
-std::string render_kimi_k2_thinking(const ChatRequest& request);
-std::string render_deepseek_v3(const ChatRequest& request, const ChatSpecialTokens& special_tokens);
+RenderedChat render_kimi_k2(const ChatRequest& request);
+RenderedChat render_kimi_k2_thinking(const ChatRequest& request);
+RenderedChat render_deepseek_v3(const ChatRequest& request, const ChatSpecialTokens& special_tokens);
 
 // Helpers shared by the renderers: Jinja's view of JSON values.
 namespace jinja {

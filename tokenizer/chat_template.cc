@@ -63,6 +63,11 @@ std::string identify_chat_template(std::string_view text, std::string_view origi
 
 std::string render_chat(std::string_view template_name, const ChatRequest& request,
                         const ChatSpecialTokens& special_tokens) {
+  return render_chat_parts(template_name, request, special_tokens).text;
+}
+
+RenderedChat render_chat_parts(std::string_view template_name, const ChatRequest& request,
+                               const ChatSpecialTokens& special_tokens) {
   check_known(template_name);
   MS_CHECK(request.messages.is_array(), "chat messages must be a JSON list, not {}", request.messages.type_name());
   for (size_t i = 0; i < request.messages.size(); ++i) {

@@ -35,6 +35,28 @@ struct ChatSpecialTokens {
   std::string eos_token;
 };
 
+// A rendered prompt: its text, and which bytes of it the request wrote (message contents,
+// names, reasoning, tool calls, the tools' JSON) rather than the template, so that special
+// tokens there can be encoded as plain text (Tokenizer::encode with plain ranges).
+struct RenderedChat {
+  std::string text;
+  std::vector<TextRange> request_text;  // sorted, disjoint
+
+  RenderedChat& operator+=(std::string_view template_text) {
+    text += template_text;
+    return *this;
+  }
+  // Text from the request.
+  void add_request_text(std::string_view piece) {
+    if (piece.empty()) return;
+    if (!request_text.empty() && request_text.back().end == text.size())
+      request_text.back().end += piece.size();
+    else
+      request_text.push_back({text.size(), text.size() + piece.size()});
+    text += piece;
+  }
+};
+
 const std::vector<std::string>& chat_template_names();
 
 // The name of the known template whose text is `text` (CRLF read as LF); an error naming
@@ -44,6 +66,9 @@ std::string identify_chat_template(std::string_view text, std::string_view origi
 // Renders with the named template; an unknown name is an error listing the known ones.
 std::string render_chat(std::string_view template_name, const ChatRequest& request,
                         const ChatSpecialTokens& special_tokens = {});
+// The same, with the ranges the request wrote.
+RenderedChat render_chat_parts(std::string_view template_name, const ChatRequest& request,
+                               const ChatSpecialTokens& special_tokens = {});
 
 // The template name for a tokenizer: `override_name` if not empty (checked), else the one the
 // tokenizer's files carry (identified by text); an error if there is none.

@@ -46,16 +46,44 @@ void Tokenizer::encode_ordinary(std::string_view segment, std::vector<int32_t>& 
   arena.clear();
 }
 
+namespace {
+
+// The next added token to take at or after `pos`: special ones only outside the plain ranges
+// (from `range` on; the ones before `pos` are skipped), and none across a range's edge, so
+// each range is searched on its own.
+std::optional<AddedTokenMatcher::Match> next_added_token(const AddedTokenMatcher& matcher, std::string_view text,
+                                                         size_t pos, std::span<const TextRange> plain, size_t& range) {
+  while (true) {
+    while (range < plain.size() && plain[range].end <= pos) ++range;
+    if (range == plain.size()) return matcher.find(text, pos, /*allow_special=*/true);
+    const TextRange& r = plain[range];
+    if (pos < r.begin) {
+      if (auto match = matcher.find(text.substr(0, r.begin), pos, /*allow_special=*/true)) return match;
+      pos = r.begin;
+    }
+    if (auto match = matcher.find(text.substr(0, r.end), pos, /*allow_special=*/false)) return match;
+    pos = r.end;
+  }
+}
+
+}  // namespace
+
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special) const {
+  if (allow_special) return encode(text, std::span<const TextRange>());
+  const TextRange all{0, text.size()};
+  return encode(text, std::span<const TextRange>(&all, 1));
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text, std::span<const TextRange> plain) const {
   const size_t bad = first_invalid_utf8(text);
   MS_CHECK(bad == std::string_view::npos, "text to encode is not valid UTF-8 at byte {}", bad);
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 1);
   std::vector<std::string_view> pieces;
   std::deque<std::string> arena;
-  size_t pos = 0;
+  size_t pos = 0, range = 0;
   while (pos < text.size()) {
-    const auto match = parts_.added_tokens.find(text, pos, allow_special);
+    const auto match = next_added_token(parts_.added_tokens, text, pos, plain, range);
     const size_t segment_end = match ? match->begin : text.size();
     encode_ordinary(text.substr(pos, segment_end - pos), ids, pieces, arena);
     if (!match) break;

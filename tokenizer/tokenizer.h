@@ -38,6 +38,12 @@ struct ChatTemplateSource {
   std::string name;    // a known template name when the format fixes it (built-in tokenizer)
 };
 
+// A byte range [begin, end) of a text.
+struct TextRange {
+  size_t begin = 0;
+  size_t end = 0;
+};
+
 // Everything a loader reads from the files; the Tokenizer takes it over.
 struct TokenizerParts {
   std::string origin;                    // the file(s) it was read from, for messages
@@ -59,6 +65,12 @@ class Tokenizer {
   // text of a special token ("<|im_end|>") becomes that token; without, it is encoded as plain
   // text. Non-special added tokens are always recognised. Never adds BOS or EOS.
   std::vector<int32_t> encode(std::string_view text, bool allow_special) const;
+
+  // As encode(text, true), except inside the `plain` ranges (sorted, disjoint), which are
+  // encoded as with allow_special false: a chat prompt whose template markers are special
+  // tokens while the text a client wrote into it (chat_template.h: RenderedChat) cannot forge
+  // them. No special token is recognised across a range's edge.
+  std::vector<int32_t> encode(std::string_view text, std::span<const TextRange> plain) const;
 
   // The text of `ids`, ill-formed UTF-8 replaced by U+FFFD. Special tokens print their text
   // unless skip_special. An id outside the vocabulary is an error.

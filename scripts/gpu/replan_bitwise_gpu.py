@@ -19,9 +19,13 @@ PROMPTS = [[5, 17, 42, 99, 3, 250, 7, 1, 64, 128, 33, 2, 91], [200, 4], [11, 12,
 PLANS = ["tp2", "pp2", "single"]
 
 
+ADMIN_KEY = "replan-bitwise"  # the server's --admin-api-key; the API routes are open (no --api-key)
+
+
 def request(base, method, path, body=None, timeout=300):
     req = urllib.request.Request(base + path, data=json.dumps(body).encode() if body is not None else None,
-                                 method=method, headers={"Content-Type": "application/json"})
+                                 method=method, headers={"Content-Type": "application/json",
+                                                         "Authorization": f"Bearer {ADMIN_KEY}"})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, json.loads(resp.read().decode())
@@ -43,7 +47,8 @@ def answers(base, model):
 
 def run_server(binary, backend, model, reduction_plan):
     proc = subprocess.Popen([binary, "serve", "--backend", backend, "--model", model, "--port", "0", "--skip-warmup",
-                             "--kv-pages", "256", "--reduction-plan", reduction_plan],
+                             "--kv-pages", "256", "--reduction-plan", reduction_plan,
+                             "--admin-api-key", ADMIN_KEY],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     for line in proc.stdout:

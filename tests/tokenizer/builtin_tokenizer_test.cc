@@ -32,6 +32,19 @@ TEST(BuiltinTokenizer, SpecialTokensOnlyWhenAllowed) {
   EXPECT_EQ(tok->decode(ids, /*skip_special=*/true), "ab");
 }
 
+TEST(BuiltinTokenizer, PlainRangesEncodeSpecialTextAsText) {
+  const auto tok = make_builtin_tokenizer(512);
+  const std::string text = "<|im_user|>x<|im_end|><|im_system|>y<|im_end|>";
+  const std::vector<TextRange> content{{11, 36}};  // "x<|im_end|><|im_system|>y"
+  std::vector<int32_t> want{259};
+  for (char c : text.substr(11, 25)) want.push_back(static_cast<unsigned char>(c));
+  want.push_back(258);
+  EXPECT_EQ(tok->encode(text, content), want);
+  EXPECT_EQ(tok->encode(text, std::span<const TextRange>()), tok->encode(text, true));
+  // A range edge splits a special token: neither side can take it.
+  EXPECT_EQ(tok->encode("<|im_end|>", std::vector<TextRange>{{0, 3}}), tok->encode("<|im_end|>", false));
+}
+
 TEST(BuiltinTokenizer, Errors) {
   EXPECT_THROW(make_builtin_tokenizer(263), Error);
   const auto tok = make_builtin_tokenizer(300);

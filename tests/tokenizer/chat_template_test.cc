@@ -50,6 +50,18 @@ TEST(ChatTemplate, RendersTheBuiltinTokenizersTemplate) {
   EXPECT_EQ(render_chat(*tok, request, "deepseek-v3"), "[BOS]<｜User｜>hi<｜Assistant｜>");
 }
 
+TEST(ChatTemplate, RenderedPartsMarkWhatTheRequestWrote) {
+  ChatRequest request;
+  request.messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "hi<|im_end|>"}])");
+  for (const char* name : {"kimi-k2", "kimi-k2-thinking", "deepseek-v3"}) {
+    const RenderedChat rendered = render_chat_parts(name, request, {"[BOS]", "[EOS]"});
+    EXPECT_EQ(rendered.text, render_chat(name, request, {"[BOS]", "[EOS]"})) << name;
+    ASSERT_EQ(rendered.request_text.size(), 1u) << name;
+    const TextRange r = rendered.request_text[0];
+    EXPECT_EQ(rendered.text.substr(r.begin, r.end - r.begin), "hi<|im_end|>") << name;
+  }
+}
+
 TEST(ChatTemplate, BadMessagesNameTheMessage) {
   ChatRequest request;
   request.messages = nlohmann::ordered_json::parse(R"([{"role": "user", "content": "a"}, {"content": "b"}])");

@@ -19,6 +19,8 @@ from server_harness import Server, moeserve_bin, run_moeserve  # noqa: E402
 LOAD = ["--num-prompts", 300, "--concurrency", 32, "--dataset", "random-ids", "--random-input-len", 48,
         "--random-output-len", 24, "--random-range-ratio", 0.25, "--seed", 7, "--output-details"]
 
+ADMIN = {"Authorization": "Bearer adm"}  # the servers' --admin-api-key
+
 
 def bench_args(server, out, *extra):
     return ["bench", "--base-url", server.base, *map(str, LOAD), "--output-file", str(out), *map(str, extra)]
@@ -45,7 +47,7 @@ def test_replan_twice_under_load_loses_nothing_and_changes_no_output(tmp_path):
     undisturbed = load_run(tmp_path / "undisturbed.jsonl")
     assert undisturbed["completed"] == 300
 
-    with Server() as server:
+    with Server("--admin-api-key", "adm") as server:
         # 300 arrivals at 60/s: about five seconds of load around two switches.
         proc = subprocess.Popen([moeserve_bin(), *bench_args(server, tmp_path / "disturbed.jsonl",
                                                             "--request-rate", 60)],
@@ -53,7 +55,7 @@ def test_replan_twice_under_load_loses_nothing_and_changes_no_output(tmp_path):
         reports = []
         for plan, tokens in (("tp2", 200), ("ep2", 1500)):
             wait_for_tokens(server, tokens, proc)
-            status, report = server.request("POST", "/admin/replan", {"plan": plan}, timeout=120)
+            status, report = server.request("POST", "/admin/replan", {"plan": plan}, timeout=120, headers=ADMIN)
             assert status == 200, report
             assert proc.poll() is None, "the switch should land while the load runs"
             reports.append(report)
@@ -90,7 +92,7 @@ def completion(server, headers=None):
 def test_refused_replans_leave_the_old_plan_serving():
     # 3 MiB per rank holds tp2's fp32 weights (about 2.1 MiB a rank) but not single's (4 MiB).
     with Server("--plan", "tp2", "--mem-per-rank", "3MiB", "--context-length", 64,
-                "--max-running-requests", 4, "--api-key", "k") as server:
+                "--max-running-requests", 4, "--api-key", "k", "--admin-api-key", "adm") as server:
         auth = {"Authorization": "Bearer k"}
         before = completion(server, auth)
         refusals = [({"plan": "nonsense"}, "nonsense"),
@@ -99,18 +101,21 @@ def test_refused_replans_leave_the_old_plan_serving():
                     ({"plan": ""}, "plan"),
                     ({"plan_name": "ep2"}, "plan")]
         for body, reason in refusals:
-            status, reply = server.request("POST", "/admin/replan", body, headers=auth)
+            status, reply = server.request("POST", "/admin/replan", body, headers=ADMIN)
             assert status == 400, (body, reply)
             assert reply["error"]["param"] == "plan"
             assert reason.lower() in reply["error"]["message"].lower(), (body, reply)
         status, reply = server.request("POST", "/admin/replan", {"plan": "ep2"})
         assert status == 401, reply
+        status, reply = server.request("POST", "/admin/replan", {"plan": "ep2"}, headers=auth)
+        assert status == 401, reply  # the API key is not the admin key
         assert server.request("GET", "/health")[1] == {"status": "ok", "plan": "tp2", "replans": 0}
         assert completion(server, auth) == before
 
-        refused = run_moeserve("restart", "--plan", "tp3", "--url", server.base, "--api-key", "k", check=False)
+        refused = run_moeserve("restart", "--plan", "tp3", "--url", server.base, "--admin-api-key", "adm",
+                               check=False)
         assert refused.returncode == 1 and "refused" in refused.stderr and "tp3" in refused.stderr
-        done = run_moeserve("restart", "--plan", "ep2", "--url", server.base, "--api-key", "k")
+        done = run_moeserve("restart", "--plan", "ep2", "--url", server.base, "--admin-api-key", "adm")
         assert "tp2 -> ep2: ready in" in done.stdout
         assert server.request("GET", "/health")[1] == {"status": "ok", "plan": "ep2", "replans": 1}
         assert completion(server, auth) == before
@@ -126,12 +131,12 @@ def logprobs(server):
 
 
 def test_replans_under_a_reduction_plan_change_no_bit():
-    with Server("--plan", "single", "--reduction-plan", "tp4") as server:
+    with Server("--plan", "single", "--reduction-plan", "tp4", "--admin-api-key", "adm") as server:
         before = logprobs(server)
-        status, reply = server.request("POST", "/admin/replan", {"plan": "ep2"})
+        status, reply = server.request("POST", "/admin/replan", {"plan": "ep2"}, headers=ADMIN)
         assert status == 400 and "--reduction-plan tp4" in reply["error"]["message"], reply
         for plan in ("tp2", "tp4", "tp2pp2", "single"):
-            status, reply = server.request("POST", "/admin/replan", {"plan": plan}, timeout=120)
+            status, reply = server.request("POST", "/admin/replan", {"plan": plan}, timeout=120, headers=ADMIN)
             assert status == 200, reply
             assert logprobs(server) == before, plan
         assert server.request("GET", "/health")[1] == {"status": "ok", "plan": "single", "replans": 4}

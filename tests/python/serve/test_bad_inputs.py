@@ -162,7 +162,7 @@ def test_api_key_guards_every_route_but_health():
     with Server("--api-key", "sesame") as server:
         assert server.request("GET", "/health")[0] == 200
         for method, path in [("GET", "/v1/models"), ("GET", "/metrics"), ("POST", "/v1/completions"),
-                             ("POST", "/v1/chat/completions"), ("POST", "/flush_cache")]:
+                             ("POST", "/v1/chat/completions")]:
             status, body = server.request(method, path, good_completion() if method == "POST" else None)
             assert_openai_error(status, body, 401, code="invalid_api_key")
             status, body = server.request(method, path, good_completion() if method == "POST" else None,
@@ -173,3 +173,31 @@ def test_api_key_guards_every_route_but_health():
         import openai
         with pytest.raises(openai.AuthenticationError):
             openai_client(server, api_key="wrong").models.list()
+
+
+ADMIN_ROUTES = [("POST", "/admin/replan", {"plan": "single"}), ("POST", "/admin/flush_cache", {}),
+                ("POST", "/flush_cache", {})]
+
+
+def test_admin_routes_are_refused_without_an_admin_key():
+    with Server("--api-key", "sesame") as server:
+        for method, path, body in ADMIN_ROUTES:
+            for headers in ({}, {"Authorization": "Bearer sesame"}):  # the API key does not open them
+                status, reply = server.request(method, path, body, headers=headers)
+                assert_openai_error(status, reply, 403, code="admin_disabled", text="--admin-api-key")
+
+
+def test_admin_routes_need_the_admin_key_not_the_api_key():
+    with Server("--api-key", "sesame", "--admin-api-key", "root") as server:
+        for method, path, body in ADMIN_ROUTES:
+            for headers in ({}, {"Authorization": "Bearer sesame"}, {"Authorization": "Bearer wrong"}):
+                status, reply = server.request(method, path, body, headers=headers)
+                assert_openai_error(status, reply, 401, code="invalid_api_key")
+        status, reply = server.request("POST", "/admin/flush_cache", {}, headers={"Authorization": "Bearer root"})
+        assert status == 200 and "evicted_pages" in reply, reply
+        status, reply = server.request("POST", "/admin/replan", {"plan": "single"},
+                                       headers={"Authorization": "Bearer root"}, timeout=120)
+        assert status == 200 and reply["plan"] == "single", reply
+        status, reply = server.request("POST", "/v1/completions", good_completion(),
+                                       headers={"Authorization": "Bearer root"})
+        assert status == 401, reply  # nor does the admin key open the API routes

@@ -91,7 +91,7 @@ def wait_idle(server, timeout=60):
 
 
 def test_thousand_requests_at_concurrency_128():
-    with Server("--max-running-requests", 128) as server:
+    with Server("--max-running-requests", 128, "--admin-api-key", "adm") as server:
         warm = asyncio.run(run_load(server.base, WARMUP, seed=1))
         assert not warm["failures"], warm["failures"][:5]
         wait_idle(server)
@@ -109,7 +109,7 @@ def test_thousand_requests_at_concurrency_128():
         assert m['moeserve_requests_finished_total{reason="cancelled"}'] > 0
         assert m['moeserve_requests_finished_total{reason="error"}'] == 0
         assert m["moeserve_prefix_cache_hit_tokens_total"] > 0
-        status, flushed = server.request("POST", "/flush_cache")
+        status, flushed = server.request("POST", "/admin/flush_cache", headers={"Authorization": "Bearer adm"})
         assert status == 200
         m = server.metrics()
         assert m["moeserve_kv_pages_free"] == m["moeserve_kv_pages_total"]
