@@ -141,6 +141,40 @@ def test_offsets_outside_data(tmp_path):
     expect_error(generate_args(directory), "model.safetensors", "model.norm.weight", "data_offsets")
 
 
+def test_overlapping_offsets(tmp_path):
+    def overlap(header):  # two (8,) tensors over the same bytes
+        norm = "model.layers.0.input_layernorm.weight"
+        header[norm]["data_offsets"] = list(header["model.norm.weight"]["data_offsets"])
+    directory = make_model_dir(tmp_path, header_override=overlap)
+    expect_error(generate_args(directory), "model.safetensors", "model.layers.0.input_layernorm.weight", "overlap",
+                 "model.norm.weight")
+
+
+def test_reversed_offsets(tmp_path):
+    def reverse(header):
+        header["model.norm.weight"]["data_offsets"] = header["model.norm.weight"]["data_offsets"][::-1]
+    directory = make_model_dir(tmp_path, header_override=reverse)
+    expect_error(generate_args(directory), "model.safetensors", "model.norm.weight", "out of order")
+
+
+@pytest.mark.parametrize("shape", [[2**32, 2**32], [2**62, 4], [2**63, 2], [2**64 - 1]])
+def test_shape_element_count_overflow(tmp_path, shape):
+    def add(header):  # wraps to 0 bytes (or a negative dimension) without overflow checks
+        end = max(entry["data_offsets"][1] for entry in header.values())
+        header["model.extra.weight"] = {"dtype": "F32", "shape": shape, "data_offsets": [end, end]}
+    directory = make_model_dir(tmp_path, header_override=add)
+    expect_error(generate_args(directory), "model.safetensors", "model.extra.weight")
+
+
+def test_absurd_header_length(tmp_path):
+    directory = make_model_dir(tmp_path)
+    path = directory / "model.safetensors"
+    with open(path, "r+b") as f:  # a 200 MB header length in a sparse 300 MB file
+        f.write(struct.pack("<Q", 200_000_000))
+        f.truncate(300_000_000)
+    expect_error(generate_args(directory), "model.safetensors", "header length 200000000", "limit")
+
+
 def test_wrong_byte_count_for_shape(tmp_path):
     def grow(header):
         header["model.norm.weight"]["shape"] = [9]
