@@ -103,6 +103,16 @@ def test_well_formed_dense_model_generates(tmp_path):
      ["config.json", "rope_scaling.original_max_position_embeddings"]),
     (lambda c: c.update(model_type="kimi_k25"), ["config.json", "text_config"]),
     (lambda c: c.update(qk_rope_head_dim=3), ["config.json", "qk_rope_head_dim"]),
+    # Integers that do not fit (read as garbage before), negative and non-integral values.
+    (lambda c: c.update(hidden_size=1e30), ["config.json", "field 'hidden_size' is 1e+30, out of range"]),
+    (lambda c: c.update(num_hidden_layers=4294967297), ["config.json", "'num_hidden_layers' is 4294967297, out of range"]),
+    (lambda c: c.update(vocab_size=2**64 - 1), ["config.json", "'vocab_size' is 18446744073709551615, out of range"]),
+    (lambda c: c.update(kv_lora_rank=-2**40), ["config.json", "'kv_lora_rank' is -1099511627776, out of range"]),
+    (lambda c: c.update(hidden_size=2**21), ["config.json", "'hidden_size' is 2097152, more than the supported maximum"]),
+    (lambda c: c.update(n_routed_experts=2**30), ["config.json", "'n_routed_experts' is 1073741824, more than"]),
+    (lambda c: c.update(num_nextn_predict_layers=-1), ["config.json", "'num_nextn_predict_layers' must be >= 0"]),
+    (lambda c: c.update(hidden_size=-8), ["config.json", "'hidden_size' must be positive"]),
+    (lambda c: c.update(num_hidden_layers=7.5), ["config.json", "'num_hidden_layers' must be an integer"]),
 ])
 def test_bad_config_names_the_field(tmp_path, change, fragments):
     config = dict(TINY_CONFIG, num_hidden_layers=2)  # layer 1 is MoE: its fields are validated
