@@ -176,6 +176,25 @@ def test_shape_element_count_overflow(tmp_path, shape):
     expect_error(generate_args(directory), "model.safetensors", "model.extra.weight")
 
 
+@pytest.mark.parametrize("tensor", ["model.norm.weight", "model.layers.0.mlp.down_proj.weight"])
+@pytest.mark.parametrize("draw", [[], ["--temperature", "0.7", "--seed", "3"], ["--logprobs", "2"]],
+                         ids=["greedy", "candidates", "logits"])
+def test_nan_weight_is_an_error_not_token_0(tmp_path, tensor, draw):
+    # Greedy draws of NaN logits used to give token 0 for ever, with exit code 0.
+    def poison(tensors):
+        tensors[tensor].flat[3] = np.nan
+    directory = make_model_dir(tmp_path, mutate=poison)
+    expect_error(generate_args(directory) + draw,
+                 f"model {directory} produced non-finite logits (NaN/Inf) at the first step: check its weights")
+
+
+def test_inf_weight_is_an_error(tmp_path):
+    def poison(tensors):
+        tensors["model.norm.weight"][:] = np.inf
+    directory = make_model_dir(tmp_path, mutate=poison)
+    expect_error(generate_args(directory), "non-finite logits (NaN/Inf) at the first step")
+
+
 def test_absurd_header_length(tmp_path):
     directory = make_model_dir(tmp_path)
     path = directory / "model.safetensors"
