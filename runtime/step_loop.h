@@ -95,7 +95,8 @@ class StepLoop {
 
   // Submits a step for every pipeline group without one in flight, then completes the oldest
   // in flight: waits for it, draws its rows, commits. Throws EngineFailure when the engine
-  // failed; anything else it throws is a bookkeeping bug.
+  // failed or the first step's logits are NaN or infinite (check_first_logits); anything else
+  // it throws is a bookkeeping bug.
   StepResult step();
 
   sched::Scheduler& scheduler() { return scheduler_; }
