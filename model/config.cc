@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <climits>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -26,17 +27,27 @@ class FieldReader {
 
   bool has(const char* key) const { return object_.contains(key) && !object_.at(key).is_null(); }
 
+  // An integer (or a float with an integral value) within +-(2^31 - 1): every integer field of
+  // the architecture fits, and products of a few of them stay within int64.
   int64_t integer(const char* key) const {
     const json& v = required(key);
-    MS_CHECK(v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()),
-             "{}: field '{}{}' must be an integer, got {}", source_, prefix_, key, v.dump());
+    const bool integral = v.is_number_integer() || (v.is_number_float() && std::isfinite(v.get<double>()) &&
+                                                    std::floor(v.get<double>()) == v.get<double>());
+    MS_CHECK(integral, "{}: field '{}{}' must be an integer, got {}", source_, prefix_, key, v.dump());
+    constexpr int64_t kMax = INT32_MAX;
+    const bool in_range = v.is_number_unsigned()  ? v.get<uint64_t>() <= static_cast<uint64_t>(kMax)
+                          : v.is_number_integer() ? v.get<int64_t>() >= -kMax && v.get<int64_t>() <= kMax
+                                                  : std::fabs(v.get<double>()) <= static_cast<double>(kMax);
+    MS_CHECK(in_range, "{}: field '{}{}' is {}, out of range (integer fields must be within +-{})", source_, prefix_,
+             key, v.dump(), kMax);
     return v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
   }
   int64_t integer_or(const char* key, int64_t fallback) const { return has(key) ? integer(key) : fallback; }
 
   double number(const char* key) const {
     const json& v = required(key);
-    MS_CHECK(v.is_number(), "{}: field '{}{}' must be a number, got {}", source_, prefix_, key, v.dump());
+    MS_CHECK(v.is_number() && std::isfinite(v.get<double>()), "{}: field '{}{}' must be a finite number, got {}",
+             source_, prefix_, key, v.dump());
     return v.get<double>();
   }
   double number_or(const char* key, double fallback) const { return has(key) ? number(key) : fallback; }
@@ -161,6 +172,32 @@ void read_rope_fields(const FieldReader& f, const json& text, ModelConfig& c, co
   }
 }
 
+// Upper bounds on the architecture's sizes, far above any published model, so that the
+// products that size weights and workspaces stay far from int64's range.
+void check_size_bounds(const ModelConfig& c) {
+  auto at_most = [](const char* name, int64_t value, int64_t max) {
+    MS_CHECK(value <= max, "config: field '{}' is {}, more than the supported maximum {}", name, value, max);
+  };
+  constexpr int64_t kMaxWidth = int64_t{1} << 20, kMaxCount = int64_t{1} << 16;
+  at_most("vocab_size", c.vocab_size, int64_t{1} << 24);
+  at_most("hidden_size", c.hidden_size, kMaxWidth);
+  at_most("intermediate_size", c.intermediate_size, kMaxWidth);
+  at_most("moe_intermediate_size", c.moe_intermediate_size, kMaxWidth);
+  at_most("q_lora_rank", c.q_lora_rank, kMaxWidth);
+  at_most("kv_lora_rank", c.kv_lora_rank, kMaxWidth);
+  at_most("qk_nope_head_dim", c.qk_nope_head_dim, kMaxCount);
+  at_most("qk_rope_head_dim", c.qk_rope_head_dim, kMaxCount);
+  at_most("v_head_dim", c.v_head_dim, kMaxCount);
+  at_most("num_hidden_layers", c.num_hidden_layers, kMaxCount);
+  at_most("num_attention_heads", c.num_attention_heads, kMaxCount);
+  at_most("n_routed_experts", c.n_routed_experts, kMaxCount);
+  at_most("n_shared_experts", c.n_shared_experts, kMaxCount);
+  at_most("num_nextn_predict_layers", c.num_nextn_predict_layers, kMaxCount);
+  MS_CHECK(c.num_nextn_predict_layers >= 0, "config: field 'num_nextn_predict_layers' must be >= 0, got {}",
+           c.num_nextn_predict_layers);
+  MS_CHECK(c.intermediate_size >= 0, "config: field 'intermediate_size' must be >= 0, got {}", c.intermediate_size);
+}
+
 }  // namespace
 
 double ModelConfig::attention_scale() const {
@@ -228,6 +265,7 @@ void ModelConfig::validate() const {
              "config: field 'rope_scaling.original_max_position_embeddings' must be positive");
   }
   positive("max_position_embeddings", max_position_embeddings);
+  check_size_bounds(*this);
 }
 
 ModelConfig ModelConfig::from_json(const json& root, const std::string& source) {

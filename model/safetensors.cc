@@ -5,6 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -54,6 +56,74 @@ std::string read_text_file(const std::string& path) {
 
 }  // namespace
 
+namespace {
+
+// safetensors' own MAX_HEADER_SIZE: a longer header is a corrupt length field.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+// The bytes a tensor of `shape` and `dtype` takes; an error if the count overflows.
+size_t tensor_bytes(const Shape& shape, DType dtype, const std::string& path, const std::string& name) {
+  uint64_t bytes = dtype_size(dtype);
+  for (const int64_t d : shape) {
+    MS_CHECK(!__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes),
+             "{}: tensor '{}': shape {} {} has more bytes than 2^64 (element count overflows)", path, name,
+             dtype_name(dtype), shape_str(shape));
+  }
+  return bytes;
+}
+
+TensorInfo parse_tensor_entry(const std::string& path, const std::string& name, const json& entry, size_t data_size) {
+  MS_CHECK(entry.is_object() && entry.contains("dtype") && entry.contains("shape") && entry.contains("data_offsets"),
+           "{}: tensor '{}': header entry needs dtype, shape and data_offsets", path, name);
+  TensorInfo info;
+  info.name = name;
+  const json& dtype = entry.at("dtype");
+  MS_CHECK(dtype.is_string() && parse_dtype(dtype.get<std::string>(), &info.dtype), "{}: tensor '{}': unknown dtype {}",
+           path, name, dtype.dump());
+  const json& shape = entry.at("shape");
+  MS_CHECK(shape.is_array(), "{}: tensor '{}': shape must be an array", path, name);
+  for (const auto& d : shape) {
+    MS_CHECK(d.is_number_unsigned() && d.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX),
+             "{}: tensor '{}': bad dimension {} in shape", path, name, d.dump());
+    info.shape.push_back(d.get<int64_t>());
+  }
+  const json& offsets = entry.at("data_offsets");
+  MS_CHECK(
+      offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() && offsets[1].is_number_unsigned(),
+      "{}: tensor '{}': data_offsets must be two non-negative integers", path, name);
+  info.data_begin = offsets[0].get<size_t>();
+  info.data_end = offsets[1].get<size_t>();
+  MS_CHECK(info.data_begin <= info.data_end, "{}: tensor '{}': data_offsets [{}, {}] are out of order (begin > end)",
+           path, name, info.data_begin, info.data_end);
+  MS_CHECK(info.data_end <= data_size,
+           "{}: tensor '{}': data_offsets [{}, {}] outside the data section ({} bytes; file truncated?)", path, name,
+           info.data_begin, info.data_end, data_size);
+  const size_t expected = tensor_bytes(info.shape, info.dtype, path, name);
+  MS_CHECK(info.data_end - info.data_begin == expected,
+           "{}: tensor '{}': {} bytes of data for shape {} {} (expected {})", path, name,
+           info.data_end - info.data_begin, dtype_name(info.dtype), shape_str(info.shape), expected);
+  return info;
+}
+
+// No two tensors share a byte of the data section (gaps between them are allowed).
+void check_no_overlap(const std::string& path, const std::map<std::string, TensorInfo>& tensors) {
+  std::vector<const TensorInfo*> by_offset;
+  for (const auto& [name, info] : tensors) {
+    if (info.data_end > info.data_begin) by_offset.push_back(&info);
+  }
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const TensorInfo* a, const TensorInfo* b) { return a->data_begin < b->data_begin; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const TensorInfo& prev = *by_offset[i - 1];
+    const TensorInfo& cur = *by_offset[i];
+    MS_CHECK(cur.data_begin >= prev.data_end,
+             "{}: tensor '{}': data_offsets [{}, {}] overlap those of tensor '{}' [{}, {}]", path, cur.name,
+             cur.data_begin, cur.data_end, prev.name, prev.data_begin, prev.data_end);
+  }
+}
+
+}  // namespace
+
 std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
   file->path_ = path;
@@ -80,6 +150,8 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
   std::memcpy(&header_size, bytes, 8);  // little-endian on every supported host
   MS_CHECK(header_size <= file_size - 8, "{}: header length {} runs past the end of the file ({} bytes)", path,
            header_size, file_size);
+  MS_CHECK(header_size <= kMaxHeaderBytes, "{}: header length {} is over the safetensors limit of {} bytes", path,
+           header_size, kMaxHeaderBytes);
   const std::string header_text(reinterpret_cast<const char*>(bytes + 8), header_size);
   const json header = parse_json_rejecting_duplicate_keys(header_text, path);
   MS_CHECK(header.is_object(), "{}: safetensors header must be a JSON object", path);
@@ -88,34 +160,9 @@ std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
 
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") continue;
-    MS_CHECK(entry.is_object() && entry.contains("dtype") && entry.contains("shape") && entry.contains("data_offsets"),
-             "{}: tensor '{}': header entry needs dtype, shape and data_offsets", path, name);
-    TensorInfo info;
-    info.name = name;
-    const json& dtype = entry.at("dtype");
-    MS_CHECK(dtype.is_string() && parse_dtype(dtype.get<std::string>(), &info.dtype),
-             "{}: tensor '{}': unknown dtype {}", path, name, dtype.dump());
-    const json& shape = entry.at("shape");
-    MS_CHECK(shape.is_array(), "{}: tensor '{}': shape must be an array", path, name);
-    for (const auto& d : shape) {
-      MS_CHECK(d.is_number_unsigned(), "{}: tensor '{}': bad dimension {} in shape", path, name, d.dump());
-      info.shape.push_back(d.get<int64_t>());
-    }
-    const json& offsets = entry.at("data_offsets");
-    MS_CHECK(
-        offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() && offsets[1].is_number_unsigned(),
-        "{}: tensor '{}': data_offsets must be two non-negative integers", path, name);
-    info.data_begin = offsets[0].get<size_t>();
-    info.data_end = offsets[1].get<size_t>();
-    MS_CHECK(info.data_begin <= info.data_end && info.data_end <= data_size,
-             "{}: tensor '{}': data_offsets [{}, {}] outside the data section ({} bytes; file truncated?)", path, name,
-             info.data_begin, info.data_end, data_size);
-    const size_t expected = static_cast<size_t>(shape_numel(info.shape)) * dtype_size(info.dtype);
-    MS_CHECK(info.data_end - info.data_begin == expected,
-             "{}: tensor '{}': {} bytes of data for shape {} {} (expected {})", path, name,
-             info.data_end - info.data_begin, dtype_name(info.dtype), shape_str(info.shape), expected);
-    file->tensors_.emplace(name, std::move(info));
+    file->tensors_.emplace(name, parse_tensor_entry(path, name, entry, data_size));
   }
+  check_no_overlap(path, file->tensors_);
   return file;
 }
 

@@ -58,6 +58,7 @@ StepOutputs sized_outputs(const StepPlan& step, int attn_dp) {
   StepOutputs out;
   out.rows.assign(step.micro_batches.size(), std::vector<Tensor>(static_cast<size_t>(attn_dp)));
   out.candidates.assign(step.micro_batches.size(), std::vector<sample::SampleCandidates>(static_cast<size_t>(attn_dp)));
+  out.maxima.assign(step.micro_batches.size(), std::vector<std::vector<float>>(static_cast<size_t>(attn_dp)));
   return out;
 }
 
@@ -70,6 +71,7 @@ void run_step_on_rank(Rank& rank, const StepPlan& step, int64_t hidden, StepOutp
     if (!rank.model->shard().last_stage || rank.coord.tp_index != 0) continue;
     outputs.rows[m][rank.coord.dp_index] = std::move(out.rows);
     outputs.candidates[m][rank.coord.dp_index] = std::move(out.candidates);
+    outputs.maxima[m][rank.coord.dp_index] = std::move(out.maxima);
   }
 }
 
@@ -168,7 +170,7 @@ void Engine::Impl::quiesce(const char* what) {
 }
 
 Engine::Engine(const ModelSource& model, EngineOptions options)
-    : config_(model.config), options_(std::move(options)), impl_(std::make_unique<Impl>()) {
+    : config_(model.config), model_name_(model.spec), options_(std::move(options)), impl_(std::make_unique<Impl>()) {
   const parallel::ParallelPlan& plan = options_.plan;
   MS_CHECK(options_.page_size > 0 && options_.num_pages > 0, "page size and page count must be positive");
   MS_CHECK(options_.pp_max_micro_batch_size >= 0 && options_.pp_async_batch_depth >= 0,

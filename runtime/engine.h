@@ -44,6 +44,7 @@ struct EngineOptions {
 struct StepOutputs {
   std::vector<std::vector<Tensor>> rows;
   std::vector<std::vector<sample::SampleCandidates>> candidates;
+  std::vector<std::vector<std::vector<float>>> maxima;  // greedy draws: each row's largest logit
 };
 using StepTicket = uint64_t;
 
@@ -61,6 +62,8 @@ class Engine {
   ~Engine();
 
   const ModelConfig& config() const { return config_; }
+  // The model as it was named (its spec: a directory or a synthetic preset), for errors.
+  const std::string& model_name() const { return model_name_; }
   const EngineOptions& options() const { return options_; }
 
   // Steps: submit() queues a step and returns at once; the rank threads run the queued steps
@@ -105,6 +108,7 @@ class Engine {
  private:
   struct Impl;
   ModelConfig config_;
+  std::string model_name_;
   EngineOptions options_;
   std::unique_ptr<Impl> impl_;
 };

@@ -1,6 +1,7 @@
 #include "runtime/step_loop.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 
@@ -13,6 +14,12 @@ namespace moeserve::runtime {
 namespace {
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
+}
+
+bool all_finite(const float* values, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(values[i])) return false;
+  return true;
 }
 }  // namespace
 
@@ -163,6 +170,7 @@ void StepLoop::draw(const Flight& flight, StepOutputs& outputs, StepResult& resu
   const std::vector<std::vector<Tensor>>& logits = outputs.rows;  // or drawn ids
   const int64_t vocab = engine_.config().vocab_size;
   const Rows rows = rows_of(flight.step);
+  check_first_logits(flight, outputs, rows);
   std::vector<DrawnToken>& drawn = result.tokens;
   drawn.assign(rows.chunks.size(), DrawnToken{});
   auto sample = [&](size_t i) {
@@ -199,6 +207,27 @@ void StepLoop::draw(const Flight& flight, StepOutputs& outputs, StepResult& resu
   // Rows that asked for logprobs always run with the logits draw, where sample() filled them.
   for (size_t i = 0; i < drawn.size(); ++i)
     if (rows.owners[i] != nullptr && rows.owners[i]->top_logprobs < 0) drawn[i].logprob = {drawn[i].token, 0, {}};
+}
+
+void StepLoop::check_first_logits(const Flight& flight, const StepOutputs& outputs, const Rows& rows) {
+  if (logits_checked_ || rows.chunks.empty()) return;
+  logits_checked_ = true;
+  const int64_t vocab = engine_.config().vocab_size;
+  for (const sched::ScheduledChunk* chunk : rows.chunks) {
+    const int64_t r = chunk->logit_row;
+    bool finite = true;
+    if (flight.draw == DrawKind::kGreedy) {
+      finite = std::isfinite(outputs.maxima.at(chunk->micro_batch).at(chunk->replica).at(static_cast<size_t>(r)));
+    } else if (flight.draw == DrawKind::kCandidates) {
+      const sample::SampleCandidates& c = outputs.candidates.at(chunk->micro_batch).at(chunk->replica);
+      finite = all_finite(c.values.data() + r * c.count, c.count) && std::isfinite(c.normaliser[r]);
+    } else if (flight.draw == DrawKind::kLogits) {
+      finite = all_finite(outputs.rows.at(chunk->micro_batch).at(chunk->replica).f32() + r * vocab, vocab);
+    }
+    if (!finite)
+      throw EngineFailure(fmt::format(
+          "model {} produced non-finite logits (NaN/Inf) at the first step: check its weights", engine_.model_name()));
+  }
 }
 
 void StepLoop::draw_fallbacks(const Rows& rows, std::vector<DrawnToken>& drawn, StepResult& result) {

@@ -95,7 +95,8 @@ class StepLoop {
 
   // Submits a step for every pipeline group without one in flight, then completes the oldest
   // in flight: waits for it, draws its rows, commits. Throws EngineFailure when the engine
-  // failed; anything else it throws is a bookkeeping bug.
+  // failed or the first step's logits are NaN or infinite (check_first_logits); anything else
+  // it throws is a bookkeeping bug.
   StepResult step();
 
   sched::Scheduler& scheduler() { return scheduler_; }
@@ -122,6 +123,11 @@ class StepLoop {
   ops::SamplingOptions next_draw(sched::RequestId id, const LoopRequest& request) const;
   Rows rows_of(const sched::ScheduledStep& step) const;
   void draw(const Flight& flight, StepOutputs& outputs, StepResult& result);
+  // The first step's logit rows, from what the draw brought to the host (greedy: each row's
+  // maximum; candidates: the top ones; logits: the rows): a NaN or infinite one is an error
+  // naming the model (broken weights would otherwise draw token 0 for ever). Device draws
+  // (kSampled) bring no logits and are not checked.
+  void check_first_logits(const Flight& flight, const StepOutputs& outputs, const Rows& rows);
   // Draws that reached past their row's candidates, over the rows' whole logits on the devices.
   void draw_fallbacks(const Rows& rows, std::vector<DrawnToken>& drawn, StepResult& result);
   void collect_prompt_logits(const sched::ScheduledStep& step, const StepOutputs& outputs, StepResult& result) const;
@@ -134,6 +140,7 @@ class StepLoop {
   sched::Scheduler scheduler_;
   std::unordered_map<sched::RequestId, LoopRequest> requests_;
   std::deque<Flight> in_flight_;  // oldest first
+  bool logits_checked_ = false;   // check_first_logits has seen a step with logit rows
 };
 
 }  // namespace moeserve::runtime

@@ -73,7 +73,7 @@ Drawn Sampler::finish(const SamplerBuffers& b, const ForwardBatch& batch) {
   Drawn out;
   switch (batch.draw) {
     case DrawKind::kGreedy:
-      out.rows = greedy_to_host(b, rows);
+      out.rows = greedy_to_host(b, rows, out.maxima);
       break;
     case DrawKind::kCandidates:
       out.candidates = candidates_to_host(b, rows, batch.temperatures);
@@ -119,13 +119,17 @@ Tensor Sampler::logits_to_host(const SamplerBuffers& b, int64_t rows) {
   return logits;
 }
 
-Tensor Sampler::greedy_to_host(const SamplerBuffers& b, int64_t rows) {
+Tensor Sampler::greedy_to_host(const SamplerBuffers& b, int64_t rows, std::vector<float>& maxima) {
   Tensor ids(DType::I32, {rows});
+  maxima.assign(static_cast<size_t>(rows), 0.0f);
   if (rows == 0) return ids;
   const int slices = p_.vocab_slices;
   const int64_t capacity = std::max<int64_t>(b.capacity, 1);
-  if (slices == 1) {  // part 0's ids
-    p_.backend.download(ids.raw(), *b.greedy_pairs, static_cast<size_t>(capacity) * 4, ids.nbytes());
+  if (slices == 1) {  // part 0's values [capacity] and ids [capacity], in one download
+    std::vector<float> pairs(static_cast<size_t>(capacity + rows));
+    p_.backend.download(pairs.data(), *b.greedy_pairs, 0, pairs.size() * 4);
+    std::copy(pairs.begin(), pairs.begin() + rows, maxima.begin());
+    std::memcpy(ids.raw(), pairs.data() + capacity, ids.nbytes());
     return ids;
   }
   // [slices, 2 * capacity]: each vocab slice's maxima (values, then ids). The largest value
@@ -137,6 +141,7 @@ Tensor Sampler::greedy_to_host(const SamplerBuffers& b, int64_t rows) {
     int best = 0;
     for (int k = 1; k < slices; ++k)
       if (value(k, r) > value(best, r)) best = k;
+    maxima[static_cast<size_t>(r)] = value(best, r);
     std::memcpy(ids.i32() + r, &pairs[(best * 2 + 1) * capacity + r], 4);
   }
   return ids;

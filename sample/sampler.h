@@ -34,6 +34,7 @@ struct Drawn {
   // kLogits: fp32 [rows, vocab] (empty without logits asked); kGreedy, kSampled: I32 [rows] ids.
   Tensor rows;
   SampleCandidates candidates;  // kCandidates
+  std::vector<float> maxima;    // kGreedy: each row's largest logit (NaN or infinite: broken weights)
 };
 
 // The device buffers a draw reads and writes, R = capacity rows (the model's head arena;
@@ -91,7 +92,7 @@ class Sampler {
   void argmax(const SamplerBuffers& b, int64_t rows);
   void top_candidates(const SamplerBuffers& b, int64_t rows);
   Tensor logits_to_host(const SamplerBuffers& b, int64_t rows);
-  Tensor greedy_to_host(const SamplerBuffers& b, int64_t rows);
+  Tensor greedy_to_host(const SamplerBuffers& b, int64_t rows, std::vector<float>& maxima);
   SampleCandidates candidates_to_host(const SamplerBuffers& b, int64_t rows, const std::vector<float>& temperatures);
   Tensor draw_all(int64_t rows, const std::vector<ops::SamplingOptions>& options);
 

@@ -97,20 +97,31 @@ bool add_pre_tokenizer(const Json& node, const std::string& where, PreTokenizer&
   fail("{}: pre-tokenizer type \"{}\" is not supported (supported: Sequence, Split, ByteLevel)", where, type);
 }
 
+// A token id field: an integer in [0, limit) (see token_id_limit).
+int32_t token_id(const Json& id_json, int64_t limit, const std::string& where) {
+  const bool non_negative =
+      id_json.is_number_unsigned() || (id_json.is_number_integer() && id_json.get<int64_t>() >= 0);
+  MS_CHECK(non_negative, "{}: id must be a non-negative integer, got {}", where, id_json.dump());
+  MS_CHECK(id_json.get<uint64_t>() < static_cast<uint64_t>(limit),
+           "{}: id {} is out of range: ids must be below {} (the number of tokens listed + {}, at most 2^24)", where,
+           id_json.get<uint64_t>(), limit, kMaxTokenIdGap);
+  return static_cast<int32_t>(id_json.get<int64_t>());
+}
+
 struct Vocab {
   std::unordered_map<std::string, int32_t> id_of_token;  // as written in the file
   int32_t max_id = -1;
 };
 
-Vocab read_vocab(const Json& model, const std::string& where) {
+// `num_added`: the added tokens, which count towards the bound on ids.
+Vocab read_vocab(const Json& model, size_t num_added, const std::string& where) {
   const auto it = model.find("vocab");
   MS_CHECK(it != model.end() && it->is_object(), "{}: needs a \"vocab\" object", where);
+  const int64_t limit = token_id_limit(it->size() + num_added);
   Vocab vocab;
   std::unordered_map<int32_t, std::string> token_of_id;
   for (const auto& [token, id_json] : it->items()) {
-    MS_CHECK(id_json.is_number_integer() && id_json.get<int64_t>() >= 0 && id_json.get<int64_t>() <= INT32_MAX,
-             "{}.vocab[\"{}\"]: id must be a non-negative integer", where, token);
-    const auto id = static_cast<int32_t>(id_json.get<int64_t>());
+    const int32_t id = token_id(id_json, limit, where + ".vocab[\"" + token + "\"]");
     const auto [existing, inserted] = token_of_id.emplace(id, token);
     MS_CHECK(inserted, "{}.vocab: id {} is used by both \"{}\" and \"{}\"", where, id, existing->second, token);
     vocab.id_of_token.emplace(token, id);
@@ -198,14 +209,27 @@ const Json* added_tokens_of(const Json& json, const std::string& path) {
   return &*added;
 }
 
+int64_t added_id_limit(const Vocab& vocab, const Json& added) {
+  return token_id_limit(vocab.id_of_token.size() + added.size());
+}
+
+// The id of added_tokens[i], checked against the bound on ids.
+int32_t added_token_id(const Json& entry, int64_t limit, const std::string& where) {
+  MS_CHECK(entry.is_object() && entry.contains("id"), "{}: needs a non-negative integer \"id\"", where);
+  return token_id(entry["id"], limit, where);
+}
+
+std::string added_where(const std::string& path, size_t i) {
+  return path + ": added_tokens[" + std::to_string(i) + "]";
+}
+
 // Added tokens may extend the vocabulary past the model's ids.
-int32_t max_token_id(const Vocab& vocab, const Json* added) {
+int32_t max_token_id(const Vocab& vocab, const Json* added, const std::string& path) {
   int32_t max_id = vocab.max_id;
   if (added == nullptr) return max_id;
-  for (const Json& entry : *added) {
-    if (entry.is_object() && entry.contains("id") && entry["id"].is_number_integer()) {
-      max_id = std::max(max_id, static_cast<int32_t>(entry["id"].get<int64_t>()));
-    }
+  const int64_t limit = added_id_limit(vocab, *added);
+  for (size_t i = 0; i < added->size(); ++i) {
+    max_id = std::max(max_id, added_token_id((*added)[i], limit, added_where(path, i)));
   }
   return max_id;
 }
@@ -233,14 +257,12 @@ BpeVocab add_vocab_tokens(const Vocab& vocab, TokenizerParts& parts) {
   return bpe;
 }
 
-void add_added_tokens(const Json& added, const std::string& path, TokenizerParts& parts) {
+void add_added_tokens(const Json& added, const Vocab& vocab, const std::string& path, TokenizerParts& parts) {
+  const int64_t limit = added_id_limit(vocab, added);
   for (size_t i = 0; i < added.size(); ++i) {
     const Json& entry = added[i];
-    const std::string where = path + ": added_tokens[" + std::to_string(i) + "]";
-    MS_CHECK(
-        entry.is_object() && entry.contains("id") && entry["id"].is_number_integer() && entry["id"].get<int64_t>() >= 0,
-        "{}: needs a non-negative integer \"id\"", where);
-    const auto id = static_cast<int32_t>(entry["id"].get<int64_t>());
+    const std::string where = added_where(path, i);
+    const int32_t id = added_token_id(entry, limit, where);
     const auto content = optional_string(entry, "content", where);
     MS_CHECK(content && !content->empty(), "{}: needs a non-empty \"content\"", where);
     for (const char* option : {"single_word", "lstrip", "rstrip"}) {
@@ -281,14 +303,14 @@ TokenizerParts load_hf_tokenizer_json(const std::string& path, const TokenizerCo
       pre_tokenizer != json.end() && add_pre_tokenizer(*pre_tokenizer, path + ": pre_tokenizer", parts.pre_tokenizer);
   MS_CHECK(has_byte_level, "{}: pre_tokenizer has no ByteLevel step (needed by byte-level BPE)", path);
 
-  const Vocab vocab = read_vocab(model, model_where);
-  MergeTable merges = read_merges(model, vocab, model_where);
   const Json* added = added_tokens_of(json, path);
-  const int32_t max_id = max_token_id(vocab, added);
+  const Vocab vocab = read_vocab(model, added == nullptr ? 0 : added->size(), model_where);
+  MergeTable merges = read_merges(model, vocab, model_where);
+  const int32_t max_id = max_token_id(vocab, added, path);
   parts.token_bytes.assign(max_id + 1, std::string());
   parts.token_kind.assign(max_id + 1, TokenKind::kUnused);
   BpeVocab bpe = add_vocab_tokens(vocab, parts);
-  if (added != nullptr) add_added_tokens(*added, path, parts);
+  if (added != nullptr) add_added_tokens(*added, vocab, path, parts);
 
   parts.bpe = std::make_unique<BpeModel>(bpe.byte_ids, std::move(merges), std::move(bpe.tokens),
                                          bpe_options(model, vocab, model_where));

@@ -57,6 +57,8 @@ RanksFile read_ranks(const std::string& path) {
                  rank_text.find_first_not_of("0123456789") == std::string_view::npos,
              "{}:{}: rank \"{}\" is not a non-negative integer below 10^9", path, line_number, rank_text);
     for (char c : rank_text) rank = rank * 10 + static_cast<size_t>(c - '0');
+    MS_CHECK(rank < static_cast<size_t>(kMaxTokenIds), "{}:{}: rank {} is not below {} (2^24)", path, line_number, rank,
+             kMaxTokenIds);
     if (rank >= ranks.token_of_rank.size()) {
       ranks.token_of_rank.resize(rank + 1);
       ranks.has_rank.resize(rank + 1, false);
@@ -73,6 +75,10 @@ RanksFile read_ranks(const std::string& path) {
     ++ranks.count;
   }
   MS_CHECK(ranks.count > 0, "{}: no ranks", path);
+  const auto limit = static_cast<size_t>(token_id_limit(ranks.count));
+  MS_CHECK(ranks.token_of_rank.size() <= limit,
+           "{}:{}: rank {} is out of range: ranks must be below {} (the {} ranks listed + {})", path,
+           line_of_rank.back(), ranks.token_of_rank.size() - 1, limit, ranks.count, kMaxTokenIdGap);
   return ranks;
 }
 
@@ -90,7 +96,14 @@ TokenizerParts load_tiktoken_model(const std::string& path, const TokenizerConfi
   const auto num_base_tokens = static_cast<int32_t>(ranks.count);
   int32_t vocab_size =
       std::max<int32_t>(static_cast<int32_t>(ranks.token_of_rank.size()), num_base_tokens + kKimiReservedSpecialTokens);
-  for (const AddedTokenEntry& entry : config.added_tokens_decoder) vocab_size = std::max(vocab_size, entry.id + 1);
+  const int64_t limit = token_id_limit(ranks.count + kKimiReservedSpecialTokens + config.added_tokens_decoder.size());
+  for (const AddedTokenEntry& entry : config.added_tokens_decoder) {
+    MS_CHECK(entry.id < limit,
+             "{}: added_tokens_decoder[\"{}\"]: id {} is out of range: ids must be below {} (the {} ranks of {}, the "
+             "reserved and added tokens, + {})",
+             config.path, entry.id, entry.id, limit, ranks.count, path, kMaxTokenIdGap);
+    vocab_size = std::max(vocab_size, entry.id + 1);
+  }
   parts.token_bytes.assign(vocab_size, std::string());
   parts.token_kind.assign(vocab_size, TokenKind::kUnused);
 

@@ -29,7 +29,8 @@ int32_t parse_token_id(const std::string& key, const std::string& where) {
   } catch (const std::exception&) {
     used = 0;
   }
-  MS_CHECK(used == key.size() && id >= 0 && id <= INT32_MAX, "{}: \"{}\" is not a token id", where, key);
+  MS_CHECK(used == key.size() && id >= 0, "{}: \"{}\" is not a token id", where, key);
+  MS_CHECK(id < kMaxTokenIds, "{}: token id {} is not below {} (2^24)", where, id, kMaxTokenIds);
   return static_cast<int32_t>(id);
 }
 

@@ -3,6 +3,7 @@
 // added_tokens_decoder table.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -11,6 +12,17 @@
 #include "tokenizer/tokenizer.h"
 
 namespace moeserve::tokenizer {
+
+// Token ids index per-token tables, so every reader bounds them: below 2^24 (real vocabularies
+// stay under 2^18) and at most kMaxTokenIdGap past the number of tokens a file lists (ids may
+// leave gaps, but a crafted id must not allocate gigabytes).
+constexpr int64_t kMaxTokenIds = int64_t{1} << 24;
+constexpr int64_t kMaxTokenIdGap = int64_t{1} << 16;
+
+// The bound above for a file listing `listed` tokens: every id must be below it.
+inline int64_t token_id_limit(size_t listed) {
+  return std::min<int64_t>(kMaxTokenIds, static_cast<int64_t>(listed) + kMaxTokenIdGap);
+}
 
 struct AddedTokenEntry {
   int32_t id;

@@ -118,3 +118,43 @@ def test_bad_added_token_id(tmp_path, good):
 def test_missing_tokenizer_files(tmp_path):
     assert "no tokenizer.json or tiktoken.model" in tokenize_error(tmp_path)
     assert "not a directory" in tokenize_error(tmp_path / "absent")
+
+
+@pytest.mark.parametrize("token_id", [2**32 - 1, 2**31 - 1, 2**31 - 2, 2**24, 10**7])
+def test_added_token_id_out_of_range(tmp_path, good, token_id):
+    # 2^32-1 used to wrap to -1 and write before the token table; INT32_MAX overflowed its size.
+    def edit(spec):
+        spec["added_tokens"].append({"id": token_id, "content": "<|huge|>", "special": True})
+    spec = json.loads((good / "hf" / "tokenizer.json").read_text(encoding="utf-8"))
+    err = tokenize_error(hf_with(tmp_path, good, edit))
+    assert f"tokenizer.json: added_tokens[{len(spec['added_tokens'])}]: id {token_id} is out of range" in err
+
+
+@pytest.mark.parametrize("token_id", [2**31 - 1, 10**7])
+def test_vocab_id_out_of_range(tmp_path, good, token_id):
+    err = tokenize_error(hf_with(tmp_path, good, lambda s: s["model"]["vocab"].update({"Ġhuge": token_id})))
+    assert f'tokenizer.json: model.vocab["Ġhuge"]: id {token_id} is out of range' in err
+
+
+def test_tiktoken_rank_beyond_2_pow_24(tmp_path, good):
+    directory, n = kimi_with(tmp_path, good, [base64.b64encode(b"far away").decode() + " 20000000"])
+    err = tokenize_error(directory)
+    assert f"tiktoken.model:{n + 1}: rank 20000000 is not below 16777216" in err
+
+
+def test_tiktoken_rank_far_past_the_ranks(tmp_path, good):
+    directory, n = kimi_with(tmp_path, good, [base64.b64encode(b"far away").decode() + " 1000000"])
+    err = tokenize_error(directory)
+    assert f"tiktoken.model:{n + 1}: rank 1000000 is out of range" in err
+
+
+@pytest.mark.parametrize("token_id, fragment", [
+    (2**31 - 1, "token id 2147483647 is not below 16777216"),
+    (5 * 10**6, "id 5000000 is out of range"),
+])
+def test_added_tokens_decoder_id_out_of_range(tmp_path, good, token_id, fragment):
+    def edit(config):
+        config["added_tokens_decoder"][str(token_id)] = {"content": "<|far|>", "special": True}
+    directory, _ = kimi_with(tmp_path, good, config_edit=edit)
+    err = tokenize_error(directory)
+    assert f'tokenizer_config.json: added_tokens_decoder["{token_id}"]' in err and fragment in err

@@ -103,6 +103,16 @@ def test_well_formed_dense_model_generates(tmp_path):
      ["config.json", "rope_scaling.original_max_position_embeddings"]),
     (lambda c: c.update(model_type="kimi_k25"), ["config.json", "text_config"]),
     (lambda c: c.update(qk_rope_head_dim=3), ["config.json", "qk_rope_head_dim"]),
+    # Integers that do not fit (read as garbage before), negative and non-integral values.
+    (lambda c: c.update(hidden_size=1e30), ["config.json", "field 'hidden_size' is 1e+30, out of range"]),
+    (lambda c: c.update(num_hidden_layers=4294967297), ["config.json", "'num_hidden_layers' is 4294967297, out of range"]),
+    (lambda c: c.update(vocab_size=2**64 - 1), ["config.json", "'vocab_size' is 18446744073709551615, out of range"]),
+    (lambda c: c.update(kv_lora_rank=-2**40), ["config.json", "'kv_lora_rank' is -1099511627776, out of range"]),
+    (lambda c: c.update(hidden_size=2**21), ["config.json", "'hidden_size' is 2097152, more than the supported maximum"]),
+    (lambda c: c.update(n_routed_experts=2**30), ["config.json", "'n_routed_experts' is 1073741824, more than"]),
+    (lambda c: c.update(num_nextn_predict_layers=-1), ["config.json", "'num_nextn_predict_layers' must be >= 0"]),
+    (lambda c: c.update(hidden_size=-8), ["config.json", "'hidden_size' must be positive"]),
+    (lambda c: c.update(num_hidden_layers=7.5), ["config.json", "'num_hidden_layers' must be an integer"]),
 ])
 def test_bad_config_names_the_field(tmp_path, change, fragments):
     config = dict(TINY_CONFIG, num_hidden_layers=2)  # layer 1 is MoE: its fields are validated
@@ -139,6 +149,59 @@ def test_offsets_outside_data(tmp_path):
         header["model.norm.weight"]["data_offsets"] = [10**9, 10**9 + 32]
     directory = make_model_dir(tmp_path, header_override=shift)
     expect_error(generate_args(directory), "model.safetensors", "model.norm.weight", "data_offsets")
+
+
+def test_overlapping_offsets(tmp_path):
+    def overlap(header):  # two (8,) tensors over the same bytes
+        norm = "model.layers.0.input_layernorm.weight"
+        header[norm]["data_offsets"] = list(header["model.norm.weight"]["data_offsets"])
+    directory = make_model_dir(tmp_path, header_override=overlap)
+    expect_error(generate_args(directory), "model.safetensors", "model.layers.0.input_layernorm.weight", "overlap",
+                 "model.norm.weight")
+
+
+def test_reversed_offsets(tmp_path):
+    def reverse(header):
+        header["model.norm.weight"]["data_offsets"] = header["model.norm.weight"]["data_offsets"][::-1]
+    directory = make_model_dir(tmp_path, header_override=reverse)
+    expect_error(generate_args(directory), "model.safetensors", "model.norm.weight", "out of order")
+
+
+@pytest.mark.parametrize("shape", [[2**32, 2**32], [2**62, 4], [2**63, 2], [2**64 - 1]])
+def test_shape_element_count_overflow(tmp_path, shape):
+    def add(header):  # wraps to 0 bytes (or a negative dimension) without overflow checks
+        end = max(entry["data_offsets"][1] for entry in header.values())
+        header["model.extra.weight"] = {"dtype": "F32", "shape": shape, "data_offsets": [end, end]}
+    directory = make_model_dir(tmp_path, header_override=add)
+    expect_error(generate_args(directory), "model.safetensors", "model.extra.weight")
+
+
+@pytest.mark.parametrize("tensor", ["model.norm.weight", "model.layers.0.mlp.down_proj.weight"])
+@pytest.mark.parametrize("draw", [[], ["--temperature", "0.7", "--seed", "3"], ["--logprobs", "2"]],
+                         ids=["greedy", "candidates", "logits"])
+def test_nan_weight_is_an_error_not_token_0(tmp_path, tensor, draw):
+    # Greedy draws of NaN logits used to give token 0 for ever, with exit code 0.
+    def poison(tensors):
+        tensors[tensor].flat[3] = np.nan
+    directory = make_model_dir(tmp_path, mutate=poison)
+    expect_error(generate_args(directory) + draw,
+                 f"model {directory} produced non-finite logits (NaN/Inf) at the first step: check its weights")
+
+
+def test_inf_weight_is_an_error(tmp_path):
+    def poison(tensors):
+        tensors["model.norm.weight"][:] = np.inf
+    directory = make_model_dir(tmp_path, mutate=poison)
+    expect_error(generate_args(directory), "non-finite logits (NaN/Inf) at the first step")
+
+
+def test_absurd_header_length(tmp_path):
+    directory = make_model_dir(tmp_path)
+    path = directory / "model.safetensors"
+    with open(path, "r+b") as f:  # a 200 MB header length in a sparse 300 MB file
+        f.write(struct.pack("<Q", 200_000_000))
+        f.truncate(300_000_000)
+    expect_error(generate_args(directory), "model.safetensors", "header length 200000000", "limit")
 
 
 def test_wrong_byte_count_for_shape(tmp_path):
