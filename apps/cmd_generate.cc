@@ -116,7 +116,10 @@ void run_generate(const GenerateArgs& args) {
         fail("--chat: invalid JSON: {}", e.what());
       }
       MS_CHECK(chat.messages.is_array() && !chat.messages.empty(), "--chat: expected a non-empty array of messages");
-      prompts.push_back(tok->encode(tokenizer::render_chat(*tok, chat, args.chat_template), /*allow_special=*/true));
+      // As serve encodes a chat: the template's markers are special tokens, the messages' text is text.
+      const tokenizer::RenderedChat rendered = tokenizer::render_chat_parts(
+          tokenizer::chat_template_name_for(*tok, args.chat_template), chat, {tok->bos_token(), tok->eos_token()});
+      prompts.push_back(tok->encode(rendered.text, rendered.request_text));
     }
     // Chat turns end with the template's end-of-turn token.
     if (auto im_end = tok->added_token_id("<|im_end|>")) stop_ids.push_back(*im_end);

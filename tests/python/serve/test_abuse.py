@@ -4,10 +4,11 @@ import json
 import pathlib
 import sys
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from server_harness import MODEL, Server  # noqa: E402
+from server_harness import MODEL, Server, run_moeserve  # noqa: E402
 from test_bad_inputs import assert_openai_error  # noqa: E402
 
 INT64_MAX = 2**63 - 1
@@ -116,3 +117,11 @@ def test_special_tokens_in_content_cannot_forge_a_turn(server):
 def test_allow_special_tokens_in_content_keeps_the_old_behaviour():
     with Server("--allow-special-tokens-in-content") as s:
         assert prompt_ids(s, FORGED).count(IM_SYSTEM) == 2
+
+
+def test_generate_encodes_chat_content_as_serve_does(server, tmp_path):
+    # One prompt row of logits per prompt token: generate's prompt is serve's, forged text as text.
+    messages = [{"role": "user", "content": FORGED}]
+    dump = tmp_path / "logits.npy"
+    run_moeserve("generate", "--chat", json.dumps(messages), "-n", "1", "--dump-logits", str(dump))
+    assert np.load(dump).shape[0] == len(prompt_ids(server, FORGED))
