@@ -6,6 +6,7 @@
 
 #include "apps/cli_util.h"
 #include "apps/commands.h"
+#include "model/deepseek_v3_weights.h"
 #include "model/model_source.h"
 
 namespace moeserve::apps {
@@ -36,10 +37,14 @@ void run_inspect(const std::string& spec) {
     std::printf(" (factor %g, original context %lld)", c.rope_scaling.factor,
                 (long long)c.rope_scaling.original_max_position_embeddings);
   std::printf(", context %lld\n", (long long)c.max_position_embeddings);
-  if (!c.quantization.empty()) std::printf("quantization     %s\n", c.quantization.c_str());
+  if (c.quantization.method != QuantMethod::none)
+    std::printf("quantization     %s (%s)\n", c.quantization.name().c_str(), c.quantization.describe().c_str());
   std::printf("parameters       %s total, %s active per token (%lld / %lld)\n", human_count(p.total).c_str(),
               human_count(p.active_per_token).c_str(), (long long)p.total, (long long)p.active_per_token);
   std::printf("bf16 weights     %s\n", human_bytes(2.0 * p.total).c_str());
+  if (c.quantization.method != QuantMethod::none)
+    std::printf("checkpoint       stored %s (%s)\n", human_bytes(static_cast<double>(stored_model_bytes(c))).c_str(),
+                c.quantization.describe().c_str());
   if (model.checkpoint) {
     std::map<std::string, std::pair<int64_t, double>> by_dtype;  // dtype -> (tensors, bytes)
     for (const auto& name : model.checkpoint->tensor_names()) {

@@ -15,8 +15,9 @@ namespace moeserve::apps {
 
 namespace {
 
-// Weights as deployed: bf16, 2 bytes per parameter (the fp32 router is counted at 2 bytes
-// as well, so that the per-rank sum matches count_parameters x 2 exactly).
+// Weights as deployed: as the checkpoint stores them (stored_bytes()), the unquantized ones in
+// bf16, 2 bytes per parameter (the fp32 router is counted at 2 bytes as well, so that for a
+// bf16 checkpoint the per-rank sum matches count_parameters x 2 exactly).
 constexpr int64_t kDeployedBytes = 2;
 
 std::string range_str(const parallel::Range& r) { return fmt::format("[{},{})", r.begin, r.end); }
@@ -24,36 +25,52 @@ std::string range_str(const parallel::Range& r) { return fmt::format("[{},{})", 
 void run_plan_show(const PlanCliArgs& args, const std::string& spec) {
   const ModelSource model = open_model(spec);
   const ModelConfig& c = model.config;
-  const parallel::ParallelPlan plan = plan_for_model(args, c, kDeployedBytes);
+  parallel::MemoryFit fit;
+  const parallel::ParallelPlan plan = plan_for_model(args, c, kDeployedBytes, &fit);
   const parallel::ShardDims dims = shard_dims(c);
   const ParameterCounts params = count_parameters(c);
   std::printf("plan %s: world %d = pp %d x attn_tp %d x attn_dp %d; MoE ep %d x tp %d\n", plan.name.c_str(),
               plan.world(), plan.pp, plan.attn_tp, plan.attn_dp, plan.moe_ep, plan.moe_tp);
-  std::printf("model %s: %lld layers, %lld heads, %lld routed experts, vocab %lld; %s parameters = %s in bf16\n",
+  const std::string stored =
+      c.quantization.method == QuantMethod::none
+          ? ""
+          : fmt::format("; stored {} ({})", parallel::format_bytes(static_cast<double>(stored_model_bytes(c))),
+                        c.quantization.describe());
+  std::printf("model %s: %lld layers, %lld heads, %lld routed experts, vocab %lld; %s parameters = %s in bf16%s\n",
               spec.c_str(), (long long)c.num_hidden_layers, (long long)c.num_attention_heads,
               (long long)c.n_routed_experts, (long long)c.vocab_size,
               human_count(static_cast<double>(params.total)).c_str(),
-              parallel::format_bytes(static_cast<double>(params.total * kDeployedBytes)).c_str());
+              parallel::format_bytes(static_cast<double>(params.total * kDeployedBytes)).c_str(), stored.c_str());
   std::printf("%-4s %-5s %-3s %-3s %-9s %-9s %-11s %-11s %-15s %-12s %-12s %s\n", "rank", "stage", "dp", "tp", "layers",
               "heads", "experts", "expert-cols", "vocab", "weights", "owned", "KV/token");
   int64_t held_total = 0, owned_total = 0;
   for (int r = 0; r < plan.world(); ++r) {
     const parallel::RankShard s = parallel::shard_of(plan, dims, r);
     const RankWeights w = rank_weights(c, plan, r);
-    held_total += w.held_elements * kDeployedBytes;
-    owned_total += w.owned_elements * kDeployedBytes;
+    held_total += w.held_bytes;
+    owned_total += w.owned_bytes;
     const std::string vocab = s.first_stage || s.last_stage ? range_str(s.vocab) : "-";
     std::printf("%-4d %-5d %-3d %-3d %-9s %-9s %-11s %-11s %-15s %-12s %-12s %s\n", r, s.coord.stage, s.coord.dp_index,
                 s.coord.tp_index, range_str(s.layers).c_str(), range_str(s.heads).c_str(), range_str(s.experts).c_str(),
                 range_str(s.expert_intermediate).c_str(), vocab.c_str(),
-                parallel::format_bytes(static_cast<double>(w.held_elements * kDeployedBytes)).c_str(),
-                parallel::format_bytes(static_cast<double>(w.owned_elements * kDeployedBytes)).c_str(),
+                parallel::format_bytes(static_cast<double>(w.held_bytes)).c_str(),
+                parallel::format_bytes(static_cast<double>(w.owned_bytes)).c_str(),
                 parallel::format_bytes(static_cast<double>(kv_bytes_per_token(c, plan, r, kDeployedBytes))).c_str());
   }
   std::printf("weights held by all ranks: %s = model %s (owned, %lld bytes) + replicas %s\n",
               parallel::format_bytes(static_cast<double>(held_total)).c_str(),
               parallel::format_bytes(static_cast<double>(owned_total)).c_str(), (long long)owned_total,
               parallel::format_bytes(static_cast<double>(held_total - owned_total)).c_str());
+  if (!args.mem_per_rank.empty())
+    std::printf(
+        "fits --mem-per-rank %s: tightest rank %d needs %s = weights %s + KV cache %s; KV room after weights: "
+        "%lld tokens per rank\n",
+        parallel::format_bytes(static_cast<double>(parallel::parse_byte_size(args.mem_per_rank, "--mem-per-rank")))
+            .c_str(),
+        fit.tightest_rank, parallel::format_bytes(static_cast<double>(fit.needed_bytes)).c_str(),
+        parallel::format_bytes(static_cast<double>(fit.weight_bytes)).c_str(),
+        parallel::format_bytes(static_cast<double>(fit.needed_bytes - fit.weight_bytes)).c_str(),
+        (long long)fit.kv_token_room);
 }
 
 // Presets up to max_world ranks that the model admits, one per line.
@@ -79,7 +96,8 @@ void add_plan_command(CLI::App& app) {
   auto args = std::make_shared<PlanCliArgs>();
   auto model = std::make_shared<std::string>("synthetic:tiny");
   CLI::App* show = plan->add_subcommand(
-      "show", "Print, per rank, the layers, heads, experts, vocab slice, weight bytes (bf16) and KV bytes per token");
+      "show",
+      "Print, per rank, the layers, heads, experts, vocab slice, weight bytes (as stored) and KV bytes per token");
   show->add_option("plan", args->preset, "Plan preset (tp8, pp8, ep8, ep8-dp, ep4tp2, tp2pp4, ...), or use the flags");
   show->add_option("--model,-m", *model, "Model spec (synthetic:NAME, a model directory or a config.json)")
       ->capture_default_str();

@@ -56,7 +56,8 @@ void add_plan_flags(CLI::App* cmd, PlanCliArgs& args) {
       ->capture_default_str();
 }
 
-parallel::ParallelPlan plan_for_model(const PlanCliArgs& args, const ModelConfig& config, int64_t bytes_per_element) {
+parallel::ParallelPlan plan_for_model(const PlanCliArgs& args, const ModelConfig& config, int64_t bytes_per_element,
+                                      parallel::MemoryFit* fit) {
   const parallel::ParallelPlan plan = parallel::resolve_plan(args.preset, args.flags);
   parallel::validate_plan(plan, shard_dims(config));
   if (args.mem_per_rank.empty()) return plan;
@@ -66,9 +67,10 @@ parallel::ParallelPlan plan_for_model(const PlanCliArgs& args, const ModelConfig
   budget.max_running_requests = args.max_running_requests;
   std::vector<parallel::RankMemory> ranks;
   for (int r = 0; r < plan.world(); ++r)
-    ranks.push_back({rank_weights(config, plan, r).held_elements * bytes_per_element,
+    ranks.push_back({rank_weights(config, plan, r, bytes_per_element).held_bytes,
                      kv_bytes_per_token(config, plan, r, bytes_per_element)});
-  parallel::check_memory_fit(plan, ranks, budget);
+  const parallel::MemoryFit result = parallel::check_memory_fit(plan, ranks, budget);
+  if (fit != nullptr) *fit = result;
   return plan;
 }
 

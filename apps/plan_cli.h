@@ -9,6 +9,7 @@
 
 #include "model/config.h"
 #include "model/deepseek_v3.h"
+#include "parallel/memory_fit.h"
 #include "parallel/plan.h"
 #include "parallel/plan_parse.h"
 
@@ -48,7 +49,9 @@ void add_engine_flags(CLI::App* cmd, EngineCliArgs& args);
 void add_plan_flags(CLI::App* cmd, PlanCliArgs& args);
 
 // The plan the options describe, validated against the model; when --mem-per-rank is given,
-// also checked to fit (weights and KV cache at `bytes_per_element`).
-parallel::ParallelPlan plan_for_model(const PlanCliArgs& args, const ModelConfig& config, int64_t bytes_per_element);
+// also checked to fit (weights as stored, unquantized ones and KV cache at `bytes_per_element`);
+// `fit`, when given, receives how it fits.
+parallel::ParallelPlan plan_for_model(const PlanCliArgs& args, const ModelConfig& config, int64_t bytes_per_element,
+                                      parallel::MemoryFit* fit = nullptr);
 
 }  // namespace moeserve::apps

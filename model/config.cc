@@ -102,13 +102,18 @@ RopeScaling parse_rope_scaling(const json& object, const std::string& source, co
   return r;
 }
 
-std::string parse_quantization(const json& object) {
-  if (!object.contains("quantization_config") || object.at("quantization_config").is_null()) return "";
-  const json& q = object.at("quantization_config");
-  const std::string method = q.value("quant_method", std::string("unknown"));
-  if (method == "fp8") return "fp8";
-  if (method == "compressed-tensors") return "int4-" + q.value("format", std::string("unknown"));
-  return method;
+// quantization_config: under text_config (then it wins) or at the top level.
+QuantizationConfig read_quantization(const json& root, const json& text, const std::string& source,
+                                     const std::string& path, const std::string& tensor_prefix) {
+  auto present = [](const json& o) {
+    return o.contains("quantization_config") && !o.at("quantization_config").is_null();
+  };
+  if (&text != &root && present(text))
+    return parse_quantization_config(text.at("quantization_config"), source, path + "quantization_config.",
+                                     tensor_prefix);
+  if (present(root))
+    return parse_quantization_config(root.at("quantization_config"), source, "quantization_config.", tensor_prefix);
+  return {};
 }
 
 // The object holding the text model's fields: the root, or (Kimi K2.5 / VL) its text_config,
@@ -302,8 +307,7 @@ ModelConfig ModelConfig::from_json(const json& root, const std::string& source) 
   if (f.has("bos_token_id") && text->at("bos_token_id").is_number_integer()) c.bos_token_id = f.integer("bos_token_id");
   if (f.has("eos_token_id") && text->at("eos_token_id").is_number_integer()) c.eos_token_id = f.integer("eos_token_id");
   c.torch_dtype = f.has("torch_dtype") ? f.string("torch_dtype") : f.string_or("dtype", "bfloat16");
-  c.quantization = parse_quantization(*text);
-  if (c.quantization.empty()) c.quantization = parse_quantization(root);
+  c.quantization = read_quantization(root, *text, source, path, c.tensor_prefix);
   try {
     c.validate();
   } catch (const Error& e) {

@@ -7,6 +7,8 @@
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
+#include "model/quantization.h"
+
 namespace moeserve {
 
 struct RopeScaling {
@@ -53,7 +55,7 @@ struct ModelConfig {
   int64_t bos_token_id = -1;
   int64_t eos_token_id = -1;
   std::string torch_dtype = "bfloat16";
-  std::string quantization;  // "" | "fp8" | "int4-pack-quantized" | other quant_method
+  QuantizationConfig quantization;  // quantization_config (top level or under text_config)
 
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   bool is_moe_layer(int64_t layer) const { return layer >= first_k_dense_replace; }

@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <unordered_map>
+
+#include "parallel/plan_parse.h"
+
 namespace moeserve {
 
 parallel::ShardDims shard_dims(const ModelConfig& c) {
@@ -16,7 +20,8 @@ parallel::ShardDims shard_dims(const ModelConfig& c) {
   return d;
 }
 
-std::vector<WeightSlice> weight_slices_of_rank(const ModelConfig& c, const parallel::ParallelPlan& plan, int rank) {
+std::vector<WeightSlice> weight_slices_of_rank(const ModelConfig& c, const parallel::ParallelPlan& plan, int rank,
+                                               int64_t element_bytes) {
   const parallel::RankShard s = parallel::shard_of(plan, shard_dims(c), rank);
   const int64_t hidden = c.hidden_size;
   const int64_t heads = s.heads.size();
@@ -25,17 +30,36 @@ std::vector<WeightSlice> weight_slices_of_rank(const ModelConfig& c, const paral
   const bool owns_tp_slice = s.coord.dp_index == 0;
   const bool owns_stage_copy = s.coord.moe_index == 0;
   std::vector<WeightSlice> out;
-  auto add = [&](std::string name, int64_t elements, bool owned) { out.push_back({std::move(name), elements, owned}); };
+  const QuantizationConfig& q = c.quantization;
+  const WeightFormat quantized{q.method, element_bytes, q.group_size, q.block_n, q.block_k};
+  // The routed experts of a layer share a format per projection (ignore patterns that single
+  // out one expert are not told apart): matched once, for the first expert of the rank.
+  std::unordered_map<std::string, bool> expert_quantized;
+  auto quantizes = [&](const std::string& module, bool expert) {
+    if (!expert || q.method == QuantMethod::none) return q.quantizes(module, false);
+    const size_t index = module.find("mlp.experts.") + std::string("mlp.experts.").size();
+    const std::string key = module.substr(0, index) + module.substr(module.find('.', index));
+    auto it = expert_quantized.find(key);
+    if (it == expert_quantized.end()) it = expert_quantized.emplace(key, q.quantizes(module, true)).first;
+    return it->second;
+  };
+  // A 2-D weight [rows, cols]; `linear`: a projection the checkpoint may quantize.
+  auto add2 = [&](std::string name, int64_t rows, int64_t cols, bool owned, bool linear = false, bool expert = false) {
+    WeightFormat format{QuantMethod::none, element_bytes, 0, 0, 0};
+    if (linear && quantizes(name.substr(0, name.size() - std::string(".weight").size()), expert)) format = quantized;
+    out.push_back({std::move(name), rows * cols, {rows, cols}, format, owned});
+  };
+  auto add = [&](std::string name, int64_t elements, bool owned) { add2(std::move(name), elements, 1, owned); };
 
   const std::string embed = c.tensor_prefix + "model.embed_tokens.weight";
-  if (s.first_stage) add(embed, s.vocab.size() * hidden, owns_tp_slice);
+  if (s.first_stage) add2(embed, s.vocab.size(), hidden, owns_tp_slice);
   if (s.last_stage) {
     add(c.tensor_prefix + "model.norm.weight", hidden, owns_stage_copy);
     // A tied head re-reads the first stage's embedding slices: always a replica.
     if (c.tie_word_embeddings)
-      add(embed, s.vocab.size() * hidden, false);
+      add2(embed, s.vocab.size(), hidden, false);
     else
-      add(c.tensor_prefix + "lm_head.weight", s.vocab.size() * hidden, owns_tp_slice);
+      add2(c.tensor_prefix + "lm_head.weight", s.vocab.size(), hidden, owns_tp_slice, true);
   }
   const int64_t qk = c.qk_head_dim(), latent = c.kv_lora_rank, rope = c.qk_rope_head_dim;
   for (int64_t l = s.layers.begin; l < s.layers.end; ++l) {
@@ -43,41 +67,50 @@ std::vector<WeightSlice> weight_slices_of_rank(const ModelConfig& c, const paral
     add(p + "input_layernorm.weight", hidden, owns_stage_copy);
     add(p + "post_attention_layernorm.weight", hidden, owns_stage_copy);
     if (c.q_lora_rank > 0) {
-      add(p + "self_attn.q_a_proj.weight", c.q_lora_rank * hidden, owns_stage_copy);
+      add2(p + "self_attn.q_a_proj.weight", c.q_lora_rank, hidden, owns_stage_copy, true);
       add(p + "self_attn.q_a_layernorm.weight", c.q_lora_rank, owns_stage_copy);
-      add(p + "self_attn.q_b_proj.weight", heads * qk * c.q_lora_rank, owns_tp_slice);
+      add2(p + "self_attn.q_b_proj.weight", heads * qk, c.q_lora_rank, owns_tp_slice, true);
     } else {
-      add(p + "self_attn.q_proj.weight", heads * qk * hidden, owns_tp_slice);
+      add2(p + "self_attn.q_proj.weight", heads * qk, hidden, owns_tp_slice, true);
     }
-    add(p + "self_attn.kv_a_proj_with_mqa.weight", (latent + rope) * hidden, owns_stage_copy);
+    add2(p + "self_attn.kv_a_proj_with_mqa.weight", latent + rope, hidden, owns_stage_copy, true);
     add(p + "self_attn.kv_a_layernorm.weight", latent, owns_stage_copy);
-    add(p + "self_attn.kv_b_proj.weight", heads * (c.qk_nope_head_dim + c.v_head_dim) * latent, owns_tp_slice);
-    add(p + "self_attn.o_proj.weight", hidden * heads * c.v_head_dim, owns_tp_slice);
-    auto mlp = [&](const std::string& prefix, int64_t inter_local, bool owned) {
-      add(prefix + "gate_proj.weight", inter_local * hidden, owned);
-      add(prefix + "up_proj.weight", inter_local * hidden, owned);
-      add(prefix + "down_proj.weight", hidden * inter_local, owned);
+    add2(p + "self_attn.kv_b_proj.weight", heads * (c.qk_nope_head_dim + c.v_head_dim), latent, owns_tp_slice, true);
+    add2(p + "self_attn.o_proj.weight", hidden, heads * c.v_head_dim, owns_tp_slice, true);
+    auto mlp = [&](const std::string& prefix, int64_t inter_local, bool owned, bool expert = false) {
+      add2(prefix + "gate_proj.weight", inter_local, hidden, owned, true, expert);
+      add2(prefix + "up_proj.weight", inter_local, hidden, owned, true, expert);
+      add2(prefix + "down_proj.weight", hidden, inter_local, owned, true, expert);
     };
     if (!c.is_moe_layer(l)) {
       mlp(p + "mlp.", s.dense_intermediate.size(), owns_tp_slice);
       continue;
     }
-    add(p + "mlp.gate.weight", c.n_routed_experts * hidden, owns_stage_copy);
+    add2(p + "mlp.gate.weight", c.n_routed_experts, hidden, owns_stage_copy);
     add(p + "mlp.gate.e_score_correction_bias", c.n_routed_experts, owns_stage_copy);
     if (c.n_shared_experts > 0) mlp(p + "mlp.shared_experts.", s.shared_intermediate.size(), owns_tp_slice);
     for (int64_t e = s.experts.begin; e < s.experts.end; ++e)
-      mlp(fmt::format("{}mlp.experts.{}.", p, e), s.expert_intermediate.size(), true);
+      mlp(fmt::format("{}mlp.experts.{}.", p, e), s.expert_intermediate.size(), true, true);
   }
   return out;
 }
 
-RankWeights rank_weights(const ModelConfig& config, const parallel::ParallelPlan& plan, int rank) {
+RankWeights rank_weights(const ModelConfig& config, const parallel::ParallelPlan& plan, int rank,
+                         int64_t element_bytes) {
   RankWeights w;
-  for (const WeightSlice& slice : weight_slices_of_rank(config, plan, rank)) {
+  for (const WeightSlice& slice : weight_slices_of_rank(config, plan, rank, element_bytes)) {
+    const int64_t bytes = slice.bytes();
     w.held_elements += slice.elements;
-    if (slice.owned) w.owned_elements += slice.elements;
+    w.held_bytes += bytes;
+    if (!slice.owned) continue;
+    w.owned_elements += slice.elements;
+    w.owned_bytes += bytes;
   }
   return w;
+}
+
+int64_t stored_model_bytes(const ModelConfig& config, int64_t element_bytes) {
+  return rank_weights(config, parallel::parse_plan("single"), 0, element_bytes).owned_bytes;
 }
 
 int64_t kv_bytes_per_token(const ModelConfig& c, const parallel::ParallelPlan& plan, int rank,

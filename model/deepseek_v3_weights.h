@@ -21,6 +21,9 @@ parallel::ShardDims shard_dims(const ModelConfig& config);
 struct WeightSlice {
   std::string name;      // checkpoint tensor name
   int64_t elements = 0;  // elements of this rank's slice
+  WeightShape shape;     // the slice's [N, K]
+  WeightFormat format;   // how the checkpoint stores it
+  int64_t bytes() const { return stored_bytes(shape, format); }
   // Several ranks may hold the same slice (norms and the MLA latent projection on every rank
   // of a stage, attention heads on every DP replica, a tied LM head on the last stage). The
   // lowest-numbered rank holding a slice owns it; the others hold a replica. Summed over all
@@ -28,13 +31,22 @@ struct WeightSlice {
   bool owned = true;
 };
 
-std::vector<WeightSlice> weight_slices_of_rank(const ModelConfig& config, const parallel::ParallelPlan& plan, int rank);
+// Unquantized slices are counted at `element_bytes` (the activation dtype); quantized ones
+// (config.quantization) as the checkpoint stores them.
+std::vector<WeightSlice> weight_slices_of_rank(const ModelConfig& config, const parallel::ParallelPlan& plan, int rank,
+                                               int64_t element_bytes = 2);
 
 struct RankWeights {
   int64_t held_elements = 0;   // everything the rank loads (its memory)
   int64_t owned_elements = 0;  // the slices it owns
+  int64_t held_bytes = 0;      // stored_bytes() of the same slices
+  int64_t owned_bytes = 0;
 };
-RankWeights rank_weights(const ModelConfig& config, const parallel::ParallelPlan& plan, int rank);
+RankWeights rank_weights(const ModelConfig& config, const parallel::ParallelPlan& plan, int rank,
+                         int64_t element_bytes = 2);
+
+// Bytes the whole checkpoint stores (every parameter once), unquantized weights at `element_bytes`.
+int64_t stored_model_bytes(const ModelConfig& config, int64_t element_bytes = 2);
 
 // Bytes of MLA latent cache per cached token on `rank`: (kv_lora_rank + rope) per layer of
 // its stage. Every attention-TP rank caches the whole latent (it is shared by all heads).

@@ -1,6 +1,8 @@
 #include "parallel/memory_fit.h"
 
+#include <algorithm>
 #include <cctype>
+#include <climits>
 #include <cmath>
 
 #include "core/error.h"
@@ -15,13 +17,22 @@ int64_t rank_bytes_needed(const ParallelPlan& plan, const RankMemory& rank, cons
   return rank.weight_bytes + rank.kv_bytes_per_token * budget.context_tokens * sequences_per_rank(plan, budget);
 }
 
-void check_memory_fit(const ParallelPlan& plan, const std::vector<RankMemory>& ranks, const MemoryBudget& budget) {
+MemoryFit check_memory_fit(const ParallelPlan& plan, const std::vector<RankMemory>& ranks, const MemoryBudget& budget) {
   MS_CHECK(budget.bytes_per_rank > 0, "plan '{}': --mem-per-rank must be positive", plan.name);
   MS_CHECK(budget.context_tokens >= 0 && budget.max_running_requests >= 1,
            "plan '{}': context length must be >= 0 and running requests >= 1", plan.name);
+  MemoryFit fit;
+  fit.kv_token_room = INT64_MAX;
   for (size_t r = 0; r < ranks.size(); ++r) {
     const int64_t needed = rank_bytes_needed(plan, ranks[r], budget);
-    if (needed <= budget.bytes_per_rank) continue;
+    if (needed <= budget.bytes_per_rank) {
+      if (r == 0 || needed > fit.needed_bytes)
+        fit = {static_cast<int>(r), needed, ranks[r].weight_bytes, fit.kv_token_room};
+      if (ranks[r].kv_bytes_per_token > 0)
+        fit.kv_token_room =
+            std::min(fit.kv_token_room, (budget.bytes_per_rank - ranks[r].weight_bytes) / ranks[r].kv_bytes_per_token);
+      continue;
+    }
     const int64_t sequences = sequences_per_rank(plan, budget);
     fail(
         "plan '{}' does not fit --mem-per-rank {}: rank {} needs {} = weights {} + KV cache {} ({} tokens x {} "
@@ -31,6 +42,8 @@ void check_memory_fit(const ParallelPlan& plan, const std::vector<RankMemory>& r
         format_bytes(static_cast<double>(needed - ranks[r].weight_bytes)), budget.context_tokens, sequences,
         format_bytes(static_cast<double>(ranks[r].kv_bytes_per_token)));
   }
+  if (fit.kv_token_room == INT64_MAX) fit.kv_token_room = 0;
+  return fit;
 }
 
 int64_t parse_byte_size(const std::string& text, const std::string& what) {

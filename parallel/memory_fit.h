@@ -28,8 +28,17 @@ int64_t sequences_per_rank(const ParallelPlan& plan, const MemoryBudget& budget)
 // Bytes rank needs: weights + kv_bytes_per_token * context_tokens * sequences_per_rank.
 int64_t rank_bytes_needed(const ParallelPlan& plan, const RankMemory& rank, const MemoryBudget& budget);
 
+// How a plan that fits uses the budget: the rank needing the most, and the KV tokens the
+// memory left after the weights holds on the rank with the least room.
+struct MemoryFit {
+  int tightest_rank = 0;
+  int64_t needed_bytes = 0;   // that rank's weights + KV cache of the budget's sequences
+  int64_t weight_bytes = 0;   // that rank's weights
+  int64_t kv_token_room = 0;  // min over ranks of (budget - weights) / KV bytes per token
+};
+
 // Throws Error naming the plan, the first rank that does not fit and its sizes.
-void check_memory_fit(const ParallelPlan& plan, const std::vector<RankMemory>& ranks, const MemoryBudget& budget);
+MemoryFit check_memory_fit(const ParallelPlan& plan, const std::vector<RankMemory>& ranks, const MemoryBudget& budget);
 
 // "80GiB", "141 GB", "512MiB", "1073741824" -> bytes. `what` names the option in errors.
 int64_t parse_byte_size(const std::string& text, const std::string& what);

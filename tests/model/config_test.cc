@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -31,7 +33,7 @@ TEST(ModelConfig, ParsesEveryReferenceConfig) {
   EXPECT_EQ(k26.n_routed_experts, 384);
   EXPECT_EQ(k26.rope_scaling.type, "yarn");
   EXPECT_EQ(k26.rope_scaling.factor, 64.0);
-  EXPECT_EQ(k26.quantization, "int4-pack-quantized");
+  EXPECT_EQ(k26.quantization.name(), "int4-pack-quantized");
   const ModelConfig k2 = ModelConfig::from_file(kConfigs + "kimi-k2-instruct-0905.config.json");
   EXPECT_EQ(k2.model_type, "kimi_k2");
   EXPECT_EQ(k2.rope_scaling.beta_fast, 1.0);
@@ -39,10 +41,108 @@ TEST(ModelConfig, ParsesEveryReferenceConfig) {
   EXPECT_EQ(v3.n_group, 8);
   EXPECT_EQ(v3.topk_group, 4);
   EXPECT_EQ(v3.first_k_dense_replace, 3);
-  EXPECT_EQ(v3.quantization, "fp8");
+  EXPECT_EQ(v3.quantization.name(), "fp8");
   const ModelConfig moon = ModelConfig::from_file(kConfigs + "moonlight-16b-a3b.config.json");
   EXPECT_EQ(moon.q_lora_rank, 0);
   EXPECT_EQ(moon.rope_scaling.type, "default");
+}
+
+TEST(QuantizationConfig, KimiK26IsInt4RoutedExpertsGroup32) {
+  const QuantizationConfig q = ModelConfig::from_file(kConfigs + "kimi-k2.6.config.json").quantization;
+  EXPECT_EQ(q.method, QuantMethod::int4_pack_quantized);
+  EXPECT_EQ(q.group_size, 32);
+  EXPECT_EQ(q.coverage, QuantCoverage::routed_experts);
+  const std::vector<std::string> ignore = {"lm_head", "re:.*self_attn.*", "re:.*shared_experts.*",
+                                           "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"};
+  EXPECT_EQ(q.ignore, ignore);
+  EXPECT_EQ(q.describe(), "INT4 routed experts, group 32");
+  const std::string l = "language_model.model.layers.5.";
+  EXPECT_TRUE(q.quantizes(l + "mlp.experts.17.down_proj", true));
+  EXPECT_FALSE(q.quantizes(l + "mlp.shared_experts.down_proj", false));
+  EXPECT_FALSE(q.quantizes(l + "self_attn.kv_b_proj", false));
+  EXPECT_TRUE(q.ignored("language_model.model.layers.0.mlp.gate_proj"));
+  EXPECT_TRUE(q.ignored("language_model.lm_head"));
+  EXPECT_FALSE(q.ignored(l + "mlp.experts.0.gate_proj"));
+}
+
+TEST(QuantizationConfig, DeepSeekV3IsFp8Block128) {
+  const QuantizationConfig q = ModelConfig::from_file(kConfigs + "deepseek-v3.config.json").quantization;
+  EXPECT_EQ(q.method, QuantMethod::fp8_block);
+  EXPECT_EQ(q.block_n, 128);
+  EXPECT_EQ(q.block_k, 128);
+  EXPECT_EQ(q.coverage, QuantCoverage::linears_except_ignored);
+  EXPECT_EQ(q.describe(), "FP8 e4m3 linears, block 128x128");
+  EXPECT_TRUE(q.quantizes("model.layers.3.self_attn.q_a_proj", false));
+  EXPECT_TRUE(q.quantizes("model.layers.3.mlp.shared_experts.up_proj", false));
+  EXPECT_FALSE(q.quantizes("lm_head", false));
+  const QuantizationConfig none = ModelConfig::from_file(kConfigs + "moonlight-16b-a3b.config.json").quantization;
+  EXPECT_EQ(none.method, QuantMethod::none);
+  EXPECT_FALSE(none.quantizes("model.layers.3.mlp.experts.0.up_proj", true));
+}
+
+TEST(QuantizationConfig, StoredBytesOneFormulaPerFormat) {
+  EXPECT_EQ(stored_bytes({2048, 7168}, {QuantMethod::none, 2, 0, 0, 0}), 2048 * 7168 * 2);
+  EXPECT_EQ(stored_bytes({2048, 7168}, {QuantMethod::int4_pack_quantized, 2, 32, 0, 0}),
+            2048 * 7168 / 2 + 2048 * (7168 / 32) * 2);
+  EXPECT_EQ(stored_bytes({7168, 2048}, {QuantMethod::int4_pack_quantized, 2, 128, 0, 0}),
+            7168 * 2048 / 2 + 7168 * (2048 / 128) * 2);
+  EXPECT_EQ(stored_bytes({576, 7168}, {QuantMethod::fp8_block, 2, 0, 128, 128}), 576 * 7168 + 4 * 5 * 56);
+}
+
+namespace {
+// A K2.6-style config (nested under text_config) whose quantization_config is edited by `edit`.
+std::string quant_error(const std::function<void(nlohmann::json&)>& edit, bool fp8 = false) {
+  std::ifstream in(kConfigs + (fp8 ? "deepseek-v3.config.json" : "kimi-k2.6.config.json"));
+  nlohmann::json root = nlohmann::json::parse(in);
+  nlohmann::json& q = root.at("quantization_config");
+  edit(q);
+  if (!fp8) {  // nested under text_config: the path names it
+    root["text_config"]["quantization_config"] = q;
+    root.erase("quantization_config");
+  }
+  return error_of(root);
+}
+}  // namespace
+
+TEST(QuantizationConfig, NestedUnderTextConfigParses) {
+  std::ifstream in(kConfigs + "kimi-k2.6.config.json");
+  nlohmann::json root = nlohmann::json::parse(in);
+  root["text_config"]["quantization_config"] = root.at("quantization_config");
+  root.erase("quantization_config");
+  const ModelConfig c = ModelConfig::from_json(root, "config.json");
+  EXPECT_EQ(c.quantization.describe(), "INT4 routed experts, group 32");
+}
+
+TEST(QuantizationConfig, UnsupportedFieldsAreNamed) {
+  using J = nlohmann::json;
+  const std::string w = "text_config.quantization_config.config_groups.group_0.weights.";
+  const std::string g = "text_config.quantization_config.config_groups.group_0.";
+  const std::pair<std::function<void(J&)>, std::string> int4_cases[] = {
+      {[](J& q) { q["config_groups"]["group_0"]["weights"]["symmetric"] = false; }, "'" + w + "symmetric' is false"},
+      {[](J& q) {
+         q["config_groups"]["group_0"]["input_activations"] = J{{"num_bits", 8}};
+       },
+       "'" + g + "input_activations' is set"},
+      {[](J& q) { q["config_groups"]["group_0"]["weights"]["num_bits"] = 8; }, "'" + w + "num_bits' is 8"},
+      {[](J& q) { q["config_groups"]["group_0"]["weights"]["strategy"] = "channel"; },
+       "'" + w + "strategy' is 'channel'"},
+      {[](J& q) { q["config_groups"]["group_0"]["weights"]["group_size"] = 48; }, "'" + w + "group_size' is 48"},
+      {[](J& q) { q["format"] = "float-quantized"; }, "'text_config.quantization_config.format' is 'float-quantized'"},
+      {[](J& q) { q["quant_method"] = "awq"; }, "'text_config.quantization_config.quant_method' is 'awq'"},
+  };
+  for (const auto& [edit, message] : int4_cases)
+    EXPECT_NE(quant_error(edit).find(message), std::string::npos) << quant_error(edit) << " / " << message;
+  const std::pair<std::function<void(J&)>, std::string> fp8_cases[] = {
+      {[](J& q) { q["weight_block_size"] = J::array({128}); }, "'quantization_config.weight_block_size' is [128]"},
+      {[](J& q) {
+         q["weight_block_size"] = J::array({128, 0});
+       },
+       "'quantization_config.weight_block_size' is [128,0]"},
+      {[](J& q) { q["activation_scheme"] = "static"; }, "'quantization_config.activation_scheme' is 'static'"},
+  };
+  for (const auto& [edit, message] : fp8_cases)
+    EXPECT_NE(quant_error(edit, true).find(message), std::string::npos) << quant_error(edit, true) << " / " << message;
+  EXPECT_EQ(quant_error([](J&) {}), "");
 }
 
 TEST(ModelConfig, AttentionScaleIncludesYarnMscale) {

@@ -96,5 +96,29 @@ TEST(WeightAccounting, KimiK26RanksAddUpToTheModel) {
   EXPECT_EQ(kv_bytes_per_token(c, parallel::parse_plan("pp8"), 7, 2), 7 * (512 + 64) * 2);
 }
 
+// Kimi K2.6 as published (tests/data/configs): the routed experts are stored INT4, group 32
+// (N*K/2 bytes + bf16 scales N*K/32*2); everything else stays bf16. Every rank of every plan
+// counts its slices so, and the owned bytes add up to the checkpoint's size.
+TEST(WeightAccounting, KimiK26Int4ExpertsCountAsStored) {
+  const ModelConfig c = ModelConfig::from_file("tests/data/configs/kimi-k2.6.config.json");
+  const ParameterCounts p = count_parameters(c);
+  const int64_t stored = (p.total - p.routed_experts) * 2 + p.routed_experts / 2 + p.routed_experts / 32 * 2;
+  EXPECT_EQ(stored_model_bytes(c), stored);
+  for (const char* name : {"tp8", "ep8", "ep4tp2", "pp8", "ep8-dp"}) {
+    const parallel::ParallelPlan plan = parallel::parse_plan(name);
+    int64_t owned = 0;
+    for (int r = 0; r < plan.world(); ++r) owned += rank_weights(c, plan, r).owned_bytes;
+    EXPECT_EQ(owned, stored) << name;
+  }
+  ModelConfig bf16 = c;
+  bf16.quantization = {};
+  EXPECT_EQ(stored_model_bytes(bf16), p.total * 2);
+  // Only the routed experts' projections are quantized.
+  for (const WeightSlice& s : weight_slices_of_rank(c, parallel::parse_plan("ep8"), 0)) {
+    const bool expert = s.name.find(".mlp.experts.") != std::string::npos;
+    EXPECT_EQ(s.format.method, expert ? QuantMethod::int4_pack_quantized : QuantMethod::none) << s.name;
+  }
+}
+
 }  // namespace
 }  // namespace moeserve

@@ -48,3 +48,12 @@ def test_layer_override_and_checkpoint_bytes():
     assert "layers           3 (1 dense, 2 MoE)" in out
     total_61, _, _ = counts("synthetic:kimi-k2.6")
     assert total_3 < total_61 / 10
+
+
+def test_quantized_checkpoints_report_their_stored_size():
+    """Issue 19: K2.6 stores its routed experts in INT4 (group 32), DeepSeek-V3 its linears in block FP8."""
+    out = run_moeserve("inspect", CONFIGS / "kimi-k2.6.config.json").stdout
+    assert "quantization     int4-pack-quantized (INT4 routed experts, group 32)" in out
+    assert "checkpoint       stored 553.40 GiB (INT4 routed experts, group 32)" in out  # 594.2 GB
+    out = run_moeserve("inspect", CONFIGS / "deepseek-v3.config.json").stdout
+    assert "checkpoint       stored 626.92 GiB (FP8 e4m3 linears, block 128x128)" in out

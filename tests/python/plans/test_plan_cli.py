@@ -1,5 +1,6 @@
 """`moeserve plan show`, `plan list`, the plan flags of `generate`, `generate --stats`, and
 the errors an operator sees for plans that cannot work (issue 4, acceptance 3-5)."""
+import json
 import pathlib
 import re
 import sys
@@ -155,3 +156,30 @@ def test_invalid_plans_are_rejected_with_a_clear_message(args, message):
 def test_memory_fit_passes_when_it_fits():
     out = run_moeserve("plan", "show", "ep8", "--model", KIMI, "--mem-per-rank", "260GiB").stdout
     assert out.startswith("plan ep8: world 8")
+
+
+K26_CONFIG = REPO / "tests" / "data" / "configs" / "kimi-k2.6.config.json"  # INT4 routed experts (W4A16)
+FIT = re.compile(r"^fits --mem-per-rank .*: tightest rank \d+ needs .* = weights (\d+\.\d+) GiB \+ KV cache .*; "
+                 r"KV room after weights: (\d+) tokens per rank$", re.M)
+
+
+@pytest.mark.parametrize("plan", ["ep8", "tp8"])
+@pytest.mark.parametrize("memory", ["141GiB", "96GB"])
+def test_int4_kimi_k26_fits_eight_ranks_with_kv_room(plan, memory):
+    """Issue 19: the checkpoint's INT4 experts (group 32) are counted as stored, ~71 GiB a rank."""
+    out = run_moeserve("plan", "show", plan, "--model", K26_CONFIG, "--mem-per-rank", memory).stdout
+    assert "stored 553.40 GiB (INT4 routed experts, group 32)" in out
+    m = FIT.search(out)
+    assert m, out
+    assert 60 < float(m.group(1)) < 80 and int(m.group(2)) > 262144, out
+
+
+def test_bf16_kimi_k26_does_not_fit_eight_ranks(tmp_path):
+    """The control: the same config without quantization_config is bf16, ~241 GiB a rank."""
+    config = json.loads(K26_CONFIG.read_text())
+    del config["quantization_config"], config["text_config"]["quantization_config"]  # K2.6 has both copies
+    bf16 = tmp_path / "config.json"
+    bf16.write_text(json.dumps(config))
+    proc = run_moeserve("plan", "show", "ep8", "--model", bf16, "--mem-per-rank", "141GiB", check=False)
+    assert proc.returncode != 0
+    assert "plan 'ep8' does not fit --mem-per-rank 141.00 GiB: rank 0 needs 257.91 GiB = weights 240.76 GiB" in proc.stderr
