@@ -69,8 +69,8 @@ int64_t parse_int4_weights(const json& weights, const Where& w) {
 // object), checked to be symmetric int4 by group without activation quantization.
 int64_t parse_int4_group(const json& q, const Where& at) {
   const json* groups = member(q, "config_groups");
-  MS_CHECK(groups != nullptr && groups->is_object() && groups->size() == 1,
-           "{} must hold exactly one scheme (got {})", at.field("config_groups"), groups ? groups->dump() : "none");
+  MS_CHECK(groups != nullptr && groups->is_object() && groups->size() == 1, "{} must hold exactly one scheme (got {})",
+           at.field("config_groups"), groups ? groups->dump() : "none");
   const std::string name = groups->begin().key();
   const json& group = groups->begin().value();
   const Where g = at.in("config_groups").in(name);
@@ -131,10 +131,8 @@ QuantizationConfig parse_quantization_config(const json& q, const std::string& s
     try {
       patterns->emplace_back(entry.substr(3));
     } catch (const std::regex_error& e) {
-      fail("{}: pattern '{}' is not a regular expression: {}", at.field(c.method == QuantMethod::fp8_block
-                                                                            ? "modules_to_not_convert"
-                                                                            : "ignore"),
-           entry, e.what());
+      fail("{}: pattern '{}' is not a regular expression: {}",
+           at.field(c.method == QuantMethod::fp8_block ? "modules_to_not_convert" : "ignore"), entry, e.what());
     }
   }
   c.patterns_ = std::move(patterns);

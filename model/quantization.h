@@ -40,7 +40,7 @@ struct QuantizationConfig {
 
  private:
   std::shared_ptr<const std::vector<std::regex>> patterns_;  // the "re:" entries, compiled
-  std::string tensor_prefix_;                                 // stripped before matching
+  std::string tensor_prefix_;                                // stripped before matching
   friend QuantizationConfig parse_quantization_config(const nlohmann::json&, const std::string&, const std::string&,
                                                       const std::string&);
 };
