@@ -210,7 +210,8 @@ void StepLoop::draw(const Flight& flight, StepOutputs& outputs, StepResult& resu
 }
 
 void StepLoop::check_first_logits(const Flight& flight, const StepOutputs& outputs, const Rows& rows) {
-  if (logits_checked_ || rows.chunks.empty()) return;
+  // Rows drawn wholly on the device bring no values back: the first step that does is checked.
+  if (logits_checked_ || rows.chunks.empty() || flight.draw == DrawKind::kSampled) return;
   logits_checked_ = true;
   const int64_t vocab = engine_.config().vocab_size;
   for (const sched::ScheduledChunk* chunk : rows.chunks) {
