@@ -28,6 +28,11 @@ inline uint64_t hash_string(std::string_view text) {
   return h;
 }
 
+// 32 random bits.
+MS_HOST_DEVICE inline uint32_t random_word(uint64_t seed, uint64_t index) {
+  return static_cast<uint32_t>(splitmix64(seed ^ splitmix64(index)) >> 32);
+}
+
 // Uniform in [0, 1) with 24 bits of resolution.
 MS_HOST_DEVICE inline float uniform01(uint64_t seed, uint64_t index) {
   return static_cast<float>(splitmix64(seed ^ splitmix64(index)) >> 40) * (1.0f / 16777216.0f);

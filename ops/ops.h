@@ -13,6 +13,7 @@
 
 #include "core/dtype.h"
 #include "core/tensor.h"
+#include "ops/quant_layout.h"
 #include "step/sampling_options.h"  // SamplingOptions
 
 namespace moeserve::ops {
@@ -76,8 +77,9 @@ struct LinearParams {
   const void* weight;  // [out_features, in_features]
   void* y;             // [rows, y_stride]; fp32 when y_f32
   int64_t rows, in_features, out_features, x_stride, y_stride;
-  bool accumulate = false;  // requires y_f32
-  bool y_f32 = false;       // logits are produced in fp32 on every backend
+  bool accumulate = false;        // requires y_f32
+  bool y_f32 = false;             // logits are produced in fp32 on every backend
+  QuantLayout weight_quant = {};  // quantized: weight is packed as ops/quant_layout.h says
 };
 
 // In-place rotary embedding of the first `rope_dim` values of each (token, head) vector.
@@ -175,6 +177,16 @@ struct MoeExpertsParams {
   // (null when not available).
   const void* const* w13_host = nullptr;
   const void* const* w2_host = nullptr;
+  QuantLayout expert_quant = {};  // quantized: every w13 / w2 is packed as ops/quant_layout.h says
+};
+
+// out[i - word0] = random_word(seed, i) (core/random.h) for i in [word0, word0 + words): random
+// bits where they live (synthetic packed int4 weights: every nibble uniform in [0, 15]),
+// bit-identical on every backend.
+struct FillRandomWordsParams {
+  uint32_t* out;  // [words]
+  int64_t words, word0;
+  uint64_t seed;
 };
 
 // out[r, c] = offset + amplitude * uniform_pm1(seed, (row0 + r) * full_cols + col0 + c), in
@@ -301,6 +313,7 @@ class Backend {
   virtual void argmax_rows(const ArgmaxRowsParams& p) = 0;
   virtual void top_candidates(const TopCandidatesParams& p) = 0;
   virtual void fill_uniform(const FillUniformParams& p) = 0;
+  virtual void fill_random_words(const FillRandomWordsParams& p) = 0;
   virtual void gather_rows(const GatherRowsParams& p) = 0;
   virtual void row_combine(const RowCombineParams& p) = 0;
 

@@ -337,6 +337,10 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void fill_random_words(const FillRandomWordsParams& p) override {
+    for (int64_t i = 0; i < p.words; ++i) p.out[i] = random_word(p.seed, static_cast<uint64_t>(p.word0 + i));
+  }
+
   void gather_rows(const GatherRowsParams& p) override {
     for (int64_t r = 0; r < p.num_rows; ++r)
       std::memcpy(F(p.dst) + r * p.width, F(p.src) + static_cast<int64_t>(p.rows[r]) * p.width,

@@ -389,6 +389,7 @@ class CudaBackend final : public Backend {
   }
 
   void fill_uniform(const FillUniformParams& p) override { launch_fill_uniform(p, cur_); }
+  void fill_random_words(const FillRandomWordsParams& p) override { launch_fill_random_words(p, cur_); }
   void gather_rows(const GatherRowsParams& p) override { launch_gather_rows(p, cur_); }
   void row_combine(const RowCombineParams& p) override { launch_row_combine(p, cur_); }
 

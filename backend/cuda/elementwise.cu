@@ -230,6 +230,12 @@ __global__ void fill_uniform_kernel(const ops::FillUniformParams p) {
   }
 }
 
+__global__ void fill_random_words_kernel(const ops::FillRandomWordsParams p) {
+  pdl_enter();
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < p.words) p.out[i] = random_word(p.seed, static_cast<uint64_t>(p.word0 + i));
+}
+
 __global__ void round_to_bf16_kernel(float* x, int64_t count) {
   pdl_enter();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -329,6 +335,11 @@ void launch_row_combine(const ops::RowCombineParams& p, cudaStream_t stream) {
 void launch_fill_uniform(const ops::FillUniformParams& p, cudaStream_t stream) {
   if (p.rows * p.cols == 0) return;
   launch_pdl(fill_uniform_kernel, blocks_for(p.rows * p.cols, 256), 256, 0, stream, p);
+}
+
+void launch_fill_random_words(const ops::FillRandomWordsParams& p, cudaStream_t stream) {
+  if (p.words == 0) return;
+  launch_pdl(fill_random_words_kernel, blocks_for(p.words, 256), 256, 0, stream, p);
 }
 
 void launch_round_to_bf16(float* x, int64_t count, cudaStream_t stream) {

@@ -25,6 +25,7 @@ void launch_kv_write(const ops::KvWriteParams& p, cudaStream_t stream);
 void launch_gather_rows(const ops::GatherRowsParams& p, cudaStream_t stream);
 void launch_row_combine(const ops::RowCombineParams& p, cudaStream_t stream);
 void launch_fill_uniform(const ops::FillUniformParams& p, cudaStream_t stream);
+void launch_fill_random_words(const ops::FillRandomWordsParams& p, cudaStream_t stream);
 // x[i] = float(bf16(x[i])): fp32 values rounded to bf16 where they are stored as fp32.
 void launch_round_to_bf16(float* x, int64_t count, cudaStream_t stream);
 

@@ -104,6 +104,7 @@ class OpTimingBackend final : public ops::Backend {
     timed("top_candidates", [&] { inner_.top_candidates(p); });
   }
   void fill_uniform(const ops::FillUniformParams& p) override { inner_.fill_uniform(p); }
+  void fill_random_words(const ops::FillRandomWordsParams& p) override { inner_.fill_random_words(p); }
   void gather_rows(const ops::GatherRowsParams& p) override {
     timed("gather_rows", [&] { inner_.gather_rows(p); });
   }

@@ -433,6 +433,17 @@ TEST_F(CudaOps, FillUniformMatchesTheHostGenerator) {
   EXPECT_EQ(from_gpu_f32(*d32, ref.size()), ref);  // bit-identical
 }
 
+TEST_F(CudaOps, FillRandomWordsMatchesTheHostGenerator) {
+  const int64_t words = 1000, word0 = 12345;
+  std::vector<uint32_t> ref(words);
+  cpu->fill_random_words({ref.data(), words, word0, 99});
+  auto d = gpu->alloc(words * 4);
+  gpu->fill_random_words({static_cast<uint32_t*>(d->data()), words, word0, 99});
+  std::vector<uint32_t> got(words);
+  gpu->download(got.data(), *d, 0, words * 4);
+  EXPECT_EQ(got, ref);  // bit-identical
+}
+
 // Two chains on two streams (side_begin / side_end / side_join), run directly and as a
 // captured graph replayed on new input: the result is the in-order (CPU) result. rows 1 takes
 // the streaming projection kernel, rows 8 cuBLAS (the side stream has its own handle).
