@@ -7,6 +7,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <cstdlib>
+#include <limits>
 
 #include "core/error.h"
 
@@ -99,7 +100,7 @@ HttpResponse http_call(const HttpUrl& url, const HttpCall& call) {
   // The body as it arrives (a streamed response's chunks one by one), into a fixed buffer.
   boost::beast::flat_buffer buffer;
   http::response_parser<http::buffer_body> parser;
-  parser.body_limit(boost::none);
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());  // a stream is as long as it is
   http::read_header(socket, buffer, parser, ec);
   MS_CHECK(!ec, "HTTP: reading the response head: {}", describe(ec));
   HttpResponse response;
