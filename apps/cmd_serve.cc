@@ -4,6 +4,7 @@
 // the ones in flight finish (up to --drain-timeout), then the process exits 0.
 #include <pthread.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -46,6 +47,9 @@ struct ServeArgs {
   bool skip_warmup = false;
   int64_t max_body_bytes = 8 << 20;
   double drain_timeout_s = 30;
+  int max_connections = 8192;
+  double header_timeout_s = 10;
+  double idle_timeout_s = 60;
   std::string chat_template;
   bool special_tokens_in_content = false;
 };
@@ -109,6 +113,8 @@ serve::ServedModel served_model(const ServeArgs& args, const ModelSource& model,
   return served;
 }
 
+int64_t ms(double seconds) { return static_cast<int64_t>(seconds * 1000); }
+
 // Serves until SIGTERM / SIGINT, then stops accepting, drains within --drain-timeout and stops.
 void serve_until_signal(const sigset_t& signals, serve::EngineLoop& loop, serve::HttpServer& http,
                         const ServeArgs& args) {
@@ -117,10 +123,15 @@ void serve_until_signal(const sigset_t& signals, serve::EngineLoop& loop, serve:
   std::printf("moeserve: %s: draining (%d requests in flight)\n", signal == SIGTERM ? "SIGTERM" : "SIGINT",
               static_cast<int>(loop.snapshot().running + loop.snapshot().waiting));
   std::fflush(stdout);
+  // Idle and slow connections close now; the requests in flight get what is left of the timeout,
+  // and whatever the clients do, the HTTP layer is closed by then (a moment more for the answers
+  // of requests the engine failed, which are ready at once).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms(args.drain_timeout_s));
   http.stop_accepting();
-  const bool drained = loop.drain(std::chrono::milliseconds(static_cast<int64_t>(args.drain_timeout_s * 1000)));
+  const bool drained = loop.drain(std::chrono::milliseconds(ms(args.drain_timeout_s)));
   loop.stop();
-  http.stop();
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  http.stop(std::max(left, std::chrono::milliseconds(200)));
   std::printf("moeserve: stopped%s\n", drained ? "" : " (drain timeout: requests in flight were failed)");
   std::fflush(stdout);
 }
@@ -136,6 +147,9 @@ void run_serve(ServeArgs args) {
 
   MS_CHECK(args.port >= 0 && args.port <= 65535, "--port {} outside [0, 65535]", args.port);
   MS_CHECK(args.max_body_bytes > 0, "--max-body-bytes must be positive");
+  MS_CHECK(args.max_connections > 0, "--max-connections must be positive");
+  MS_CHECK(args.header_timeout_s > 0 && args.header_timeout_s < 86400, "--header-timeout must be in (0, 86400) s");
+  MS_CHECK(args.idle_timeout_s > 0 && args.idle_timeout_s < 86400, "--idle-timeout must be in (0, 86400) s");
   const ModelSource model = open_model(args.model);
   const auto tok = tokenizer_of(model);
   MS_CHECK(tok->vocab_size() <= model.config.vocab_size,
@@ -183,6 +197,9 @@ void run_serve(ServeArgs args) {
   http_options.host = args.host;
   http_options.port = args.port;
   http_options.max_body_bytes = static_cast<size_t>(args.max_body_bytes);
+  http_options.max_connections = args.max_connections;
+  http_options.header_timeout_ms = static_cast<int>(ms(args.header_timeout_s));
+  http_options.idle_timeout_ms = static_cast<int>(ms(args.idle_timeout_s));
   http_options.error_body = [](int status, const std::string& message) {
     return serve::api_error_json(status, message);
   };
@@ -239,6 +256,14 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-body-bytes", args->max_body_bytes, "Largest request body accepted (413 beyond)")
       ->capture_default_str();
   cmd->add_option("--drain-timeout", args->drain_timeout_s, "Seconds SIGTERM waits for requests in flight")
+      ->capture_default_str();
+  cmd->add_option("--max-connections", args->max_connections,
+                  "Open HTTP connections; more are answered 503 (lowered to what the open-file limit allows)")
+      ->capture_default_str();
+  cmd->add_option("--header-timeout", args->header_timeout_s,
+                  "Seconds for a request's head, from the accept or a keep-alive request's first byte (408 after)")
+      ->capture_default_str();
+  cmd->add_option("--idle-timeout", args->idle_timeout_s, "Seconds a keep-alive connection may wait for a request")
       ->capture_default_str();
   cmd->add_option("--chat-template", args->chat_template, "Chat template name (default: the tokenizer's)");
   cmd->add_flag("--allow-special-tokens-in-content", args->special_tokens_in_content,

@@ -1,12 +1,13 @@
 #include "bench/http_client.h"
 
-#include <netdb.h>
-#include <poll.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <cstdlib>
+#include <limits>
 
 #include "core/error.h"
 
@@ -50,143 +51,73 @@ HttpUrl parse_http_url(const std::string& url, const std::string& what) {
 
 namespace {
 
-class Socket {
- public:
-  explicit Socket(int fd) : fd_(fd) {}
-  ~Socket() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Socket(const Socket&) = delete;
-  Socket& operator=(const Socket&) = delete;
-  int fd() const { return fd_; }
+namespace asio = boost::asio;
+namespace http = boost::beast::http;
+using tcp = asio::ip::tcp;
 
- private:
-  int fd_;
-};
-
-int connect_to(const HttpUrl& url) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  const int rc = ::getaddrinfo(url.host.c_str(), std::to_string(url.port).c_str(), &hints, &found);
-  MS_CHECK(rc == 0, "cannot resolve {}: {}", url.host, gai_strerror(rc));
-  int fd = -1;
-  int last_errno = 0;
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) break;
-    last_errno = errno;
-    ::close(fd);
-    fd = -1;
-  }
-  ::freeaddrinfo(found);
-  MS_CHECK(fd >= 0, "cannot connect to {}:{}: {}", url.host, url.port, std::strerror(last_errno));
-  return fd;
+// Blocking reads and writes each give up after `timeout` (the socket's own timeouts: Asio's
+// synchronous calls have none).
+void set_io_timeout(tcp::socket& socket, std::chrono::milliseconds timeout) {
+  const timeval tv{static_cast<time_t>(timeout.count() / 1000),
+                   static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
+  ::setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(socket.native_handle(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 }
 
-void wait_ready(int fd, short events, std::chrono::milliseconds timeout, const char* what) {
-  pollfd p{fd, events, 0};
-  const int rc = ::poll(&p, 1, static_cast<int>(timeout.count()));
-  MS_CHECK(rc > 0, "HTTP {}: {}", what, rc == 0 ? "timed out" : std::strerror(errno));
+void connect_to(tcp::socket& socket, asio::io_context& io, const HttpUrl& url) {
+  boost::system::error_code ec;
+  tcp::resolver resolver(io);
+  const auto endpoints = resolver.resolve(url.host, std::to_string(url.port), ec);
+  MS_CHECK(!ec, "cannot resolve {}: {}", url.host, ec.message());
+  asio::connect(socket, endpoints, ec);
+  MS_CHECK(!ec, "cannot connect to {}:{}: {}", url.host, url.port, ec.message());
+  socket.set_option(tcp::no_delay(true), ec);
 }
 
-// Reads from the socket into a buffer; the decoder takes bytes from its front.
-class Reader {
- public:
-  Reader(int fd, std::chrono::milliseconds timeout) : fd_(fd), timeout_(timeout) {}
-  // Appends more bytes; false at end of stream.
-  bool more() {
-    wait_ready(fd_, POLLIN, timeout_, "read");
-    char chunk[16384];
-    ssize_t n;
-    do n = ::recv(fd_, chunk, sizeof(chunk), 0);
-    while (n < 0 && errno == EINTR);
-    MS_CHECK(n >= 0, "HTTP read: {}", std::strerror(errno));
-    if (n == 0) return false;
-    buf.append(chunk, static_cast<size_t>(n));
-    return true;
-  }
-  std::string line() {  // without CRLF
-    size_t end;
-    while ((end = buf.find("\r\n")) == std::string::npos) MS_CHECK(more(), "HTTP: connection closed mid-line");
-    std::string out = buf.substr(0, end);
-    buf.erase(0, end + 2);
-    return out;
-  }
-  std::string buf;
-
- private:
-  int fd_;
-  std::chrono::milliseconds timeout_;
-};
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
+std::string describe(const boost::system::error_code& ec) {
+  return ec == asio::error::would_block || ec == asio::error::try_again ? "timed out" : ec.message();
 }
 
 }  // namespace
 
 HttpResponse http_call(const HttpUrl& url, const HttpCall& call) {
-  Socket socket(connect_to(url));
-  std::string head = call.method + " " + url.path_prefix + call.path + " HTTP/1.1\r\nHost: " +
-                     (url.host.find(':') != std::string::npos ? "[" + url.host + "]" : url.host) + ":" +
-                     std::to_string(url.port) + "\r\nConnection: close\r\n";
-  for (const auto& [name, value] : call.headers) head += name + ": " + value + "\r\n";
-  if (!call.body.empty() || call.method == "POST")
-    head += "Content-Length: " + std::to_string(call.body.size()) + "\r\n";
-  head += "\r\n";
-  head += call.body;
-  for (size_t sent = 0; sent < head.size();) {
-    wait_ready(socket.fd(), POLLOUT, call.timeout, "write");
-    const ssize_t n = ::send(socket.fd(), head.data() + sent, head.size() - sent, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    MS_CHECK(n > 0, "HTTP write: {}", std::strerror(errno));
-    sent += static_cast<size_t>(n);
-  }
+  asio::io_context io;
+  tcp::socket socket(io);
+  connect_to(socket, io, url);
+  set_io_timeout(socket, call.timeout);
 
-  Reader reader(socket.fd(), call.timeout);
+  http::request<http::string_body> request(http::string_to_verb(call.method), url.path_prefix + call.path, 11);
+  request.set(http::field::host, (url.host.find(':') != std::string::npos ? "[" + url.host + "]" : url.host) + ":" +
+                                     std::to_string(url.port));
+  request.set(http::field::connection, "close");
+  for (const auto& [name, value] : call.headers) request.set(name, value);
+  request.body() = call.body;
+  if (!call.body.empty() || call.method == "POST") request.content_length(call.body.size());
+  boost::system::error_code ec;
+  http::write(socket, request, ec);
+  MS_CHECK(!ec, "HTTP write: {}", describe(ec));
+
+  // The body as it arrives (a streamed response's chunks one by one), into a fixed buffer.
+  boost::beast::flat_buffer buffer;
+  http::response_parser<http::buffer_body> parser;
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());  // a stream is as long as it is
+  http::read_header(socket, buffer, parser, ec);
+  MS_CHECK(!ec, "HTTP: reading the response head: {}", describe(ec));
   HttpResponse response;
-  const std::string status_line = reader.line();
-  MS_CHECK(status_line.rfind("HTTP/1.", 0) == 0 && status_line.size() >= 12, "HTTP: bad status line '{}'", status_line);
-  response.status = std::atoi(status_line.c_str() + 9);
-  bool chunked = false;
-  long long content_length = -1;
-  for (std::string line = reader.line(); !line.empty(); line = reader.line()) {
-    const size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    const std::string name = lower(line.substr(0, colon));
-    std::string value = line.substr(colon + 1);
-    while (!value.empty() && value.front() == ' ') value.erase(0, 1);
-    if (name == "transfer-encoding" && lower(value).find("chunked") != std::string::npos) chunked = true;
-    if (name == "content-length") content_length = std::atoll(value.c_str());
-  }
-  auto deliver = [&](std::string_view piece) {
-    if (piece.empty()) return;
+  response.status = static_cast<int>(parser.get().result_int());
+  char piece[16384];
+  while (!parser.is_done()) {
+    parser.get().body().data = piece;
+    parser.get().body().size = sizeof(piece);
+    http::read_some(socket, buffer, parser, ec);
+    if (ec == http::error::need_buffer) ec = {};
+    MS_CHECK(!ec, "HTTP: reading the response body: {}", describe(ec));
+    const size_t n = sizeof(piece) - parser.get().body().size;
+    if (n == 0) continue;
     if (call.on_body)
-      call.on_body(response.status, piece);
+      call.on_body(response.status, std::string_view(piece, n));
     else
-      response.body.append(piece);
-  };
-  if (chunked) {
-    for (;;) {
-      const std::string size_line = reader.line();
-      const unsigned long long size = std::strtoull(size_line.c_str(), nullptr, 16);
-      if (size == 0) break;  // trailers are not read: the connection closes
-      while (reader.buf.size() < size + 2) MS_CHECK(reader.more(), "HTTP: connection closed mid-chunk");
-      deliver(std::string_view(reader.buf).substr(0, size));
-      reader.buf.erase(0, size + 2);
-    }
-  } else if (content_length >= 0) {
-    while (reader.buf.size() < static_cast<size_t>(content_length))
-      MS_CHECK(reader.more(), "HTTP: connection closed after {} of {} body bytes", reader.buf.size(), content_length);
-    deliver(std::string_view(reader.buf).substr(0, static_cast<size_t>(content_length)));
-  } else {
-    while (reader.more()) {
-    }
-    deliver(reader.buf);
+      response.body.append(piece, n);
   }
   return response;
 }

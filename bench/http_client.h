@@ -1,6 +1,6 @@
-// A small blocking HTTP/1.1 client on POSIX sockets for the load generator: one connection
-// per request ("Connection: close"), Content-Length and chunked response bodies, and a body
-// callback so that a streamed (SSE) response is seen as it arrives. Plain http:// only.
+// A blocking HTTP/1.1 client on Boost.Beast for the load generator: one connection per request
+// ("Connection: close"), whatever framing the response has (Beast's parser), and a body callback
+// so that a streamed (SSE) response is seen as it arrives. Plain http:// only.
 #pragma once
 
 #include <chrono>

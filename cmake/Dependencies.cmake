@@ -5,6 +5,12 @@ find_package(Threads REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 2.0 REQUIRED)
 find_package(fmt 9 REQUIRED)
+# Boost.Beast / Asio (header-only: Debian's libboost-dev) for the HTTP server and the bench client.
+find_package(Boost 1.74 REQUIRED)
+add_library(moeserve_beast INTERFACE)
+target_link_libraries(moeserve_beast INTERFACE Boost::headers Threads::Threads)
+# Asio's own error categories header-only, and no deprecated interfaces.
+target_compile_definitions(moeserve_beast INTERFACE BOOST_ASIO_NO_DEPRECATED BOOST_BEAST_USE_STD_STRING_VIEW)
 
 # fmt in header-only mode: no libfmt.so at run time.
 add_library(moeserve_fmt INTERFACE)

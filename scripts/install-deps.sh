@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 with_tests=0
 [[ "${1:-}" == "--test" ]] && with_tests=1
 
-packages=(cmake g++ make pkg-config curl libcli11-dev nlohmann-json3-dev libpcre2-dev libfmt-dev)
+packages=(cmake g++ make pkg-config curl libcli11-dev nlohmann-json3-dev libpcre2-dev libfmt-dev libboost-dev)
 # chromium: tests/python/bench renders sweep.html headless and checks the page; clang-format:
 # scripts/check-format.sh (.ci/run).
 (( with_tests )) && packages+=(libgtest-dev chromium clang-format)

@@ -6,9 +6,9 @@
 // With an API key, every route but /health needs "Authorization: Bearer KEY". The admin
 // routes need the admin key instead ("Bearer ADMIN_KEY"), and without one they are refused
 // (403): the HTTP layer does not tell who is calling, so "loopback only" cannot be checked,
-// and an API user must never re-plan or flush the server. Each request
-// runs on its connection's thread: parse and tokenize, submit, then wait for the engine's
-// events and write them out; a client that hangs up cancels its requests.
+// and an API user must never re-plan or flush the server. Each request runs on a handler
+// thread of the HTTP layer (never an io thread): parse and tokenize, submit, then wait for the
+// engine's events and write them out; a client that hangs up cancels its requests.
 #pragma once
 
 #include <functional>

@@ -1,10 +1,14 @@
 #include "serve/http_parse.h"
 
+#include <algorithm>
+#include <boost/beast/core/string.hpp>
 #include <cctype>
 
 namespace moeserve::serve {
 
-namespace http_parse {
+namespace {
+
+namespace http = boost::beast::http;
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -12,146 +16,124 @@ std::string lower(std::string_view s) {
   return out;
 }
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
+bool all_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-// Splits the next CRLF-terminated line off `rest`.
-std::string_view next_line(std::string_view& rest) {
-  const size_t eol = rest.find("\r\n");
-  const std::string_view line = rest.substr(0, eol);
-  rest = eol == std::string_view::npos ? std::string_view() : rest.substr(eol + 2);
-  return line;
+constexpr std::string_view kHeadEnd = "\r\n\r\n";
+
+}  // namespace
+
+RequestParser::RequestParser(const HttpLimits& limits) : limits_(limits) {
+  parser_.header_limit(static_cast<std::uint32_t>(std::min<size_t>(limits.max_header_bytes, UINT32_MAX)));
+  parser_.body_limit(limits.max_body_bytes);
+  parser_.eager(false);  // stop after the head, so that check_head runs before any body byte is read
 }
 
-// The request line into request.method, .path and .query; `version` views into `line`.
-MaybeFailure parse_request_line(std::string_view line, HttpRequest& request, std::string_view& version) {
-  const size_t sp1 = line.find(' ');
-  const size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
-  if (sp2 == std::string_view::npos || line.find(' ', sp2 + 1) != std::string_view::npos)
-    return RequestFailure{400, "malformed HTTP request line"};
-  request.method = std::string(line.substr(0, sp1));
-  const std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
-  version = line.substr(sp2 + 1);
-  if (version != "HTTP/1.1" && version != "HTTP/1.0") return RequestFailure{505, "unsupported HTTP version"};
-  if (request.method.empty() || target.empty() || target.front() != '/')
-    return RequestFailure{400, "malformed HTTP request target"};
+RequestParser::Progress RequestParser::fail(int status, std::string message, size_t consumed) {
+  failure_ = {status, std::move(message)};
+  return {State::kFailed, consumed};
+}
+
+bool RequestParser::expects_continue() const {
+  const auto& head = parser_.get();
+  const auto it = head.find(http::field::expect);
+  return it != head.end() && boost::beast::iequals(it->value(), "100-continue");
+}
+
+// Beast replaces a folded line's CRLF by spaces; a proxy may not, so the head is checked as sent.
+std::optional<HttpFailure> RequestParser::check_head_bytes(std::string_view bytes) {
+  const size_t from = head_scanned_ >= 3 ? head_scanned_ - 3 : 0;  // the end may straddle two reads
+  const size_t end = bytes.find(kHeadEnd, from);
+  if (end == std::string_view::npos) {
+    head_scanned_ = bytes.size();
+    if (bytes.size() > limits_.max_header_bytes)
+      return HttpFailure{431, "request headers exceed " + std::to_string(limits_.max_header_bytes) + " bytes"};
+    return std::nullopt;
+  }
+  head_scanned_ = end + kHeadEnd.size();
+  head_received_ = true;
+  const std::string_view head = bytes.substr(0, end + 2);
+  if (head.find("\r\n ") != std::string_view::npos || head.find("\r\n\t") != std::string_view::npos)
+    return HttpFailure{400, "malformed HTTP header line (folded lines are not accepted)"};
+  return std::nullopt;
+}
+
+// What Beast accepts but a strict reading refuses (see the header comment).
+std::optional<HttpFailure> RequestParser::check_head() const {
+  const auto& head = parser_.get();
+  const std::string_view target = head.target();
+  if (target.empty() || target.front() != '/') return HttpFailure{400, "malformed HTTP request target"};
+  for (const auto& field : head) {
+    if (field.name() == http::field::transfer_encoding && !boost::beast::iequals(field.value(), "chunked"))
+      return HttpFailure{400, "unsupported Transfer-Encoding (only chunked is)"};
+    if (field.name() == http::field::content_length && !all_digits(field.value()))
+      return HttpFailure{400, "malformed or conflicting Content-Length"};
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+HttpFailure failure_of(const boost::beast::error_code& ec, const HttpLimits& limits) {
+  if (ec == http::error::header_limit)
+    return {431, "request headers exceed " + std::to_string(limits.max_header_bytes) + " bytes"};
+  if (ec == http::error::body_limit)
+    return {413, "request body exceeds " + std::to_string(limits.max_body_bytes) + " bytes"};
+  if (ec == http::error::bad_content_length) return {400, "malformed or conflicting Content-Length"};
+  if (ec == http::error::bad_transfer_encoding)
+    return {400, "unsupported Transfer-Encoding (only chunked, once, without Content-Length)"};
+  if (ec == http::error::bad_chunk || ec == http::error::bad_chunk_extension)
+    return {400, "malformed chunked request body"};
+  return {400, "malformed HTTP request (" + ec.message() + ")"};
+}
+
+}  // namespace
+
+RequestParser::Progress RequestParser::feed(std::string_view bytes) {
+  if (parser_.is_done()) return {State::kDone, 0};
+  if (!parser_.is_header_done()) {
+    if (std::optional<HttpFailure> f = check_head_bytes(bytes)) return fail(f->status, std::move(f->message));
+    if (!head_received_) return {State::kNeedMore, 0};
+  }
+  size_t consumed = 0;
+  while (!parser_.is_done() && consumed < bytes.size()) {
+    const bool had_head = parser_.is_header_done();
+    boost::beast::error_code ec;
+    consumed += parser_.put(boost::asio::buffer(bytes.data() + consumed, bytes.size() - consumed), ec);
+    if (ec == http::error::need_more) break;
+    if (ec) {
+      const HttpFailure f = failure_of(ec, limits_);
+      return fail(f.status, f.message, consumed);
+    }
+    if (!had_head && parser_.is_header_done()) {
+      if (std::optional<HttpFailure> f = check_head()) return fail(f->status, std::move(f->message), consumed);
+      parser_.eager(true);  // the body: as much per put() as there is
+    }
+  }
+  // A head without a body (no Content-Length, not chunked) is done once it is read.
+  return {parser_.is_done() ? State::kDone : State::kNeedMore, consumed};
+}
+
+HttpRequest RequestParser::take_request() {
+  auto message = parser_.release();
+  HttpRequest request;
+  request.method = std::string(message.method_string());
+  const std::string_view target = message.target();
   const size_t q = target.find('?');
   request.path = std::string(target.substr(0, q));
   if (q != std::string_view::npos) request.query = std::string(target.substr(q + 1));
-  return std::nullopt;
+  for (const auto& field : message) request.headers.emplace_back(lower(field.name_string()), field.value());
+  request.body = std::move(message.body());
+  return request;
 }
 
-// The header lines after the request line, names lower-cased, values trimmed. Whitespace in a
-// name ("Content-Length : 5"), folded lines and a bare CR, LF or NUL are refused: a proxy in
-// front may read such a line differently (request smuggling).
-MaybeFailure parse_headers(std::string_view rest, HttpRequest& request) {
-  constexpr std::string_view kNameEnd(":\r\n\0 \t", 6);
-  while (!rest.empty()) {
-    const std::string_view line = next_line(rest);
-    const size_t colon = line.find_first_of(kNameEnd);
-    if (colon == 0 || colon == std::string_view::npos || line[colon] != ':' ||
-        line.find_first_of(kNameEnd.substr(1, 3), colon) != std::string_view::npos)
-      return RequestFailure{400, "malformed HTTP header line"};
-    request.headers.emplace_back(lower(line.substr(0, colon)), std::string(trim(line.substr(colon + 1))));
-  }
-  return std::nullopt;
-}
-
-// HTTP/1.1 keeps the connection unless told to close; HTTP/1.0 closes it unless told to keep it.
-bool keeps_alive(const HttpRequest& request, std::string_view version) {
-  const std::string* connection = request.header("connection");
-  const std::string value = connection ? lower(*connection) : "";
-  return version == "HTTP/1.1" ? value.find("close") == std::string::npos
-                               : value.find("keep-alive") != std::string::npos;
-}
-
-bool expects_continue(const HttpRequest& request) {
-  const std::string* expect = request.header("expect");
-  return expect && lower(*expect) == "100-continue";
-}
-
-// A number in `digits` of the given base (10 or 16), nothing else: no sign, space, "0x" or
-// junk after it, and at most as many digits as always fit 64 bits.
-std::optional<uint64_t> parse_number(std::string_view digits, int base) {
-  if (digits.empty() || digits.size() > (base == 16 ? 16u : 19u)) return std::nullopt;
-  uint64_t value = 0;
-  for (const char c : digits) {
-    const int d = std::isdigit(static_cast<unsigned char>(c)) ? c - '0'
-                  : base == 16 && std::isxdigit(static_cast<unsigned char>(c))
-                      ? std::tolower(static_cast<unsigned char>(c)) - 'a' + 10
-                      : -1;
-    if (d < 0) return std::nullopt;
-    value = value * static_cast<uint64_t>(base) + static_cast<uint64_t>(d);
-  }
-  return value;
-}
-
-// How the body is framed: chunked, a length, or neither (no body). Anything that a proxy in
-// front could frame differently is refused, lest it smuggle a request: a Transfer-Encoding
-// other than exactly "chunked" (once), one with a Content-Length, and a Content-Length that is
-// a list, repeated with another value, or not plain decimal.
-MaybeFailure body_framing(const HttpRequest& request, BodyFraming& framing) {
-  for (const auto& [name, value] : request.headers) {
-    if (name == "transfer-encoding") {
-      if (framing.chunked || lower(value) != "chunked")
-        return RequestFailure{400, "unsupported Transfer-Encoding (only chunked is)"};
-      framing.chunked = true;
-    } else if (name == "content-length") {
-      const std::optional<uint64_t> length = parse_number(value, 10);
-      if (!length || (framing.length && *framing.length != *length))
-        return RequestFailure{400, "malformed or conflicting Content-Length"};
-      framing.length = length;
-    }
-  }
-  if (framing.chunked && framing.length) return RequestFailure{400, "both Transfer-Encoding and Content-Length"};
-  return std::nullopt;
-}
-
-// A chunk-size line: hex digits, then nothing or a chunk extension (";name=value"), ignored.
-std::optional<uint64_t> parse_chunk_size(std::string_view line) {
-  return parse_number(line.substr(0, line.find(';')), 16);
-}
-
-}  // namespace http_parse
-
-std::string_view http_status_text(int status) {
-  switch (status) {
-    case 100:
-      return "Continue";
-    case 200:
-      return "OK";
-    case 400:
-      return "Bad Request";
-    case 401:
-      return "Unauthorized";
-    case 404:
-      return "Not Found";
-    case 405:
-      return "Method Not Allowed";
-    case 408:
-      return "Request Timeout";
-    case 411:
-      return "Length Required";
-    case 413:
-      return "Payload Too Large";
-    case 429:
-      return "Too Many Requests";
-    case 431:
-      return "Request Header Fields Too Large";
-    case 500:
-      return "Internal Server Error";
-    case 501:
-      return "Not Implemented";
-    case 503:
-      return "Service Unavailable";
-    case 505:
-      return "HTTP Version Not Supported";
-    default:
-      return "Unknown";
-  }
+std::variant<HttpRequest, HttpFailure> parse_http_request(std::string_view bytes, const HttpLimits& limits) {
+  RequestParser parser(limits);
+  const RequestParser::Progress progress = parser.feed(bytes);
+  if (progress.state == RequestParser::State::kFailed) return parser.failure();
+  if (progress.state == RequestParser::State::kNeedMore) return HttpFailure{400, "incomplete HTTP request"};
+  return parser.take_request();
 }
 
 const std::string* HttpRequest::header(std::string_view name) const {

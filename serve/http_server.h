@@ -1,17 +1,19 @@
-// A small HTTP/1.1 server on POSIX sockets: one thread per connection (keep-alive, pipelining),
-// Content-Length and chunked request bodies under a size limit, whole and streamed (chunked
-// transfer encoding) responses, and a cheap check that a client hung up, so that a handler can
-// cancel work for a client that is gone. No TLS: bind it to loopback or put a proxy in front.
+// The HTTP/1.1 server on Boost.Beast over Asio: a small fixed pool of io threads reads and
+// writes every connection asynchronously (keep-alive, pipelining); request framing is Beast's
+// parser with our stricter checks (serve/http_parse.h). Each complete request runs its handler
+// on a handler thread (serve/handler_pool.h), never on an io thread, so that a long completion
+// or an SSE stream does not stall other connections; the handler's writes go to the connection's
+// queue, which its io thread sends. Idle and slow clients cost a socket and a timer, no thread.
+// No TLS: bind it to loopback or put a proxy in front.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -29,7 +31,9 @@ struct HttpRequest {
 
 using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
 
-// The reply side of one request, used on the connection's thread by the handler.
+// The reply side of one request, used on the handler's thread. A write queues the bytes for the
+// connection's io thread and returns (it waits only while much is queued: a client that does not
+// read holds back its own handler, nobody else).
 class HttpExchange {
  public:
   virtual ~HttpExchange() = default;
@@ -51,13 +55,19 @@ struct HttpServerOptions {
   int port = 30000;  // 0: any free port (see HttpServer::port)
   size_t max_body_bytes = 8u << 20;
   size_t max_header_bytes = 64u << 10;
-  int max_connections = 1024;
+  // Open connections; one more is answered 503 and closed. Lowered at start() to what the
+  // process's open-file limit allows (after raising its soft limit to the hard one).
+  int max_connections = 8192;
+  int io_threads = 2;              // the fixed pool that does all socket work
+  int max_handler_threads = 1024;  // requests handled at once; more wait for a free handler thread
   // Deadlines are absolute, not reset by each byte, so that a client dribbling bytes (slowloris)
-  // cannot hold a connection thread: idle from the end of the previous answer (or the accept) to
-  // a request's first byte, header from that first byte to the end of its head (else 408).
-  int idle_timeout_ms = 60000;    // a keep-alive connection with no new request is closed
-  int header_timeout_ms = 10000;  // a request head not complete by then is answered 408
-  int io_timeout_ms = 30000;      // a stalled read of a request body, or a stalled write
+  // holds nothing for long: idle from the end of the previous answer to a keep-alive request's
+  // first byte (then closed), header from the accept (a new connection) or from that first byte
+  // to the end of the head (else 408), body from the end of the head to the end of the body (408).
+  int idle_timeout_ms = 60000;
+  int header_timeout_ms = 10000;
+  int body_timeout_ms = 30000;
+  int io_timeout_ms = 30000;  // each write of queued response bytes (a client that stopped reading)
   // The body of errors the server answers itself (400, 408, 413, 431, 500, 503), e.g. OpenAI's JSON.
   std::function<std::string(int status, const std::string& message)> error_body;
 };
@@ -67,34 +77,26 @@ class HttpServer {
   HttpServer(HttpServerOptions options, HttpHandler handler);
   ~HttpServer();  // stop()s
 
-  // Binds and listens (throws an Error naming host and port), then accepts on a thread.
+  // Binds and listens (throws an Error naming host and port), then starts the io threads.
   void start();
   int port() const { return port_; }
-  // Stops accepting; connections finish the request they are serving and close.
+  // Stops accepting and closes every connection that is idle or still sending a head; the
+  // others finish the request they are on and close.
   void stop_accepting();
-  // stop_accepting(), then waits for every connection thread.
-  void stop();
-  int open_connections() const { return open_connections_.load(); }
+  // stop_accepting(), waits up to `grace` for the requests in flight to be answered, then closes
+  // every connection (a handler still running sees its client gone) and joins every thread.
+  void stop(std::chrono::milliseconds grace = std::chrono::seconds(2));
+  int open_connections() const;
+  // The most connections start() allows (max_connections after the open-file limit).
+  int max_connections() const { return options_.max_connections; }
+
+  struct Context;  // what the connections share (serve/http_connection.h)
 
  private:
-  struct Connection;
-  void accept_loop();
-  void serve_connection(int fd);
-  void reap_finished(bool all);
-
   HttpServerOptions options_;
   HttpHandler handler_;
-  int listen_fd_ = -1;
-  int wake_fd_[2] = {-1, -1};  // a pipe that wakes the accept loop
   int port_ = 0;
-  std::atomic<bool> stopping_{false};
-  std::atomic<int> open_connections_{0};
-  std::thread accept_thread_;
-  std::mutex connections_mutex_;
-  std::vector<std::shared_ptr<Connection>> connections_;
+  std::shared_ptr<Context> context_;
 };
-
-// "200 OK", "404 Not Found", ...
-std::string_view http_status_text(int status);
 
 }  // namespace moeserve::serve

@@ -10,7 +10,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <thread>
+#include <vector>
 
 namespace moeserve::serve {
 namespace {
@@ -68,7 +71,8 @@ class Client {
 struct Fixture {
   std::atomic<bool> saw_gone{false};
   HttpServer server;
-  explicit Fixture(size_t max_body = 1024, int header_timeout_ms = 10000)
+  explicit Fixture(size_t max_body = 1024, int header_timeout_ms = 10000,
+                   const std::function<void(HttpServerOptions&)>& tweak = {})
       : server(
             [&] {
               HttpServerOptions o;
@@ -76,6 +80,7 @@ struct Fixture {
               o.port = 0;
               o.max_body_bytes = max_body;
               o.header_timeout_ms = header_timeout_ms;
+              if (tweak) tweak(o);
               o.error_body = [](int status, const std::string& m) {
                 return "{\"status\":" + std::to_string(status) + ",\"message\":\"" + m + "\"}";
               };
@@ -111,6 +116,9 @@ struct Fixture {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
       ex.respond(200, "text/plain", "collected");
+    } else if (r.path == "/sleep") {  // like a long completion: holds its handler thread
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::stoi(r.query)));
+      ex.respond(200, "text/plain", "slept");
     } else if (r.path == "/throw") {
       throw std::runtime_error("boom");
     } else if (r.path == "/throw-int") {
@@ -332,6 +340,87 @@ TEST(HttpServer, HeaderDeadlineIsAbsoluteNotPerByte) {
   EXPECT_NE(reply.find("408 Request Timeout"), std::string::npos) << reply;
   EXPECT_TRUE(slow.peer_closed());
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+}
+
+using Clock = std::chrono::steady_clock;
+
+TEST(HttpServer, ALongHandlerDoesNotStallOtherConnections) {
+  Fixture f(1024, 10000, [](HttpServerOptions& o) { o.io_threads = 1; });
+  Client sleeper(f.server.port());
+  sleeper.send("GET /sleep?1500 HTTP/1.1\r\n\r\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto start = Clock::now();
+  expect_echo_served(f);  // one io thread, and the handler of /sleep still runs
+  EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(500));
+  EXPECT_NE(sleeper.read_until("slept").find("200 OK"), std::string::npos);
+}
+
+TEST(HttpServer, IdleConnectionsHoldNoThreadAndConnectionsOverTheCapAre503) {
+  Fixture f(1024, 10000, [](HttpServerOptions& o) {
+    o.max_connections = 50;
+    o.max_handler_threads = 4;
+  });
+  std::vector<std::unique_ptr<Client>> idle;
+  for (int i = 0; i < 49; ++i) idle.push_back(std::make_unique<Client>(f.server.port()));
+  for (int i = 0; i < 300 && f.server.open_connections() < 49; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(f.server.open_connections(), 49);
+  expect_echo_served(f);                                             // the 50th
+  for (int i = 0; i < 300 && f.server.open_connections() > 49; ++i)  // until the server saw it close
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  idle.push_back(std::make_unique<Client>(f.server.port()));
+  for (int i = 0; i < 300 && f.server.open_connections() < 50; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const auto start = Clock::now();
+  Client over(f.server.port());
+  over.send("GET /echo HTTP/1.1\r\n\r\n");
+  const std::string reply = over.read_until("}");
+  EXPECT_NE(reply.find("503 Service Unavailable"), std::string::npos) << reply;
+  EXPECT_NE(reply.find("too many open connections"), std::string::npos) << reply;
+  EXPECT_TRUE(over.peer_closed());
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+  idle.pop_back();  // room again
+  for (int i = 0; i < 300 && f.server.open_connections() >= 50; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  expect_echo_served(f);
+}
+
+TEST(HttpServer, BodyDeadlineIsAbsolute) {
+  Fixture f(1024, 10000, [](HttpServerOptions& o) { o.body_timeout_ms = 400; });
+  Client slow(f.server.port());
+  slow.send("POST /echo HTTP/1.1\r\nContent-Length: 40\r\n\r\n");
+  const auto start = Clock::now();
+  for (int i = 0; i < 20 && slow.try_send("a"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const std::string reply = slow.read_until("}");
+  EXPECT_NE(reply.find("408 Request Timeout"), std::string::npos) << reply;
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+}
+
+TEST(HttpServer, IdleKeepAliveConnectionsCloseAtTheIdleDeadline) {
+  Fixture f(1024, 10000, [](HttpServerOptions& o) { o.idle_timeout_ms = 300; });
+  Client c(f.server.port());
+  c.send("GET /echo HTTP/1.1\r\n\r\n");
+  c.read_until("GET  - ");
+  const auto start = Clock::now();
+  EXPECT_TRUE(c.peer_closed());
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+}
+
+TEST(HttpServer, StopIsBoundedWithSlowClientsAndAStreamThatNeverEnds) {
+  auto f = std::make_unique<Fixture>();
+  Client streaming(f->server.port());
+  streaming.send("GET /wait-for-hangup HTTP/1.1\r\n\r\n");
+  streaming.read_until("started");
+  Client slow(f->server.port());
+  slow.send("GET /echo HTTP/1.1\r\nX-Slow: a");  // a head that never ends
+  Client body(f->server.port());
+  body.send("POST /echo HTTP/1.1\r\nContent-Length: 100\r\n\r\nabc");  // a body that never ends
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto start = Clock::now();
+  f->server.stop(std::chrono::milliseconds(300));
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+  EXPECT_TRUE(f->saw_gone.load());  // the stream's handler saw its client gone and returned
+  EXPECT_TRUE(slow.peer_closed());
 }
 
 }  // namespace
