@@ -422,6 +422,9 @@ void EngineLoop::step() {
       // cannot happen for requests that passed the size checks; fail them rather than spin.
       fail_all(500, "the scheduler could not place any request");
     } else {
+      // The step's commit is done: publish before the streams end, so that a client that reads
+      // /metrics right after its last event sees its request's pages as cached.
+      publish_snapshot();
       complete(result);
     }
   } catch (const runtime::EngineFailure& e) {
