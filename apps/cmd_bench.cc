@@ -66,6 +66,7 @@ void print_summary(const bench::BenchMetrics& m, int64_t concurrency) {
   std::printf("%-40s %12.2f\n", "Input token throughput (tok/s):", m.input_throughput);
   std::printf("%-40s %12.2f\n", "Output token throughput (tok/s):", m.output_throughput);
   std::printf("%-40s %12.2f\n", "Total token throughput (tok/s):", m.total_throughput);
+  if (m.accept_length > 0) std::printf("%-40s %12.2f\n", "Accept length:", m.accept_length);
   std::printf("%-40s %12.2f\n", "Concurrency:", m.concurrency);
   const std::pair<const char*, const bench::Distribution*> rows[] = {
       {"E2E Latency", &m.e2e_latency_ms}, {"TTFT", &m.ttft_ms}, {"TPOT", &m.tpot_ms}, {"ITL", &m.itl_ms}};

@@ -7,6 +7,7 @@
 #include "apps/cli_util.h"
 #include "apps/commands.h"
 #include "apps/plan_cli.h"
+#include "apps/spec_cli.h"
 #include "core/error.h"
 #include "model/model_source.h"
 #include "runtime/comm_report.h"
@@ -41,6 +42,7 @@ struct GenerateArgs {
   int64_t kv_pages = 0;
   bool ignore_eos = false;
   int logprobs = -1;  // -1: plain output
+  spec::SpeculativeFlags speculative;
 };
 
 // The model's tokenizer: its directory's files, or the built-in one of a synthetic model.
@@ -72,6 +74,20 @@ void print_result(const runtime::GenerateResult& result, const tokenizer::Tokeni
   line["logprobs"] = std::move(values);
   line["top_logprobs"] = std::move(tops);
   std::printf("%s\n", line.dump().c_str());
+}
+
+// Speculative decoding's verify steps and accept length (tokens per verify step), to stderr.
+void print_speculation(const std::vector<runtime::GenerateResult>& results, const spec::SpeculativeOptions& o) {
+  int64_t verify = 0, drafted = 0, accepted = 0;
+  for (const auto& r : results) {
+    verify += r.verify_steps;
+    drafted += r.drafted_tokens;
+    accepted += r.accepted_tokens;
+  }
+  std::fprintf(stderr, "speculative %s: %lld verify steps, %lld of %lld drafts accepted, accept_length %.3f\n",
+               spec::algorithm_name(o.algorithm), static_cast<long long>(verify), static_cast<long long>(accepted),
+               static_cast<long long>(drafted),
+               verify > 0 ? static_cast<double>(accepted + verify) / static_cast<double>(verify) : 0.0);
 }
 
 // The prompts' logits, request after request: [sum(len), vocab].
@@ -143,13 +159,17 @@ void run_generate(const GenerateArgs& args) {
     requests.push_back(std::move(r));
   }
   MS_CHECK(!requests.empty(), "generate: give at least one --prompt-ids, --prompt or --chat");
+  const spec::SpeculativeOptions speculative = spec::speculative_options(args.speculative);
   // --kv-pages: the pages requests may use; the scheduler keeps one more for padding.
-  options.num_pages = args.kv_pages > 0 ? args.kv_pages + 1 : runtime::kv_pages_for(requests, args.engine.page_size);
+  options.num_pages = args.kv_pages > 0
+                          ? args.kv_pages + 1
+                          : runtime::kv_pages_for(requests, args.engine.page_size, speculative.max_drafts());
   runtime::Engine engine(model, options);
   const bool want_logits = !args.dump_logits.empty();
-  const auto results = runtime::generate(engine, requests, {.prompt_logits = want_logits});
+  const auto results = runtime::generate(engine, requests, {.prompt_logits = want_logits, .speculative = speculative});
   for (const auto& result : results) print_result(result, text_mode ? tok.get() : nullptr, args.logprobs >= 0);
   if (args.stats) std::fputs(runtime::comm_report(engine).c_str(), stderr);
+  if (speculative.enabled()) print_speculation(results, speculative);
   if (want_logits) write_prompt_logits(args.dump_logits, results, model.config.vocab_size);
 }
 
@@ -180,6 +200,7 @@ void add_generate_command(CLI::App& app) {
                   "Parallel plan preset (single, tp2, ep4, ep4-dp, pp2, ep4tp2, tp2pp4, ...); default single");
   add_plan_flags(cmd, args->plan);
   add_engine_flags(cmd, args->engine);
+  add_speculative_flags(cmd, args->speculative);
   cmd->add_flag("--stats", args->stats,
                 "Print per-rank communication (calls, bytes per collective and layer) to stderr");
   cmd->add_option("--kv-pages", args->kv_pages, "KV cache pages per layer (0: just enough)");

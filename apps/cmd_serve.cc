@@ -11,6 +11,7 @@
 
 #include "apps/commands.h"
 #include "apps/plan_cli.h"
+#include "apps/spec_cli.h"
 #include "core/error.h"
 #include "model/model_source.h"
 #include "runtime/engine.h"
@@ -52,6 +53,7 @@ struct ServeArgs {
   double idle_timeout_s = 60;
   std::string chat_template;
   bool special_tokens_in_content = false;
+  spec::SpeculativeFlags speculative;
 };
 
 std::unique_ptr<tokenizer::Tokenizer> tokenizer_of(const ModelSource& model) {
@@ -170,6 +172,7 @@ void run_serve(ServeArgs args) {
 
   serve::EngineLoopOptions loop_options;
   loop_options.scheduler = start.scheduler;
+  loop_options.speculative = spec::speculative_options(args.speculative);
   loop_options.plan_name = start.plan_name;
   loop_options.rebuild_engine = start.build_engine;
   loop_options.max_queued_requests = args.max_queued_requests;
@@ -237,6 +240,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--plan", args->plan.preset, "Parallel plan preset (single, tp2, ep2, pp2, ep2-dp, ...)");
   add_plan_flags(cmd, args->plan);  // also --max-running-requests and --context-length
   add_engine_flags(cmd, args->engine);
+  add_speculative_flags(cmd, args->speculative);
   cmd->add_option("--kv-pages", args->kv_pages, "KV cache pages per DP replica (one is kept for batch padding)")
       ->capture_default_str();
   cmd->add_option("--chunked-prefill-size", args->chunked_prefill_size,

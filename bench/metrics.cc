@@ -37,12 +37,15 @@ BenchMetrics compute_metrics(const std::vector<RequestOutcome>& outcomes, double
   BenchMetrics m;
   m.duration_s = duration_s;
   std::vector<double> ttft, tpot, itl, e2e;
+  double accepted_tokens = 0, verify_steps = 0;
   for (const RequestOutcome& r : outcomes) {
     if (!r.success) {
       ++m.failed;
       continue;
     }
     ++m.completed;
+    accepted_tokens += r.spec_accept_length * static_cast<double>(r.spec_verify_ct);
+    verify_steps += static_cast<double>(r.spec_verify_ct);
     m.total_input_tokens += r.prompt_len;
     m.total_output_tokens += r.output_len;
     ttft.push_back(r.ttft_s);
@@ -59,6 +62,7 @@ BenchMetrics compute_metrics(const std::vector<RequestOutcome>& outcomes, double
     for (double v : e2e) sum += v;
     m.concurrency = sum / duration_s;
   }
+  if (verify_steps > 0) m.accept_length = accepted_tokens / verify_steps;
   m.ttft_ms = distribution_ms(ttft);
   m.tpot_ms = distribution_ms(tpot);
   m.itl_ms = distribution_ms(itl);
@@ -97,6 +101,7 @@ void add_metrics_json(const BenchMetrics& m, nlohmann::ordered_json& out) {
   for (const auto& d : kDistributions)
     for (const auto& s : kStats) out[std::string(s.prefix) + d.name] = (m.*d.field).*s.field;
   out["concurrency"] = m.concurrency;
+  if (m.accept_length > 0) out["accept_length"] = m.accept_length;  // as sglang.bench_serving
 }
 
 BenchMetrics metrics_from_json(const nlohmann::ordered_json& in) {
@@ -113,6 +118,7 @@ BenchMetrics metrics_from_json(const nlohmann::ordered_json& in) {
   for (const auto& d : kDistributions)
     for (const auto& s : kStats) (m.*d.field).*s.field = in.at(std::string(s.prefix) + d.name).get<double>();
   m.concurrency = in.at("concurrency").get<double>();
+  m.accept_length = in.value("accept_length", 0.0);
   return m;
 }
 

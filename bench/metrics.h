@@ -21,6 +21,9 @@ struct RequestOutcome {
   std::vector<double> itl_s;  // gaps between chunks carrying tokens
   std::vector<int32_t> output_ids;
   std::string text;
+  // Speculative decoding, when the server reports it (usage.spec_verify_ct, spec_accept_length).
+  int64_t spec_verify_ct = 0;
+  double spec_accept_length = 0;
 };
 
 // Mean, median, standard deviation and percentiles of one quantity, in milliseconds.
@@ -38,6 +41,8 @@ struct BenchMetrics {
   double request_throughput = 0, input_throughput = 0, output_throughput = 0, total_throughput = 0;
   Distribution ttft_ms, tpot_ms, itl_ms, e2e_latency_ms;
   double concurrency = 0;  // achieved: sum of request latencies / duration
+  // Tokens per speculative verify step over the requests that report it (0: none did).
+  double accept_length = 0;
 };
 
 // Over the successful requests of a run that took `duration_s` from first send to last reply.

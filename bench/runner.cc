@@ -72,6 +72,8 @@ RequestOutcome send_one(const RunOptions& options, const BenchPrompt& prompt) {
       if (chunk.contains("usage") && chunk["usage"].is_object()) {
         out.prompt_len = chunk["usage"].value("prompt_tokens", int64_t{0});
         out.output_len = chunk["usage"].value("completion_tokens", int64_t{0});
+        out.spec_verify_ct = chunk["usage"].value("spec_verify_ct", int64_t{0});
+        out.spec_accept_length = chunk["usage"].value("spec_accept_length", 0.0);
         usage_seen = true;
       }
       for (const Json& choice : chunk.value("choices", Json::array())) {

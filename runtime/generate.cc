@@ -54,10 +54,10 @@ bool finished(GenerateResult& result, const GenerateRequest& request) {
 
 }  // namespace
 
-int64_t kv_pages_for(const std::vector<GenerateRequest>& requests, int64_t page_size) {
+int64_t kv_pages_for(const std::vector<GenerateRequest>& requests, int64_t page_size, int64_t max_drafts) {
   int64_t pages = 1;  // the padding page
   for (const auto& r : requests)
-    pages += (static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens + page_size - 1) / page_size;
+    pages += (static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens + max_drafts + page_size - 1) / page_size;
   return pages;
 }
 
@@ -65,7 +65,7 @@ std::vector<GenerateResult> generate(Engine& engine, const std::vector<GenerateR
                                      const GenerateOptions& options) {
   check_requests(requests, engine.config());
   const int64_t vocab = engine.config().vocab_size;
-  StepLoop loop(engine, {.scheduler = scheduler_for(engine, requests)});
+  StepLoop loop(engine, {.scheduler = scheduler_for(engine, requests), .speculative = options.speculative});
   std::vector<GenerateResult> results(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
     const GenerateRequest& r = requests[i];
@@ -76,16 +76,23 @@ std::vector<GenerateResult> generate(Engine& engine, const std::vector<GenerateR
     loop.add(i, {.prompt = r.prompt,
                  .sampling = r.sampling,
                  .top_logprobs = r.top_logprobs,
-                 .prompt_logits = options.prompt_logits});
+                 .prompt_logits = options.prompt_logits,
+                 .max_new_tokens = r.max_new_tokens});
   }
   while (!loop.idle()) {
     StepResult step = loop.step();
     MS_CHECK(!step.stalled, "generate: the scheduler could not place every request (raise --kv-pages)");
     for (const PromptLogitRows& rows : step.prompt_logits)
       std::memcpy(results[rows.id].prompt_logits.f32() + rows.begin * vocab, rows.rows.f32(), rows.rows.nbytes());
+    for (const VerifiedDrafts& v : step.verified) {
+      ++results[v.id].verify_steps;
+      results[v.id].drafted_tokens += v.drafted;
+      results[v.id].accepted_tokens += v.accepted;
+    }
     for (DrawnToken& drawn : step.tokens) {
       const GenerateRequest& request = requests[drawn.id];
       GenerateResult& result = results[drawn.id];
+      if (!result.finish_reason.empty()) continue;  // a speculative step's tokens past its end
       if (static_cast<int64_t>(result.tokens.size()) < request.max_new_tokens) {  // else only prompt logits
         result.tokens.push_back(drawn.token);
         result.logprobs.push_back(std::move(drawn.logprob));

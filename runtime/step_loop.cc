@@ -21,10 +21,20 @@ bool all_finite(const float* values, int64_t n) {
     if (!std::isfinite(values[i])) return false;
   return true;
 }
+
+bool greedy(const ops::SamplingOptions& o) { return o.temperature <= 0.0f || o.top_k == 1; }
+
+StepLoopOptions with_drafts(StepLoopOptions options) {
+  options.scheduler.max_drafts = options.speculative.max_drafts();
+  return options;
+}
 }  // namespace
 
 StepLoop::StepLoop(Engine& engine, StepLoopOptions options)
-    : engine_(engine), options_(std::move(options)), scheduler_(options_.scheduler) {}
+    : engine_(engine),
+      options_(with_drafts(std::move(options))),
+      drafter_(spec::make_drafter(options_.speculative)),
+      scheduler_(options_.scheduler) {}
 
 void StepLoop::finish_in_flight() {
   for (const Flight& flight : in_flight_) {
@@ -80,8 +90,10 @@ DrawKind StepLoop::choose_draw(sched::ScheduledStep& step) const {
     const LoopRequest& r = requests_.at(chunk.id);
     if (chunk.prompt_rows) draw = DrawKind::kLogits;
     if (chunk.logit_row < 0) continue;
-    const bool greedy_row = r.sampling.temperature <= 0.0f || r.sampling.top_k == 1;
-    if (r.top_logprobs >= 0 || r.sampling.top_k > sample::kCandidatesPerSlice) {
+    const bool greedy_row = greedy(r.sampling);
+    // Sampled drafts are verified against each row's whole distribution, on the host.
+    if (r.top_logprobs >= 0 || r.sampling.top_k > sample::kCandidatesPerSlice ||
+        (!greedy_row && !chunk.drafts.empty())) {
       draw = DrawKind::kLogits;
     } else if (!greedy_row && draw == DrawKind::kGreedy) {
       draw = DrawKind::kCandidates;
@@ -117,7 +129,8 @@ void StepLoop::top_up() {
   for (int g = 0; g < groups; ++g) {
     if (std::any_of(in_flight_.begin(), in_flight_.end(), [&](const Flight& f) { return f.step.group == g; })) continue;
     const auto scheduled = Clock::now();
-    sched::ScheduledStep step = scheduler_.schedule(g);
+    sched::ScheduledStep step = scheduler_.schedule(
+        g, [this](sched::RequestId id, std::span<const int32_t> tokens) { return drafts_for(id, tokens); });
     if (step.empty()) continue;
     if (options_.on_scheduled) options_.on_scheduled(step, scheduled);
     const DrawKind draw = choose_draw(step);
@@ -140,11 +153,13 @@ StepResult StepLoop::step() {
   const auto wait_start = Clock::now();
   StepOutputs outputs = on_engine([&] { return engine_.wait(oldest.ticket); });
   const auto wait_end = Clock::now();
-  draw(oldest, outputs, result);
+  std::vector<int64_t> accepted;  // per row chunk: drafts accepted
+  draw(oldest, outputs, result, accepted);
   collect_prompt_logits(oldest.step, outputs, result);
   std::vector<int32_t> sampled;
   for (const DrawnToken& t : result.tokens) sampled.push_back(t.token);
-  scheduler_.commit(oldest.step, sampled);
+  scheduler_.commit(oldest.step, sampled, accepted);
+  expand_accepted(oldest, accepted, result);
   // Tokens of requests that ended while the step ran were drawn as placeholders: drop them.
   std::erase_if(result.tokens, [&](const DrawnToken& t) { return !requests_.count(t.id); });
   result.scheduled = oldest.scheduled;
@@ -165,7 +180,54 @@ StepLoop::Rows StepLoop::rows_of(const sched::ScheduledStep& step) const {
   return rows;
 }
 
-void StepLoop::draw(const Flight& flight, StepOutputs& outputs, StepResult& result) {
+std::vector<int32_t> StepLoop::drafts_for(sched::RequestId id, std::span<const int32_t> tokens) const {
+  auto it = requests_.find(id);
+  if (!drafter_ || it == requests_.end()) return {};
+  const LoopRequest& r = it->second;
+  if (!r.speculative || r.top_logprobs >= 0 || r.prompt_logits) return {};
+  // No drafts past the request's last token or the model's context (the next token is always drawn).
+  int64_t room = engine_.config().max_position_embeddings - static_cast<int64_t>(tokens.size());
+  if (r.max_new_tokens > 0) room = std::min(room, r.max_new_tokens - scheduler_.generated_tokens(id) - 1);
+  return drafter_->propose(tokens, std::min(room, options_.speculative.max_drafts()));
+}
+
+spec::Verdict StepLoop::verify(const Flight& flight, const StepOutputs& outputs, const sched::ScheduledChunk& chunk,
+                               const LoopRequest& owner) const {
+  const int64_t vocab = engine_.config().vocab_size, rows = chunk.logit_rows();
+  const auto m = chunk.micro_batch;
+  const auto d = static_cast<size_t>(chunk.replica);
+  if (flight.draw == DrawKind::kLogits && !greedy(owner.sampling))
+    return spec::verify_sampled(chunk.drafts, outputs.rows.at(m).at(d).f32() + chunk.logit_row * vocab, vocab,
+                                next_draw(chunk.id, owner));
+  std::vector<int32_t> target(static_cast<size_t>(rows));  // each row's argmax
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t r = chunk.logit_row + i;
+    if (flight.draw == DrawKind::kGreedy || flight.draw == DrawKind::kSampled) {
+      target[i] = outputs.rows.at(m).at(d).i32()[r];
+    } else if (flight.draw == DrawKind::kCandidates) {
+      const sample::SampleCandidates& c = outputs.candidates.at(m).at(d);
+      target[i] = c.ids[r * c.count];  // the largest logit, ties to the smaller id
+    } else {
+      target[i] = cpu::sample_row(outputs.rows.at(m).at(d).f32() + r * vocab, vocab, {});
+    }
+  }
+  return spec::verify_greedy(chunk.drafts, target);
+}
+
+void StepLoop::expand_accepted(const Flight& flight, const std::vector<int64_t>& accepted, StepResult& result) const {
+  const Rows rows = rows_of(flight.step);
+  std::vector<DrawnToken> tokens;
+  for (size_t i = 0; i < rows.chunks.size(); ++i) {
+    const sched::ScheduledChunk& chunk = *rows.chunks[i];
+    if (!chunk.drafts.empty())
+      result.verified.push_back({chunk.id, static_cast<int64_t>(chunk.drafts.size()), accepted[i]});
+    for (int64_t j = 0; j < accepted[i]; ++j) tokens.push_back({chunk.id, chunk.drafts[j], {chunk.drafts[j], 0, {}}});
+    tokens.push_back(std::move(result.tokens[i]));
+  }
+  result.tokens = std::move(tokens);
+}
+
+void StepLoop::draw(const Flight& flight, StepOutputs& outputs, StepResult& result, std::vector<int64_t>& accepted) {
   const DrawKind draw = flight.draw;
   const std::vector<std::vector<Tensor>>& logits = outputs.rows;  // or drawn ids
   const int64_t vocab = engine_.config().vocab_size;
@@ -173,12 +235,17 @@ void StepLoop::draw(const Flight& flight, StepOutputs& outputs, StepResult& resu
   check_first_logits(flight, outputs, rows);
   std::vector<DrawnToken>& drawn = result.tokens;
   drawn.assign(rows.chunks.size(), DrawnToken{});
+  accepted.assign(rows.chunks.size(), 0);
   auto sample = [&](size_t i) {
     const sched::ScheduledChunk& chunk = *rows.chunks[i];
     drawn[i].id = chunk.id;
     const LoopRequest* owner = rows.owners[i];
     if (owner == nullptr) return;
-    if (draw == DrawKind::kGreedy || draw == DrawKind::kSampled) {  // ids drawn on the devices
+    if (!chunk.drafts.empty()) {
+      const spec::Verdict verdict = verify(flight, outputs, chunk, *owner);
+      accepted[i] = verdict.accepted;
+      drawn[i].token = verdict.tokens.back();
+    } else if (draw == DrawKind::kGreedy || draw == DrawKind::kSampled) {  // ids drawn on the devices
       drawn[i].token = logits.at(chunk.micro_batch).at(chunk.replica).i32()[chunk.logit_row];
     } else if (draw == DrawKind::kCandidates) {  // -1: drawn over the row's whole logits below
       const sample::SampleCandidates& c = outputs.candidates.at(chunk.micro_batch).at(chunk.replica);

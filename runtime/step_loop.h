@@ -22,6 +22,8 @@
 #include "runtime/engine.h"
 #include "runtime/logprobs.h"
 #include "sched/scheduler.h"
+#include "spec/drafter.h"
+#include "spec/verify.h"
 
 namespace moeserve::runtime {
 
@@ -32,6 +34,10 @@ struct LoopRequest {
   ops::SamplingOptions sampling = {};  // `step` is set per draw: draws are a pure function of (seed, step)
   int top_logprobs = -1;               // >= 0: each token's logprob and its top_logprobs alternatives
   bool prompt_logits = false;          // every prompt token's fp32 logits (StepResult::prompt_logits)
+  // Drafts are verified for it when the loop speculates (StepLoopOptions::speculative), unless
+  // it asks for logprobs or prompt logits.
+  bool speculative = true;
+  int64_t max_new_tokens = 0;  // > 0: no drafts past this many generated tokens
 };
 
 // One token drawn for a request.
@@ -48,10 +54,19 @@ struct PromptLogitRows {
   Tensor rows;  // [tokens, vocab] fp32
 };
 
+// A speculative chunk's verification.
+struct VerifiedDrafts {
+  sched::RequestId id;
+  int64_t drafted, accepted;
+};
+
 // A step that completed and was committed.
 struct StepResult {
-  bool stalled = false;            // nothing could be scheduled and nothing runs: the waiting requests never fit
-  std::vector<DrawnToken> tokens;  // in step order; none for requests finished while it ran
+  bool stalled = false;  // nothing could be scheduled and nothing runs: the waiting requests never fit
+  // In step order (a speculative chunk's accepted drafts, then its next token); none for
+  // requests finished while it ran.
+  std::vector<DrawnToken> tokens;
+  std::vector<VerifiedDrafts> verified;  // one per chunk that ran drafts
   std::vector<PromptLogitRows> prompt_logits;
   Clock::time_point scheduled;  // when the step was scheduled
   double host_seconds = 0;      // the leader's time on it outside the forward (schedule, draw, commit)
@@ -68,7 +83,8 @@ class EngineFailure : public Error {
 };
 
 struct StepLoopOptions {
-  sched::SchedulerOptions scheduler = {};
+  sched::SchedulerOptions scheduler = {};  // its max_drafts is speculative's
+  spec::SpeculativeOptions speculative = {};
   // Called for every step scheduled, when it is scheduled (serve: queue-time metrics).
   std::function<void(const sched::ScheduledStep&, Clock::time_point)> on_scheduled = {};
 };
@@ -122,7 +138,14 @@ class StepLoop {
   // The options of a request's next draw.
   ops::SamplingOptions next_draw(sched::RequestId id, const LoopRequest& request) const;
   Rows rows_of(const sched::ScheduledStep& step) const;
-  void draw(const Flight& flight, StepOutputs& outputs, StepResult& result);
+  void draw(const Flight& flight, StepOutputs& outputs, StepResult& result, std::vector<int64_t>& accepted);
+  // A speculative chunk's verdict from its logit rows.
+  spec::Verdict verify(const Flight& flight, const StepOutputs& outputs, const sched::ScheduledChunk& chunk,
+                       const LoopRequest& owner) const;
+  // The drafts of a request's next step (none when it does not speculate).
+  std::vector<int32_t> drafts_for(sched::RequestId id, std::span<const int32_t> tokens) const;
+  // result.tokens gains each speculative chunk's accepted drafts before its next token.
+  void expand_accepted(const Flight& flight, const std::vector<int64_t>& accepted, StepResult& result) const;
   // The first step's logit rows, from what the draw brought to the host (greedy: each row's
   // maximum; candidates: the top ones; logits: the rows): a NaN or infinite one is an error
   // naming the model (broken weights would otherwise draw token 0 for ever). Device draws
@@ -137,6 +160,7 @@ class StepLoop {
 
   Engine& engine_;
   StepLoopOptions options_;
+  std::unique_ptr<spec::Drafter> drafter_;  // null: no speculation
   sched::Scheduler scheduler_;
   std::unordered_map<sched::RequestId, LoopRequest> requests_;
   std::deque<Flight> in_flight_;  // oldest first

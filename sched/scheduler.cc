@@ -175,7 +175,25 @@ bool Scheduler::admit(int group, std::vector<int64_t>& budget, std::vector<Pick>
   return true;
 }
 
-ScheduledStep Scheduler::schedule(int group) {
+std::vector<int32_t> Scheduler::drafts_for(size_t index, const DraftSource& source) {
+  Sequence& s = seq(running_[index]);
+  if (!source || options_.max_drafts <= 0 || s.prompt_logits) return {};
+  std::vector<int32_t> drafts = source(s.id, s.tokens);
+  const int64_t len = static_cast<int64_t>(s.tokens.size());
+  const int64_t room = std::min(options_.max_drafts, max_tokens_per_request() - len);
+  if (static_cast<int64_t>(drafts.size()) > room) drafts.resize(static_cast<size_t>(std::max<int64_t>(room, 0)));
+  if (drafts.empty()) return drafts;
+  // Pages for the drafts only when no sequence must be preempted for them, now or at its next
+  // page: one page per running sequence of the replica stays available.
+  const kv::KvCache& kv = kv_[s.replica];
+  const int64_t held = static_cast<int64_t>(s.pages.size());
+  const int64_t plain = std::max<int64_t>(pages_for(len) - held, 0);  // the decode's own need
+  const int64_t extra = pages_for(len + static_cast<int64_t>(drafts.size())) - std::max(pages_for(len), held);
+  if (extra > 0 && kv.available_pages() - plain < extra + running_on(s.replica)) drafts.clear();
+  return drafts;
+}
+
+ScheduledStep Scheduler::schedule(int group, const DraftSource& source) {
   MS_CHECK(group >= 0 && group < options_.pipeline_groups, "scheduler: group {} of {}", group,
            options_.pipeline_groups);
   std::vector<int64_t> budget(static_cast<size_t>(num_replicas()), options_.chunked_prefill_size);
@@ -187,14 +205,16 @@ ScheduledStep Scheduler::schedule(int group) {
     const int64_t len = static_cast<int64_t>(s.tokens.size());
     const int64_t uncached = len - s.computed;
     if (uncached <= 0) continue;
-    const int64_t chunk = uncached == 1 ? 1 : std::min(uncached, budget[s.replica]);
+    std::vector<int32_t> drafts = uncached == 1 ? drafts_for(i, source) : std::vector<int32_t>{};
+    const int64_t chunk =
+        uncached == 1 ? 1 + static_cast<int64_t>(drafts.size()) : std::min(uncached, budget[s.replica]);
     if (chunk <= 0) continue;
     if (!ensure_pages(i, s.computed + chunk)) {
       --i;  // running_[i] was this sequence, now preempted
       continue;
     }
     if (uncached > 1) budget[s.replica] -= chunk;
-    picks.push_back({&s, s.computed, s.computed + chunk});
+    picks.push_back({&s, s.computed, s.computed + chunk, std::move(drafts)});
   }
   // Groups share the requests evenly: a group admits up to its share of those that could run
   // (running and waiting, at most max_running_requests), so that a burst of 8 requests with 2
@@ -206,6 +226,39 @@ ScheduledStep Scheduler::schedule(int group) {
   }
   for (const Pick& p : picks) p.seq->in_flight = true;
   return build(group, picks);
+}
+
+void Scheduler::add_chunk(const Pick& p, size_t n, size_t m, step::ReplicaBatch& rb, ScheduledStep& step) const {
+  const Sequence& s = *p.seq;
+  const int64_t drafted = static_cast<int64_t>(p.drafts.size());
+  const int64_t len = static_cast<int64_t>(s.tokens.size());
+  const bool last = p.end == len + drafted;
+  const int64_t first_row = static_cast<int64_t>(rb.batch.logit_rows.size());
+  ScheduledChunk chunk{s.id, s.replica, m, p.begin, p.end - drafted, -1};
+  chunk.drafts = p.drafts;
+  // Until its prompt's last chunk is committed a prompt-logits sequence has only prompt tokens.
+  step::LogitRows rows = last ? step::LogitRows::kLast : step::LogitRows::kNone;
+  std::vector<int32_t> with_drafts;  // the sequence's tokens, then its drafts
+  std::span<const int32_t> tokens = s.tokens;
+  if (drafted > 0) {
+    rows = step::LogitRows::kEvery;
+    with_drafts = s.tokens;
+    with_drafts.insert(with_drafts.end(), p.drafts.begin(), p.drafts.end());
+    tokens = with_drafts;
+  }
+  if (s.prompt_logits) {
+    rows = step::LogitRows::kEvery;
+    chunk.prompt_rows = true;
+    chunk.first_prompt_row = first_row;
+  }
+  if (last) chunk.logit_row = first_row + (s.prompt_logits ? p.end - p.begin - 1 : 0);
+  step::append_sequence(rb, n, tokens, p.begin, p.end, s.pages, options_.page_size, rows);
+  if (p.end - p.begin == 1 + drafted && last)
+    step.decode_tokens += 1 + drafted;
+  else
+    step.prefill_tokens += p.end - p.begin;
+  step.draft_tokens += drafted;
+  step.chunks.push_back(chunk);
 }
 
 ScheduledStep Scheduler::build(int group, const std::vector<Pick>& picks) const {
@@ -229,26 +282,8 @@ ScheduledStep Scheduler::build(int group, const std::vector<Pick>& picks) const 
     while (width < widest) width *= 2;
     for (auto& rb : mb.replicas) rb.batch.max_pages_per_seq = width;
     for (size_t n = start; n < end; ++n) {
-      const Pick& p = picks[n];
-      const Sequence& s = *p.seq;
-      step::ReplicaBatch& rb = mb.replicas[s.replica];
-      const bool last = p.end == static_cast<int64_t>(s.tokens.size());
-      const int64_t first_row = static_cast<int64_t>(rb.batch.logit_rows.size());
-      ScheduledChunk chunk{s.id, s.replica, m, p.begin, p.end, -1};
-      // Until its prompt's last chunk is committed a prompt-logits sequence has only prompt tokens.
-      step::LogitRows rows = last ? step::LogitRows::kLast : step::LogitRows::kNone;
-      if (s.prompt_logits) {
-        rows = step::LogitRows::kEvery;
-        chunk.prompt_rows = true;
-        chunk.first_prompt_row = first_row;
-      }
-      if (last) chunk.logit_row = first_row + (rows == step::LogitRows::kEvery ? p.end - p.begin - 1 : 0);
-      step::append_sequence(rb, n, s.tokens, p.begin, p.end, s.pages, options_.page_size, rows);
-      if (p.end - p.begin == 1 && last)
-        ++step.decode_tokens;
-      else
-        step.prefill_tokens += p.end - p.begin;
-      step.chunks.push_back(chunk);
+      const Sequence& s = *picks[n].seq;
+      add_chunk(picks[n], n, m, mb.replicas[s.replica], step);
     }
     if (options_.pad_batches)
       for (int d = 0; d < options_.attn_dp; ++d) {
@@ -282,11 +317,29 @@ std::vector<step::StepPlan> Scheduler::warmup_steps() const {
   return steps;
 }
 
-void Scheduler::commit(const ScheduledStep& step, std::span<const int32_t> sampled) {
+void Scheduler::accept(Sequence& s, const ScheduledChunk& chunk, int32_t token, int64_t accepted) {
+  MS_CHECK(accepted >= 0 && accepted <= static_cast<int64_t>(chunk.drafts.size()),
+           "scheduler: request {}: {} drafts accepted of {}", chunk.id, accepted, chunk.drafts.size());
+  s.tokens.insert(s.tokens.end(), chunk.drafts.begin(), chunk.drafts.begin() + accepted);
+  s.tokens.push_back(token);
+  s.computed += accepted;   // the accepted drafts' latents are the sequence's
+  s.prompt_logits = false;  // the prompt's rows are all delivered
+  // Pages past the sequence's tokens held only rejected drafts' latents.
+  const size_t keep = static_cast<size_t>(pages_for(static_cast<int64_t>(s.tokens.size())));
+  if (s.pages.size() > keep) {
+    kv_[s.replica].release(std::span<const int32_t>(s.pages).subspan(keep));
+    s.pages.resize(keep);
+  }
+}
+
+void Scheduler::commit(const ScheduledStep& step, std::span<const int32_t> sampled, std::span<const int64_t> accepted) {
+  MS_CHECK(accepted.empty() || accepted.size() == sampled.size(), "scheduler: {} accepted counts for {} tokens",
+           accepted.size(), sampled.size());
   size_t next = 0;
   for (const ScheduledChunk& chunk : step.chunks) {
     const bool samples = chunk.logit_row >= 0;
     if (samples) MS_CHECK(next < sampled.size(), "scheduler: {} sampled tokens for more chunks", sampled.size());
+    const int64_t drafts_accepted = samples && !accepted.empty() ? accepted[next] : 0;
     const int32_t token = samples ? sampled[next++] : -1;
     auto it = seqs_.find(chunk.id);
     if (it == seqs_.end()) continue;  // finished while its step was in flight
@@ -295,11 +348,8 @@ void Scheduler::commit(const ScheduledStep& step, std::span<const int32_t> sampl
              "scheduler: request {} changed between schedule and commit", chunk.id);
     s.in_flight = false;
     s.computed = chunk.end;
+    if (samples) accept(s, chunk, token, drafts_accepted);
     kv_[s.replica].cache_prefix(s.tokens, s.pages, s.computed);
-    if (samples) {
-      s.tokens.push_back(token);
-      s.prompt_logits = false;  // the prompt's rows are all delivered
-    }
   }
   MS_CHECK(next == sampled.size(), "scheduler: {} sampled tokens for {} chunks with logits", sampled.size(), next);
 }

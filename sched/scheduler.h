@@ -24,6 +24,15 @@
 // logit row for every prompt token (each of its prefill chunks asks for all its tokens' rows,
 // in position order); it reuses no cached prefix, whose tokens would have no rows.
 //
+// Speculative decoding (max_drafts > 0): a sequence whose chunk reaches the end of its tokens
+// may run drafts after its last token (schedule's DraftSource proposes them): its chunk is
+// [last token, draft_1 .. draft_k] with a logit row each, its pages cover them, and commit()
+// is told how many drafts the target accepted: those and the next token join the sequence,
+// its cached length ends after the last accepted draft, and the pages past its tokens (written
+// for rejected drafts) go back to the pool. Rejected tokens never reach the prefix index: it
+// indexes only committed tokens. Drafts only take pages that no preemption is needed for
+// (with one page per running sequence of the replica kept free for their decodes).
+//
 // Pipeline groups (pipeline_groups > 1, for pipeline plans): the running sequences form that
 // many groups, each admitting up to an even share of the requests that could run (running and
 // waiting, at most max_running_requests); schedule(g)
@@ -36,6 +45,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -61,7 +71,12 @@ struct SchedulerOptions {
   // Pages kept free at admission while other sequences run (a fraction of the replica's
   // pages), so that running decodes rarely need to preempt.
   double admission_headroom = 0.05;
+  int64_t max_drafts = 0;  // draft tokens a sequence may verify per step (speculative decoding)
 };
+
+// The drafts to verify after a sequence's last token (`tokens`: its prompt and output so far);
+// none to run it plainly.
+using DraftSource = std::function<std::vector<int32_t>(uint64_t id, std::span<const int32_t> tokens)>;
 
 struct RequestOptions {
   bool prompt_logits = false;  // a logit row for every prompt token (ScheduledChunk::prompt_rows)
@@ -79,6 +94,10 @@ struct ScheduledChunk {
   // prompt_rows. A recompute after preemption may deliver a position again (same logits).
   bool prompt_rows = false;
   int64_t first_prompt_row = -1;
+  // Verified after the sequence's last token: tokens [begin, end) are the sequence's, then
+  // these; logit rows [logit_row, logit_row + drafts.size()] are the target's after each.
+  std::vector<int32_t> drafts = {};
+  int64_t logit_rows() const { return logit_row < 0 ? 0 : 1 + static_cast<int64_t>(drafts.size()); }
 };
 
 struct ScheduledStep {
@@ -86,7 +105,8 @@ struct ScheduledStep {
   step::StepPlan plan;
   std::vector<ScheduledChunk> chunks;
   int64_t prefill_tokens = 0;  // tokens of chunks with more than one token, or not at the end
-  int64_t decode_tokens = 0;
+  int64_t decode_tokens = 0;   // of chunks of one token (and its drafts) at the end
+  int64_t draft_tokens = 0;
   bool empty() const { return chunks.empty(); }
 };
 
@@ -106,11 +126,13 @@ class Scheduler {
   bool finish(RequestId id);
 
   // The next step of pipeline group `group` (the only group when pipeline_groups is 1); its
-  // sequences are in flight until commit().
-  ScheduledStep schedule(int group = 0);
+  // sequences are in flight until commit(). `drafts` (with max_drafts > 0) proposes each
+  // decoding sequence's drafts.
+  ScheduledStep schedule(int group = 0, const DraftSource& drafts = {});
   // After the step ran: `sampled[i]` is the next token of the i-th chunk that asked for
-  // logits (chunks order). Chunks of requests finished since schedule() are skipped.
-  void commit(const ScheduledStep& step, std::span<const int32_t> sampled);
+  // logits (chunks order), `accepted[i]` how many of its drafts were accepted (empty: none
+  // had drafts). Chunks of requests finished since schedule() are skipped.
+  void commit(const ScheduledStep& step, std::span<const int32_t> sampled, std::span<const int64_t> accepted = {});
 
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
   int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
@@ -122,7 +144,9 @@ class Scheduler {
   int64_t generated_tokens(RequestId id) const;
 
   // The largest step one replica can run: a prefill budget plus a decode token per request.
-  int64_t max_step_tokens() const { return options_.chunked_prefill_size + options_.max_running_requests; }
+  int64_t max_step_tokens() const {
+    return options_.chunked_prefill_size + options_.max_running_requests * (1 + options_.max_drafts);
+  }
   // Steps of padding only (on the scratch pages): the largest step (max_step_tokens(),
   // padded) first, then one per padded decode size up to max_running_requests. Running them
   // once at start-up sizes the activation memory (shared by every step size) and the backend
@@ -152,7 +176,8 @@ class Scheduler {
   };
   struct Pick {
     Sequence* seq;
-    int64_t begin, end;
+    int64_t begin, end;  // end: past the drafts
+    std::vector<int32_t> drafts = {};
   };
 
   Sequence& seq(RequestId id);
@@ -160,12 +185,20 @@ class Scheduler {
   // Gives running_[index] pages for its first `tokens` tokens, preempting newer sequences of
   // its replica as needed; false if it had to preempt itself.
   bool ensure_pages(size_t index, int64_t tokens);
+  // The drafts running_[index] verifies this step: the source's, cut to max_drafts and the
+  // cache's room, or none when their pages would need a preemption.
+  std::vector<int32_t> drafts_for(size_t index, const DraftSource& source);
+  // Applies a committed chunk's verdict: accepted drafts and the next token join the sequence;
+  // pages past its tokens go back.
+  void accept(Sequence& s, const ScheduledChunk& chunk, int32_t token, int64_t accepted);
   void preempt(size_t index);
   void release_pages(Sequence& s);
   bool admit(int group, std::vector<int64_t>& budget, std::vector<Pick>& picks);
   int64_t running_on(int replica) const;
   int64_t running_in_group(int group) const;
   ScheduledStep build(int group, const std::vector<Pick>& picks) const;
+  // Appends pick n (of micro-batch m) to its replica's batch `rb` and its chunk to `step`.
+  void add_chunk(const Pick& p, size_t n, size_t m, step::ReplicaBatch& rb, ScheduledStep& step) const;
 
   SchedulerOptions options_;
   std::vector<kv::KvCache> kv_;        // [attn_dp]

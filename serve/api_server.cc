@@ -81,6 +81,8 @@ struct Completion {
   void finish(size_t i, const OutputEvent& e) {
     sub.done[i] = true;
     usage.completion_tokens += e.completion_tokens;
+    usage.spec_verify_ct += e.spec_verify_ct;
+    usage.spec_accepted_tokens += e.spec_accepted_tokens;
     if (!cached_counted[prompt_of(i)]) {
       usage.cached_tokens += e.cached_tokens;
       cached_counted[prompt_of(i)] = true;

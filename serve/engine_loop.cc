@@ -23,6 +23,7 @@ struct EngineLoop::Active {
   Clock::time_point arrival = Clock::now();
   Clock::time_point last_token;
   bool admitted = false;
+  int64_t spec_verify_ct = 0, spec_accepted_tokens = 0;
 };
 
 EngineLoop::EngineLoop(std::unique_ptr<runtime::Engine> engine, const tokenizer::Tokenizer& tokenizer,
@@ -55,6 +56,7 @@ std::unique_ptr<runtime::StepLoop> EngineLoop::make_loop(runtime::Engine& engine
   auto loop = std::make_unique<runtime::StepLoop>(
       engine,
       runtime::StepLoopOptions{.scheduler = options,
+                               .speculative = options_.speculative,
                                .on_scheduled = [this](const sched::ScheduledStep& step, Clock::time_point start) {
                                  note_admissions(step, start);
                                }});
@@ -219,7 +221,10 @@ void EngineLoop::admit(std::vector<std::pair<uint64_t, std::unique_ptr<Active>>>
     active_.emplace(id, std::move(active));
     try {
       MS_CHECK(loop_ != nullptr, "no engine to run request {}", id);
-      loop_->add(id, {.prompt = request.prompt, .sampling = request.sampling, .top_logprobs = request.top_logprobs});
+      loop_->add(id, {.prompt = request.prompt,
+                      .sampling = request.sampling,
+                      .top_logprobs = request.top_logprobs,
+                      .max_new_tokens = request.limits.max_tokens});
     } catch (const std::exception& e) {  // the HTTP side checks sizes first; never take the loop down
       OutputEvent event;
       event.error_status = 400;
@@ -436,6 +441,15 @@ void EngineLoop::step() {
 
 void EngineLoop::complete(runtime::StepResult& result) {
   const auto stream_start = Clock::now();
+  for (const runtime::VerifiedDrafts& v : result.verified) {
+    ++spec_verify_steps_;
+    spec_draft_tokens_ += v.drafted;
+    spec_accepted_tokens_ += v.accepted;
+    if (auto it = active_.find(v.id); it != active_.end()) {
+      ++it->second->spec_verify_ct;
+      it->second->spec_accepted_tokens += v.accepted;
+    }
+  }
   for (runtime::DrawnToken& drawn : result.tokens) {
     auto it = active_.find(drawn.id);
     if (it == active_.end()) continue;  // ended while its step was in flight
@@ -456,6 +470,8 @@ void EngineLoop::complete(runtime::StepResult& result) {
     }
     event.finish_reason = update.finish_reason;
     event.cached_tokens = loop_->scheduler().cached_prompt_tokens(drawn.id);
+    event.spec_verify_ct = a.spec_verify_ct;
+    event.spec_accepted_tokens = a.spec_accepted_tokens;
     finish(drawn.id, std::move(event));
   }
   const auto end = Clock::now();
@@ -465,6 +481,21 @@ void EngineLoop::complete(runtime::StepResult& result) {
   sampled_rows_ += result.candidate_rows;
   sampling_fallbacks_ += result.fallback_rows;
   device_drawn_rows_ += result.device_drawn_rows;
+}
+
+void EngineLoop::render_spec_metrics(std::string& out) const {
+  render_metric("moeserve_spec_verify_steps_total", "counter",
+                "Sequence steps that verified speculative drafts (one per request and step).",
+                static_cast<double>(spec_verify_steps_.load()), out);
+  render_metric("moeserve_spec_draft_tokens_total", "counter", "Speculative draft tokens verified.",
+                static_cast<double>(spec_draft_tokens_.load()), out);
+  render_metric("moeserve_spec_accepted_tokens_total", "counter", "Speculative draft tokens accepted.",
+                static_cast<double>(spec_accepted_tokens_.load()), out);
+  const int64_t verify_steps = spec_verify_steps_.load();
+  render_metric("moeserve_spec_accept_length", "gauge",
+                "Tokens per verify step (accepted drafts plus the target's own), since start.",
+                verify_steps ? static_cast<double>(spec_accepted_tokens_.load() + verify_steps) / verify_steps : 0.0,
+                out);
 }
 
 std::string EngineLoop::render_metrics() const {
@@ -508,6 +539,7 @@ std::string EngineLoop::render_metrics() const {
                  "reason", out);
   render_metric("moeserve_requests_rejected_queue_full_total", "counter", "Requests refused with 429.",
                 static_cast<double>(rejected_queue_full_.load()), out);
+  render_spec_metrics(out);
   render_metric("moeserve_sampled_rows_total", "counter",
                 "Sampled (non-greedy) rows drawn from device-reduced candidates.",
                 static_cast<double>(sampled_rows_.load()), out);

@@ -23,6 +23,7 @@
 #include "serve/metrics.h"
 #include "serve/output_processor.h"
 #include "serve/request_stream.h"
+#include "spec/speculative_options.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeserve::serve {
@@ -52,6 +53,7 @@ struct ReplanReport {
 
 struct EngineLoopOptions {
   sched::SchedulerOptions scheduler;
+  spec::SpeculativeOptions speculative;  // --speculative-algorithm and its knobs
   // The plan being served (for /health and /metrics), and how to build its engine again: a
   // re-plan whose new engine fails to build falls back to it. Without it, replan is refused.
   std::string plan_name = "single";
@@ -135,6 +137,7 @@ class EngineLoop {
   void finish(uint64_t id, OutputEvent event);
   void fail_all(int status, const std::string& message);
   void publish_snapshot();
+  void render_spec_metrics(std::string& out) const;  // the moeserve_spec_* lines
   // Runs fn on the engine thread and waits for it.
   void on_engine_thread(const std::function<void()>& fn);
   // Engine thread: switches once nothing runs (pending_replan_).
@@ -175,6 +178,7 @@ class EngineLoop {
 
   // Counters and histograms (thread-safe).
   std::atomic<int64_t> prompt_tokens_{0}, generation_tokens_{0}, cancelled_{0}, rejected_queue_full_{0};
+  std::atomic<int64_t> spec_verify_steps_{0}, spec_draft_tokens_{0}, spec_accepted_tokens_{0};
   std::atomic<int64_t> finished_stop_{0}, finished_length_{0}, failed_{0};
   Histogram ttft_, inter_token_, e2e_, queue_time_, step_time_;
   Histogram decode_step_time_;  // steps with decode tokens only (the shape bench-step times)

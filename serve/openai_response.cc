@@ -69,10 +69,18 @@ Json logprobs_json(const ResponseContext& ctx, const std::vector<runtime::TokenL
 }
 
 Json usage_json(const Usage& usage) {
-  return {{"prompt_tokens", usage.prompt_tokens},
-          {"completion_tokens", usage.completion_tokens},
-          {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
+  Json out = {{"prompt_tokens", usage.prompt_tokens},
+              {"completion_tokens", usage.completion_tokens},
+              {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
+              {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
+  // As SGLang's meta_info: verify steps, and the tokens each gave on average (accepted drafts
+  // plus the target's own token), only for requests that speculated.
+  if (usage.spec_verify_ct > 0) {
+    out["spec_verify_ct"] = usage.spec_verify_ct;
+    out["spec_accept_length"] = static_cast<double>(usage.spec_accepted_tokens + usage.spec_verify_ct) /
+                                static_cast<double>(usage.spec_verify_ct);
+  }
+  return out;
 }
 
 std::string response_json(const ResponseContext& ctx, const std::vector<ChoiceOutput>& choices,

@@ -34,6 +34,7 @@ struct ChoiceOutput {
 
 struct Usage {
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  int64_t spec_verify_ct = 0, spec_accepted_tokens = 0;  // speculative decoding (OutputEvent's)
 };
 
 std::string new_response_id(bool chat);

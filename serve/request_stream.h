@@ -25,6 +25,9 @@ struct OutputEvent {
   std::string error;
   // Usage, on the last event.
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  // Speculative decoding, on the last event: steps that verified drafts for the request, and
+  // the drafts accepted in them.
+  int64_t spec_verify_ct = 0, spec_accepted_tokens = 0;
   bool last() const { return !finish_reason.empty() || error_status != 0; }
 };
 

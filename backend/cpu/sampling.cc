@@ -13,26 +13,34 @@ namespace moeserve::cpu {
 
 namespace {
 
-// The filters and the draw, over the row's candidates in final order (descending logit, ties
-// to the smaller id), which `source` places on demand:
+// The filters, over the row's candidates in final order (descending logit, ties to the
+// smaller id), which `source` places on demand:
 //   bool place(int64_t i): candidate i is available (false: the source cannot reach it);
 //   float logit(int64_t i), int32_t id(int64_t i): candidate i, once placed;
 //   double full_normaliser(double max_logit, double temperature): over the whole vocabulary.
-// Returns the drawn id, or -1 when a needed candidate cannot be placed.
+// The draw keeps candidates [0, keep); candidate i's probability is weight(i) / total /
+// kept_mass. Not for greedy options (one candidate, probability 1).
+struct KeptCandidates {
+  int64_t keep = 0;
+  double max_logit = 0, total = 0, kept_mass = 0;
+  double weight(float logit, float temperature) const { return std::exp((logit - max_logit) / temperature); }
+  double probability(float logit, float temperature) const { return weight(logit, temperature) / total / kept_mass; }
+};
+
+// False when a needed candidate cannot be placed.
 template <typename Source>
-int32_t draw(Source& source, int64_t vocab, const ops::SamplingOptions& o) {
-  if (!source.place(0)) return -1;
-  if (o.temperature <= 0.0f || o.top_k == 1) return source.id(0);
-  const double max_logit = source.logit(0);
-  auto weight = [&](int64_t i) { return std::exp((source.logit(i) - max_logit) / o.temperature); };  // i placed
+bool keep_candidates(Source& source, int64_t vocab, const ops::SamplingOptions& o, KeptCandidates& kept) {
+  if (!source.place(0)) return false;
+  kept.max_logit = source.logit(0);
+  auto weight = [&](int64_t i) { return kept.weight(source.logit(i), o.temperature); };  // i placed
   // The normaliser: over the top_k candidates, or over the whole vocabulary.
   const int64_t keep_k = o.top_k > 0 && o.top_k < vocab ? o.top_k : vocab;
   double total = 0.0;
   if (keep_k < vocab) {
-    if (!source.place(keep_k - 1)) return -1;
+    if (!source.place(keep_k - 1)) return false;
     for (int64_t i = 0; i < keep_k; ++i) total += weight(i);
   } else {
-    total = source.full_normaliser(max_logit, o.temperature);
+    total = source.full_normaliser(kept.max_logit, o.temperature);
   }
   // min_p keeps the candidates whose probability is at least min_p x the top one's (prob 1 /
   // total); top_p the shortest prefix whose mass reaches top_p. Both scan the sorted prefix.
@@ -40,7 +48,7 @@ int32_t draw(Source& source, int64_t vocab, const ops::SamplingOptions& o) {
   if (o.min_p > 0.0f) {
     int64_t n = 1;
     for (; n < keep; ++n) {
-      if (!source.place(n)) return -1;
+      if (!source.place(n)) return false;
       if (weight(n) < o.min_p) break;  // weight(0) == 1
     }
     keep = n;
@@ -49,7 +57,7 @@ int32_t draw(Source& source, int64_t vocab, const ops::SamplingOptions& o) {
   if (o.top_p < 1.0f) {
     int64_t needed = 0;
     while (needed < keep) {
-      if (!source.place(needed)) return -1;
+      if (!source.place(needed)) return false;
       kept_mass += weight(needed++) / total;
       if (kept_mass >= o.top_p) break;
     }
@@ -58,19 +66,33 @@ int32_t draw(Source& source, int64_t vocab, const ops::SamplingOptions& o) {
     kept_mass = 1.0;  // everything: the normaliser's own mass
   } else {
     for (int64_t i = 0; i < keep; ++i) {
-      if (!source.place(i)) return -1;
+      if (!source.place(i)) return false;
       kept_mass += weight(i) / total;
     }
   }
-  const double u = uniform01(o.seed, o.step) * kept_mass;
+  kept.keep = keep;
+  kept.total = total;
+  kept.kept_mass = kept_mass;
+  return true;
+}
+
+// The draw over keep_candidates' prefix (inverse CDF at uniform01(seed, step)). Returns the
+// drawn id, or -1 when a needed candidate cannot be placed.
+template <typename Source>
+int32_t draw(Source& source, int64_t vocab, const ops::SamplingOptions& o) {
+  if (!source.place(0)) return -1;
+  if (o.temperature <= 0.0f || o.top_k == 1) return source.id(0);
+  KeptCandidates kept;
+  if (!keep_candidates(source, vocab, o, kept)) return -1;
+  const double u = uniform01(o.seed, o.step) * kept.kept_mass;
   double cumulative = 0.0;
-  for (int64_t i = 0; i < keep; ++i) {
+  for (int64_t i = 0; i < kept.keep; ++i) {
     if (!source.place(i)) return -1;
-    cumulative += weight(i) / total;
+    cumulative += kept.weight(source.logit(i), o.temperature) / kept.total;
     if (u < cumulative) return source.id(i);
   }
-  if (!source.place(keep - 1)) return -1;
-  return source.id(keep - 1);
+  if (!source.place(kept.keep - 1)) return -1;
+  return source.id(kept.keep - 1);
 }
 
 // Sorts keys ascending whose set bits all lie below bit `bits`: LSD radix with 11-bit digits
@@ -181,6 +203,20 @@ int32_t sample_row(const float* logits, int64_t vocab, const ops::SamplingOption
     return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);  // no sort
   LogitsSource source(logits, vocab, o.top_k > 0 && o.top_k < vocab ? o.top_k : vocab);
   return draw(source, vocab, o);
+}
+
+TokenDistribution row_distribution(const float* logits, int64_t vocab, const ops::SamplingOptions& o) {
+  if (o.temperature <= 0.0f || o.top_k == 1) return {{sample_row(logits, vocab, o)}, {1.0}};
+  LogitsSource source(logits, vocab, o.top_k > 0 && o.top_k < vocab ? o.top_k : vocab);
+  KeptCandidates kept;
+  keep_candidates(source, vocab, o, kept);  // a full row places every candidate
+  TokenDistribution out;
+  for (int64_t i = 0; i < kept.keep; ++i) {
+    source.place(i);
+    out.ids.push_back(source.id(i));
+    out.probs.push_back(kept.probability(source.logit(i), o.temperature));
+  }
+  return out;
 }
 
 int32_t sample_candidates(const CandidateRow& row, int64_t vocab, const ops::SamplingOptions& o) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "ops/ops.h"
 
@@ -11,6 +12,15 @@ namespace moeserve::cpu {
 
 // Draws one token from fp32 logits under `options` (greedy when temperature == 0).
 int32_t sample_row(const float* logits, int64_t vocab, const ops::SamplingOptions& options);
+
+// The distribution sample_row draws from under `options`: the kept tokens in the draw's
+// order (descending logit, ties to the smaller id) and their probabilities (summing to 1;
+// greedy: the argmax alone). Speculative verification (spec/verify.h) accepts drafts by it.
+struct TokenDistribution {
+  std::vector<int32_t> ids;
+  std::vector<double> probs;
+};
+TokenDistribution row_distribution(const float* logits, int64_t vocab, const ops::SamplingOptions& options);
 
 // A row reduced to its `count` largest logits in descending order (ties: smaller id first)
 // and the softmax normaliser at the sampling temperature over the whole vocabulary,

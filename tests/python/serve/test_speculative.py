@@ -1,0 +1,68 @@
+"""Speculative decoding through the server (issue 21): with --speculative-algorithm NGRAM, greedy
+completions equal `moeserve generate` without speculation, token for token, for prompts with
+repetition sent at once (continuous batching, speculative and logprob requests side by side);
+the usage reports spec_verify_ct and spec_accept_length as SGLang's meta info does, /metrics
+counts drafts and accepted ones, and `moeserve bench` reports accept_length. Other algorithms
+are refused at start-up with a clear message."""
+import json
+import pathlib
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from server_harness import MODEL, Server, generate_ids, run_moeserve  # noqa: E402
+
+PROMPTS = [[5, 6, 7, 8, 5, 6, 7, 8, 5, 6, 7], [9, 9, 9, 9, 9, 9], [1, 2, 1, 2, 1, 2, 1], [100, 200, 300, 100, 200]]
+NEW_TOKENS = 24
+SPEC = ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "5", "--max-running-requests", "8"]
+
+
+def complete(server, prompt, **extra):
+    status, body = server.request("POST", "/v1/completions", {
+        "model": MODEL, "prompt": prompt, "max_tokens": NEW_TOKENS, "temperature": 0, "ignore_eos": True,
+        "return_token_ids": True, **extra})
+    assert status == 200, body
+    return body
+
+
+def test_greedy_completions_equal_plain_generate_and_report_accept_length():
+    expected = generate_ids(PROMPTS, n=NEW_TOKENS, extra=["--ignore-eos"])
+    with Server(*SPEC, "--page-size", "4") as server:
+        with ThreadPoolExecutor(len(PROMPTS) + 1) as pool:
+            bodies = list(pool.map(lambda p: complete(server, p), PROMPTS))
+            with_logprobs = pool.submit(complete, server, PROMPTS[0], logprobs=2).result()
+        verify_steps = 0
+        for prompt, want, body in zip(PROMPTS, expected, bodies):
+            assert body["choices"][0]["token_ids"] == want, f"prompt {prompt}"
+            usage = body["usage"]
+            assert usage["completion_tokens"] == NEW_TOKENS
+            verify_steps += usage.get("spec_verify_ct", 0)
+            if "spec_verify_ct" in usage:
+                assert 1.0 <= usage["spec_accept_length"] <= 5.0
+        assert verify_steps > 0, "no request speculated"
+        # A logprobs request runs without drafts and reports no speculation.
+        assert with_logprobs["choices"][0]["token_ids"] == expected[0]
+        assert "spec_verify_ct" not in with_logprobs["usage"]
+        metrics = server.metrics()
+        assert metrics["moeserve_spec_verify_steps_total"] >= verify_steps
+        assert 0 < metrics["moeserve_spec_accepted_tokens_total"] <= metrics["moeserve_spec_draft_tokens_total"]
+        assert metrics["moeserve_spec_accept_length"] > 1.0
+        assert metrics["moeserve_kv_pages_used"] == 0
+
+
+def test_bench_reports_accept_length(tmp_path):
+    out = tmp_path / "bench.jsonl"
+    with Server(*SPEC) as server:
+        # Ids from a vocabulary of 8: every prompt repeats, so NGRAM drafts.
+        run_moeserve("bench", "--base-url", server.base, "--num-prompts", 4, "--dataset", "random-ids",
+                     "--vocab-size", 8, "--random-input-len", 16, "--random-output-len", 16, "--disable-tqdm",
+                     "--output-file", out)
+    record = json.loads(out.read_text().strip().splitlines()[-1])
+    assert record["completed"] == 4
+    assert record["accept_length"] >= 1.0
+
+
+def test_unimplemented_algorithms_are_refused():
+    result = run_moeserve("serve", "--speculative-algorithm", "EAGLE3", check=False)
+    assert result.returncode != 0
+    assert "--speculative-algorithm EAGLE3: not implemented yet" in result.stderr + result.stdout
