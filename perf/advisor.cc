@@ -74,7 +74,7 @@ RoutedWork routed_work(const ModelConfig& c, int groups, double tokens, const st
       rows_var += tokens * p * (1 - p);
     }
     const RoutedWork w{std::min<double>(r.size(), hit + z * std::sqrt(hit_var)),
-                       std::min(tokens, rows + z * std::sqrt(rows_var))};
+                       std::min(tokens * std::min<double>(k, r.size()), rows + z * std::sqrt(rows_var))};
     if (!busiest) {
       best.experts_hit += w.experts_hit / groups;
       best.rows += w.rows / groups;
@@ -180,9 +180,13 @@ StepSplit stage_time(const ModelConfig& c, const parallel::ParallelPlan& plan, c
   const parallel::RankShard s = parallel::shard_of(plan, shard_dims(c), parallel::rank_of(plan, stage, 0, 0));
   StepSplit split;
   if (p.ranks_share_executor) {
-    // One thread pool runs every rank's ops one after another: the stage costs all its ranks' work.
+    // One thread pool runs every rank's ops one after another: the stage costs all its ranks'
+    // bytes and FLOPs. The fixed time per layer (waking the pool, small ops) is latency the
+    // ranks' threads spend side by side: once per stage.
     const RoutedWork mean = routed_work(c, plan.moe_ep, shape.stage_tokens, expert_load, false);
-    split.add(rank_compute(c, s, p, shape, mean), plan.ranks_per_stage());
+    const StepSplit rank = rank_compute(c, s, p, shape, mean);
+    split.add(rank, plan.ranks_per_stage());
+    split.overhead_us = rank.overhead_us;
   } else {
     const RoutedWork busiest = routed_work(c, plan.moe_ep, shape.stage_tokens, expert_load, true);
     split = rank_compute(c, s, p, shape, busiest);
@@ -341,6 +345,7 @@ Advice advise(const ModelConfig& c, const std::string& model_name, const Hardwar
     for (const PlanPrediction& plan : advice.plans)
       if (plan.fits) order.emplace_back(-plan.points[i].aggregate_tok_s, plan.plan.name);
     std::sort(order.begin(), order.end());
+    advice.ranking[w.concurrency[i]];  // present (empty) when no plan fits
     for (const auto& [speed, name] : order) advice.ranking[w.concurrency[i]].push_back(name);
   }
   return advice;

@@ -60,7 +60,7 @@ TEST(Advisor, BusiestGroupUnderUniformAndMeasuredLoads) {
   std::vector<double> loads(16, 0.0);
   for (int e = 0; e < 4; ++e) loads[e] = 1;
   const RoutedWork skewed = routed_work(c, 4, 10, loads, true);
-  EXPECT_NEAR(skewed.rows, 10.0, 1e-9);  // capped at the tokens: a token runs an expert once
+  EXPECT_NEAR(skewed.rows, 40.0, 1e-9);  // 10 tokens x 4 experts each, all in group 0
   EXPECT_NEAR(skewed.experts_hit, 4.0, 1e-9);
 }
 
@@ -126,12 +126,14 @@ TEST(Advisor, PipelineOfOneSequenceIdlesTheOtherStages) {
 TEST(Advisor, SharedExecutorAddsEveryRanksWork) {
   const ModelConfig c = synthetic_config("tiny");
   HardwareProfile p = simple_profile();
+  p.layer_overhead_us = 3;
   const parallel::ParallelPlan tp2 = parallel::parse_plan("tp2");
   ForwardShape shape;
   const StepSplit own = stage_time(c, tp2, p, 0, shape, {});
   p.ranks_share_executor = true;
   const StepSplit shared = stage_time(c, tp2, p, 0, shape, {});
   EXPECT_NEAR(shared.weights_us, 2 * own.weights_us, 1e-6);  // tp: no expert-group imbalance
+  EXPECT_NEAR(shared.overhead_us, own.overhead_us, 1e-9);     // latency, side by side
   EXPECT_NEAR(shared.collectives_us.at("moe_all_reduce"), own.collectives_us.at("moe_all_reduce"), 1e-9);
 }
 
