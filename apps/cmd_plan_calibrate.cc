@@ -62,15 +62,17 @@ struct LinearPoint {
   double tokens, seconds, bytes, flops;
 };
 
-// The CPU backend's linear op on a [2048, 2048] fp32 weight (16 MiB: beyond the L2 caches).
+// The CPU backend's linear op on the model's dense-MLP projection, [intermediate, hidden] fp32
+// (the shapes whose cache behaviour the model's steps see).
 std::vector<LinearPoint> measure_linear(const CalibrateArgs& a) {
+  const ModelConfig c = open_model(a.model).config;
   auto backend = cpu::make_cpu_backend();
-  const int64_t in = 2048, out = 2048, max_rows = 128;
+  const int64_t in = c.hidden_size, out = c.intermediate_size, max_rows = 128;
   auto weight = backend->alloc(in * out * 4);
   auto x = backend->alloc(max_rows * in * 4);
   auto y = backend->alloc(max_rows * out * 4);
-  std::vector<float> host(static_cast<size_t>(in * out), 0.01f);
-  backend->upload(*weight, 0, host.data(), host.size() * 4);
+  std::vector<float> host(static_cast<size_t>(std::max(in * out, max_rows * in)), 0.01f);
+  backend->upload(*weight, 0, host.data(), static_cast<size_t>(in * out) * 4);
   backend->upload(*x, 0, host.data(), static_cast<size_t>(max_rows * in) * 4);
   std::vector<LinearPoint> points;
   for (int64_t rows : {1, 8, 32, 64, 128}) {
@@ -134,7 +136,7 @@ void measure_link(const CalibrateArgs& a, perf::HardwareProfile& p) {
 
 // Streaming efficiency and rate by rows, from the linear op: the roofline of these curves gives
 // back each measured time.
-void fit_curves(const std::vector<LinearPoint>& points, perf::HardwareProfile& p) {
+void fit_curves(const std::vector<LinearPoint>& points, const std::string& how_measured, perf::HardwareProfile& p) {
   double peak = 0;
   for (const LinearPoint& x : points) peak = std::max(peak, x.flops / x.seconds / 1e12);
   p.matmul_tflops = peak;
@@ -144,17 +146,15 @@ void fit_curves(const std::vector<LinearPoint>& points, perf::HardwareProfile& p
     p.matmul_efficiency.points.emplace_back(x.tokens, x.flops / x.seconds / 1e12 / peak);
     text += fmt::format("{}{} rows {:.3f} ms", text.empty() ? "" : ", ", x.tokens, x.seconds * 1e3);
   }
-  p.kv_efficiency = p.weight_efficiency;
-  const std::string how =
-      "measured here with `moeserve plan calibrate`: the CPU backend's linear op on a [2048, 2048] "
-      "fp32 weight, best of several runs: " +
-      text;
+  const std::string how = how_measured + text;
+  // Attention reads each token's own cache: no reuse across the batch, the one-row efficiency.
+  p.kv_efficiency.points = {p.weight_efficiency.points.front()};
   p.sources["matmul_tflops"] = how + " (the highest rate)";
   p.sources["weight_efficiency"] = how + " (bytes / time / memory_gbs)";
   p.sources["matmul_efficiency"] = how + " (FLOP rate / matmul_tflops)";
   p.sources["kv_efficiency"] =
-      "the weight_efficiency curve (the CPU backend's attention streams the latent cache "
-      "with the same loops); not measured separately";
+      "the weight_efficiency at one row (attention streams each token's own latent cache, so rows do not share it); "
+      "not measured separately";
 }
 
 // Median decode step of `layers` layers of the model on one CPU rank (bench-step's loop).
@@ -214,7 +214,12 @@ perf::HardwareProfile calibrate(const CalibrateArgs& a) {
   p.ranks_share_executor = true;
   p.sources["ranks_share_executor"] =
       "CPU ranks run their ops on the one process-wide ThreadPool, one parallel_for at a time (core/thread_pool.h)";
-  fit_curves(measure_linear(a), p);
+  const ModelConfig c = open_model(a.model).config;
+  fit_curves(measure_linear(a),
+             fmt::format("measured here with `moeserve plan calibrate`: the CPU backend's linear op on {}'s dense-MLP "
+                         "weight [{}, {}] fp32, best of several runs: ",
+                         a.model, c.intermediate_size, c.hidden_size),
+             p);
   p.layer_overhead_us = p.step_overhead_us = 0;
   measure_link(a, p);
   measure_overheads(a, p);

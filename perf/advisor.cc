@@ -197,6 +197,13 @@ StepSplit stage_time(const ModelConfig& c, const parallel::ParallelPlan& plan, c
 
 namespace {
 
+// What of a stage's time is waiting rather than executor work: its fixed per-layer time and its collectives.
+double latency_us(const StepSplit& s) {
+  double t = s.overhead_us;
+  for (const auto& [site, us] : s.collectives_us) t += us;
+  return t;
+}
+
 // Micro-batches the scheduler cuts `batch` sequences into (ceil(live / pp) sequences each).
 int64_t micro_batches(const parallel::ParallelPlan& plan, int64_t batch) {
   if (plan.pp == 1) return 1;
@@ -215,15 +222,22 @@ StepSplit decode_round(const ModelConfig& c, const parallel::ParallelPlan& plan,
   shape.stage_tokens = per_group * w.verify_tokens;
   shape.context = context;
   StepSplit traversal;  // one group through every stage
-  double slowest = 0;
+  double slowest = 0, slowest_latency = 0;
   for (int s = 0; s < plan.pp; ++s) {
     const StepSplit st = stage_time(c, plan, p, s, shape, w.expert_load);
     slowest = std::max(slowest, st.total_us());
+    slowest_latency = std::max(slowest_latency, latency_us(st));
     traversal.add(st);
   }
   StepSplit round;
-  if (p.ranks_share_executor || plan.pp == 1) {
-    round.add(traversal, static_cast<double>(groups));  // nothing overlaps
+  if (plan.pp == 1) {
+    round.add(traversal, static_cast<double>(groups));
+  } else if (p.ranks_share_executor) {
+    // The executor runs every group's bytes and FLOPs one after another; the stages' latency
+    // (fixed per-layer time, collectives) overlaps across the groups in flight, as on GPUs.
+    round.add(traversal, static_cast<double>(groups));
+    const double latency = std::max(static_cast<double>(groups) * slowest_latency, latency_us(traversal));
+    round.bubble_us = latency - static_cast<double>(groups) * latency_us(traversal);
   } else {
     // Groups in flight: the slowest stage runs every group; one group still needs the whole
     // traversal before its next step, and the stages idle for the difference.

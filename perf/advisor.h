@@ -38,7 +38,9 @@ struct AdviseWorkload {
 };
 
 // Where a step's time goes (microseconds). weights / kv: streaming at the profile's
-// efficiency; flops: what compute adds beyond the bytes where an op is compute bound.
+// efficiency; flops: what compute adds beyond the bytes where an op is compute bound;
+// bubble: pipeline stages idle (on a shared executor it is negative: the per-layer latency and
+// collectives that groups in flight hide behind one another).
 struct StepSplit {
   double weights_us = 0, kv_us = 0, flops_us = 0, overhead_us = 0, bubble_us = 0, host_us = 0;
   std::map<std::string, double> collectives_us;  // by site: attn_all_reduce, moe_all_to_all, pp_send, ...
