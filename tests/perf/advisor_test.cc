@@ -133,7 +133,7 @@ TEST(Advisor, SharedExecutorAddsEveryRanksWork) {
   p.ranks_share_executor = true;
   const StepSplit shared = stage_time(c, tp2, p, 0, shape, {});
   EXPECT_NEAR(shared.weights_us, 2 * own.weights_us, 1e-6);  // tp: no expert-group imbalance
-  EXPECT_NEAR(shared.overhead_us, own.overhead_us, 1e-9);     // latency, side by side
+  EXPECT_NEAR(shared.overhead_us, own.overhead_us, 1e-9);    // latency, side by side
   EXPECT_NEAR(shared.collectives_us.at("moe_all_reduce"), own.collectives_us.at("moe_all_reduce"), 1e-9);
 }
 
