@@ -5,6 +5,7 @@
 
 #include "apps/cli_util.h"
 #include "apps/commands.h"
+#include "apps/plan_advise.h"
 #include "apps/plan_cli.h"
 #include "core/error.h"
 #include "model/deepseek_v3_weights.h"
@@ -91,7 +92,8 @@ void run_plan_list(const std::string& spec, int max_world) {
 }  // namespace
 
 void add_plan_command(CLI::App& app) {
-  CLI::App* plan = app.add_subcommand("plan", "Parallel plans: show what each rank owns");
+  CLI::App* plan = app.add_subcommand(
+      "plan", "Parallel plans: show what each rank owns, advise on a hardware profile, calibrate one");
   plan->require_subcommand(1);
   auto args = std::make_shared<PlanCliArgs>();
   auto model = std::make_shared<std::string>("synthetic:tiny");
@@ -110,6 +112,9 @@ void add_plan_command(CLI::App& app) {
   list->add_option("--model,-m", *model, "Model spec")->capture_default_str();
   list->add_option("--max-world", *max_world, "Largest world size")->capture_default_str();
   list->callback([model, max_world] { run_plan_list(*model, *max_world); });
+
+  add_plan_advise_command(*plan);
+  add_plan_calibrate_command(*plan);
 }
 
 }  // namespace moeserve::apps

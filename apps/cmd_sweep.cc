@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 #include <regex>
@@ -20,12 +21,15 @@
 #include <thread>
 
 #include "apps/commands.h"
+#include "apps/plan_advise.h"
 #include "apps/plan_cli.h"
 #include "bench/dataset.h"
 #include "bench/report.h"
 #include "bench/runner.h"
 #include "core/error.h"
 #include "model/model_source.h"
+#include "parallel/plan_parse.h"
+#include "perf/advisor.h"
 
 namespace moeserve::apps {
 
@@ -49,7 +53,25 @@ struct SweepArgs {
   std::string reduction_plan = "single";  // the server's --reduction-plan
   bool batch_invariant = false;           // the server's --batch-invariant
   bench::DatasetOptions dataset;
+  std::string hardware;  // a profile: the advisor's prediction beside every point
 };
+
+// The advisor's output tok/s for (plan, concurrency); empty: no --hardware.
+using Predictor = std::function<double(const std::string& plan, int64_t concurrency)>;
+
+Predictor make_predictor(const SweepArgs& args) {
+  if (args.hardware.empty()) return {};
+  const ModelConfig config = open_model(args.model).config;
+  const perf::HardwareProfile profile = perf::load_profile(perf::resolve_profile_path(args.hardware, profiles_dir()));
+  perf::AdviseWorkload workload;
+  // Lengths are drawn from [len x ratio, len]: their mean.
+  const double ratio = args.dataset.range_ratio;
+  workload.input_len = std::max<int64_t>(1, std::llround(args.dataset.input_len * (1 + ratio) / 2));
+  workload.output_len = std::max<int64_t>(1, std::llround(args.dataset.output_len * (1 + ratio) / 2));
+  return [config, profile, workload](const std::string& plan, int64_t c) {
+    return perf::predict_point(config, parallel::parse_plan(plan), profile, workload, c).aggregate_tok_s;
+  };
+}
 
 std::vector<std::string> split_list(const std::string& text, const char* flag) {
   std::vector<std::string> out;
@@ -307,6 +329,8 @@ class SweepRun {
     if (server_) server_->stop();
   }
 
+  void set_predictor(Predictor predictor) { predictor_ = std::move(predictor); }
+
  private:
   // Serves `plan`: starts the server on it, or re-plans the running one. False: skipped.
   bool switch_to(const std::string& plan) {
@@ -341,6 +365,7 @@ class SweepRun {
     runs_file_ << line.dump() << "\n";
     runs_file_.flush();
     bench::SweepPoint measured_point{plan, c, measured.metrics};
+    if (predictor_) measured_point.predicted_output_throughput = predictor_(plan, c);
     compare_with_reference(measured, measured_point);
     result_.points.push_back(std::move(measured_point));
     print_point(plan, c, measured);
@@ -369,6 +394,7 @@ class SweepRun {
   std::ofstream runs_file_;
   std::map<int64_t, std::vector<std::vector<int32_t>>> reference_outputs_;
   std::unique_ptr<ServerProcess> server_;
+  Predictor predictor_;
 };
 
 void write_reports(const SweepArgs& args, const bench::SweepResult& result) {
@@ -408,6 +434,7 @@ void run_sweep(const SweepArgs& args) {
   bench::SweepResult result = new_result(args, sweep);
   const std::vector<std::string> runnable = runnable_plans(args, sweep, result);
   SweepRun run(args, sweep, result);
+  run.set_predictor(make_predictor(args));
   for (const std::string& plan : runnable) run.measure(plan);
   run.stop();
   write_reports(args, result);
@@ -447,6 +474,9 @@ void add_sweep_command(CLI::App& app) {
       ->capture_default_str();
   add_reduction_plan_flag(cmd, args->reduction_plan);
   add_batch_invariant_flag(cmd, args->batch_invariant);
+  cmd->add_option("--hardware", args->hardware,
+                  "Hardware profile (perf/profiles name or plan calibrate's file): the plan advisor's prediction and "
+                  "its error beside every point");
   cmd->callback([args] { run_sweep(*args); });
 }
 

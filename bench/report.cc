@@ -44,6 +44,10 @@ Json sweep_json(const SweepResult& r) {
     j["per_request_output_throughput"] = per_request_tok_s(p.metrics);
     j["outputs_equal_reference"] = p.same_outputs;
     j["outputs_compared"] = p.compared;
+    if (p.predicted_output_throughput >= 0) {
+      j["predicted_output_throughput"] = p.predicted_output_throughput;
+      j["prediction_error"] = prediction_error(p);
+    }
     points.push_back(std::move(j));
   }
   out["points"] = std::move(points);
@@ -69,7 +73,8 @@ SweepResult sweep_from_json(const Json& in) {
   r.workload = in.at("workload");
   for (const Json& j : in.at("points"))
     r.points.push_back({j.at("plan").get<std::string>(), j.at("max_concurrency").get<int64_t>(), metrics_from_json(j),
-                        j.value("outputs_equal_reference", int64_t{0}), j.value("outputs_compared", int64_t{0})});
+                        j.value("outputs_equal_reference", int64_t{0}), j.value("outputs_compared", int64_t{0}),
+                        j.value("predicted_output_throughput", -1.0)});
   for (const Json& j : in.at("skipped"))
     r.skipped.push_back({j.at("plan").get<std::string>(), j.at("reason").get<std::string>()});
   r.switches = in.at("switches");
@@ -283,7 +288,28 @@ std::string html_table(const SweepResult& r, const std::string& heading, const C
   return out + "</table>\n";
 }
 
+bool has_predictions(const SweepResult& r) {
+  for (const SweepPoint& p : r.points)
+    if (p.predicted_output_throughput >= 0) return true;
+  return false;
+}
+
+// "measured / predicted (error)" of the output throughput.
+std::string prediction_cell(const SweepResult& r, const std::string& plan, int64_t c) {
+  const SweepPoint* p = find_point(r, plan, c);
+  if (p == nullptr || p->predicted_output_throughput < 0) return "-";
+  return fmt::format("{} / {} ({:+.0f}%)", format_number(p->metrics.output_throughput),
+                     format_number(p->predicted_output_throughput), 100 * prediction_error(*p));
+}
+
+const char* const kPredictionHeading = "Output tok/s: measured / predicted by the plan advisor (error)";
+
 }  // namespace
+
+double prediction_error(const SweepPoint& p) {
+  if (p.predicted_output_throughput <= 0) return 0;
+  return (p.metrics.output_throughput - p.predicted_output_throughput) / p.predicted_output_throughput;
+}
 
 std::string sweep_markdown(const SweepResult& r) {
   std::string out = "# Plan sweep\n\n" + workload_line(r) + "\n\n";
@@ -291,6 +317,9 @@ std::string sweep_markdown(const SweepResult& r) {
   if (!r.reference_plan.empty())
     out += markdown_table(r, same_outputs_heading(r),
                           [&r](const std::string& plan, int64_t c) { return same_outputs_cell(r, plan, c); });
+  if (has_predictions(r))
+    out += markdown_table(r, kPredictionHeading,
+                          [&r](const std::string& plan, int64_t c) { return prediction_cell(r, plan, c); });
   out += "## Best plan per concurrency (output tok/s)\n\n| concurrency | plan | output tok/s |\n|---:|---|---:|\n";
   for (const auto& [c, plan] : best_plan_by_concurrency(r))
     out += fmt::format("| {} | {} | {} |\n", c, plan, format_number(find_point(r, plan, c)->metrics.output_throughput));
@@ -325,6 +354,9 @@ std::string sweep_html(const SweepResult& r) {
   if (!r.reference_plan.empty())
     out += html_table(r, same_outputs_heading(r),
                       [&r](const std::string& plan, int64_t c) { return same_outputs_cell(r, plan, c); });
+  if (has_predictions(r))
+    out += html_table(r, kPredictionHeading,
+                      [&r](const std::string& plan, int64_t c) { return prediction_cell(r, plan, c); });
   out += "<h2>Best plan per concurrency</h2>\n<table>\n<tr><th>concurrency</th><th>plan</th></tr>\n";
   for (const auto& [c, plan] : best_plan_by_concurrency(r))
     out += fmt::format("<tr><td>{}</td><td>{}</td></tr>\n", c, html_escape(plan));

@@ -21,7 +21,12 @@ struct SweepPoint {
   // Requests (of `compared`) whose greedy output ids equal the reference plan's at this
   // concurrency (the same prompts); compared = 0 for the reference plan itself.
   int64_t same_outputs = 0, compared = 0;
+  // The plan advisor's prediction of output_throughput at this point (`sweep --hardware`); < 0: none.
+  double predicted_output_throughput = -1;
 };
+
+// (measured - predicted) / predicted output throughput; 0 without a prediction.
+double prediction_error(const SweepPoint& point);
 
 struct SweepSkip {
   std::string plan, reason;
