@@ -219,65 +219,101 @@ def check_dense_experts(model, mtp, device, log):
     log("training with transformers' experts")
 
 
-def train(args, model, mtp, tokens, log):
-    device = tokens.device
-    val_len = max(args.seq * 4, tokens.numel() // 50)
-    train_tokens, val_tokens = tokens[:-val_len], tokens[-val_len:]
+def make_optimizer(args, model, mtp, device):
+    """AdamW: weight decay on matrices but the routers'; each group's lr is --lr x its scale."""
     named = list(model.named_parameters()) + [("mtp." + k, p) for k, p in mtp.named_parameters()]
-    params = [p for _, p in named]
     router = [p for k, p in named if k.endswith("mlp.gate.weight")]
     decay = [p for k, p in named if p.dim() >= 2 and not k.endswith("mlp.gate.weight")]
-    no_decay = [p for p in params if p.dim() < 2]
+    no_decay = [p for _, p in named if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1, "scale": 1.0},
                              {"params": no_decay, "weight_decay": 0.0, "scale": 1.0},
                              {"params": router, "weight_decay": 0.0, "scale": args.router_lr_scale}],
                             lr=args.lr, betas=(0.9, 0.95), eps=1e-8, fused=device.type == "cuda")
+    return opt, [p for _, p in named]
+
+
+class StepCount:
+    """The run's step count: --steps N, or with --steps auto the count that fills --budget at
+    the speed of steps 10..--measure-steps (rounded down to hundreds, at most --max-steps)."""
+
+    def __init__(self, args, log):
+        self.args, self.log, self.start = args, log, time.time()
+        self.auto = args.steps == "auto"
+        self.planned = args.max_steps if self.auto else int(args.steps)
+
+    def before(self, step):
+        args = self.args
+        if self.auto and step == args.measure_steps:
+            per_step = (time.time() - self.measure_start) / (args.measure_steps - 10)
+            fit = int((args.budget - (time.time() - self.start)) / per_step) + step
+            self.planned = max(step + 1, min(args.max_steps, fit // 100 * 100))
+            self.log(f"measured {per_step * 1000:.1f} ms/step: --steps auto fixes {self.planned} steps "
+                     f"(rerun with --steps {self.planned})")
+        if step == 10:
+            self.measure_start = time.time()
+
+    def elapsed(self):
+        return time.time() - self.start
+
+    def out_of_time(self):
+        return self.elapsed() > self.args.budget + self.args.grace
+
+
+def train_step(model, mtp, opt, params, batch, counter, gamma):
+    """One optimizer step and bias update: (main loss, MTP loss, max/mean load per layer)."""
+    with torch.autocast(batch.device.type, dtype=torch.bfloat16, enabled=batch.device.type == "cuda"):
+        main, mtp_loss = losses(model, mtp, batch)
+        loss = main + MTP_LAMBDA * mtp_loss
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    return main, mtp_loss, update_biases(counter, gamma)
+
+
+def validation_ppl(model, mtp, val_tokens, seq):
+    model.eval(), mtp.eval()
+    device = val_tokens.device
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        nll, n, _, _ = sliding_window_nll(model, val_tokens[:seq * 8], seq, seq, device)
+    model.train(), mtp.train()
+    return math.exp(nll / n)
+
+
+def train(args, model, mtp, tokens, log):
+    """Trains until the step count (or the time limit); returns (steps, seconds). The last 2%
+    of the tokens are the validation slice (never sampled)."""
+    device = tokens.device
+    val_len = max(args.seq * 4, tokens.numel() // 50)
+    train_tokens, val_tokens = tokens[:-val_len], tokens[-val_len:]
+    opt, params = make_optimizer(args, model, mtp, device)
     gen = torch.Generator(device=device).manual_seed(args.seed)
     counter = LoadCounter(moe_gates(model, mtp))
     offsets = torch.arange(args.seq + 2, device=device)
-    steps = None if args.steps == "auto" else int(args.steps)
-    planned = steps if steps else args.max_steps
-    start, step = time.time(), 0
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
-    while step < planned:
-        if steps is None and step == args.measure_steps:
-            per_step = (time.time() - measure_start) / (args.measure_steps - 10)
-            fit = int((args.budget - (time.time() - start)) / per_step) + step
-            planned = max(step + 1, min(args.max_steps, fit // 100 * 100))
-            log(f"measured {per_step * 1000:.1f} ms/step: --steps auto fixes {planned} steps "
-                f"(rerun with --steps {planned})")
-        if step == 10:
-            measure_start = time.time()
-        lr = schedule(step, planned, args.warmup, args.lr)
+    count, step = StepCount(args, log), 0
+    while step < count.planned:
+        count.before(step)
+        lr = schedule(step, count.planned, args.warmup, args.lr)
         for group in opt.param_groups:
             group["lr"] = lr * group["scale"]
         starts = torch.randint(0, train_tokens.numel() - args.seq - 2, (args.batch,), device=device, generator=gen)
-        batch = train_tokens[starts[:, None] + offsets]
-        with autocast:
-            main, mtp_loss = losses(model, mtp, batch)
-            loss = main + MTP_LAMBDA * mtp_loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        balance = update_biases(counter, args.bias_gamma)
+        main, mtp_loss, balance = train_step(model, mtp, opt, params, train_tokens[starts[:, None] + offsets],
+                                             counter, args.bias_gamma)
         step += 1
-        if step % args.log_every == 0 or step == planned:
-            log(f"step {step}/{planned} lr {lr:.2e} loss {main.item():.4f} mtp_loss {mtp_loss.item():.4f} "
-                f"max/mean expert load {' '.join(f'{x:.2f}' for x in balance.tolist())} elapsed {time.time() - start:.0f}s")
-        if step % args.eval_every == 0 or step == planned:
-            model.eval(), mtp.eval()
-            with autocast:
-                nll, n, _, _ = sliding_window_nll(model, val_tokens[:args.seq * 8], args.seq, args.seq, device)
-            model.train(), mtp.train()
-            log(f"step {step}: validation ppl {math.exp(nll / n):.3f}")
-        if time.time() - start > args.budget + args.grace:
-            log(f"stopped by time at step {step} of {planned} (the run does not reproduce a fixed count)")
+        last = step == count.planned
+        if step % args.log_every == 0 or last:
+            loads = " ".join(f"{x:.2f}" for x in balance.tolist())
+            log(f"step {step}/{count.planned} lr {lr:.2e} loss {main.item():.4f} mtp_loss {mtp_loss.item():.4f} "
+                f"max/mean expert load {loads} elapsed {count.elapsed():.0f}s")
+        if step % args.eval_every == 0 or last:
+            log(f"step {step}: validation ppl {validation_ppl(model, mtp, val_tokens, args.seq):.3f}")
+        if count.out_of_time():
+            log(f"stopped by time at step {step} of {count.planned} (the run does not reproduce a fixed count)")
             break
     counter.take()
     for handle in counter.handles:
         handle.remove()
-    return step, time.time() - start
+    return step, count.elapsed()
 
 
 def load_fractions(counter):
