@@ -83,66 +83,82 @@ def skip_block(lines, i, base):
     return i
 
 
+class RstReader:
+    """Reduces a reST page to its prose: items ("title", t) and ("para", t) in page order."""
+
+    def __init__(self, source):
+        self.lines, self.items, self.para, self.i = source.splitlines(), [], [], 0
+
+    def flush(self):
+        """Ends the current paragraph; True if it announced a literal block ("::")."""
+        if not self.para:
+            return False
+        text = clean_inline(" ".join(self.para))
+        literal = text.endswith("::")
+        text = text[:-1] if literal else text
+        if text.strip(": ") and re.search(r"[a-zA-Z]{2}", text):
+            self.items.append(("para", text.rstrip(":") + (":" if literal and not text.endswith(":") else "")))
+        self.para.clear()
+        return literal
+
+    def blank(self, base):
+        literal = self.flush()
+        self.i += 1
+        if literal:  # a literal block follows "::"
+            lines = self.lines
+            while self.i < len(lines) and not lines[self.i].strip():
+                self.i += 1
+            deeper = self.i < len(lines) and indent_of(lines[self.i]) > base
+            self.i = skip_block(lines, self.i, base - 1 if deeper else base)
+
+    def directive(self, stripped, base):
+        self.flush()
+        m = re.match(r"\.\. ([a-zA-Z:-]+)::\s*(.*)$", stripped)
+        name = m.group(1) if m else ""
+        if name not in PROSE_DIRECTIVES:
+            self.i = skip_block(self.lines, self.i + 1, base)
+            return
+        if name in SIGNATURE_DIRECTIVES and m.group(2):
+            self.items.append(("para", clean_inline(m.group(2))))
+        self.i += 1
+        while (self.i < len(self.lines) and re.match(r"\s*:[a-z-]+:", self.lines[self.i])
+               and indent_of(self.lines[self.i]) > base):
+            self.i += 1  # directive options; the body follows as ordinary (indented) paragraphs
+
+    def line(self, stripped, base):
+        if stripped.startswith(("+-", "+=", "|")) or re.match(r"^=+( +=+)+$", stripped):  # tables
+            self.flush()
+            self.i += 1
+        elif UNDERLINE.match(stripped):
+            if len(self.para) == 1:
+                self.items.append(("title", clean_inline(self.para.pop())))
+            self.i += 1
+        elif stripped.startswith(">>>"):
+            self.flush()
+            self.i = skip_block(self.lines, self.i + 1, base - 1)
+        elif stripped.startswith(".."):
+            self.directive(stripped, base)
+        else:
+            if re.match(r"[-*+] |\d+\. |#\. ", stripped):
+                self.flush()
+                stripped = re.sub(r"^([-*+]|\d+\.|#\.) ", "", stripped)
+            self.para.append(stripped)
+            self.i += 1
+
+    def read(self):
+        while self.i < len(self.lines):
+            line = self.lines[self.i]
+            if line.strip():
+                self.line(line.strip(), indent_of(line))
+            else:
+                self.blank(indent_of(line))
+        self.flush()
+        return self.items
+
+
 def rst_paragraphs(source):
     """(kind, text) items of a reST page: ("title", t) or ("para", t)."""
-    lines = source.splitlines()
-    items, para, i = [], [], 0
-
-    def flush():
-        if para:
-            text = clean_inline(" ".join(para))
-            literal = text.endswith("::")
-            text = text[:-1] if literal else text
-            if text.strip(": ") and re.search(r"[a-zA-Z]{2}", text):
-                items.append(("para", text.rstrip(":") + (":" if literal and not text.endswith(":") else "")))
-            para.clear()
-            return literal
-        return False
-
-    while i < len(lines):
-        line, stripped = lines[i], lines[i].strip()
-        base = indent_of(line)
-        if not stripped:
-            literal = flush()
-            i += 1
-            if literal:  # a literal block follows "::"
-                while i < len(lines) and not lines[i].strip():
-                    i += 1
-                i = skip_block(lines, i, base - 1 if i < len(lines) and indent_of(lines[i]) > base else base)
-            continue
-        if stripped.startswith(("+-", "+=", "|")) or re.match(r"^=+( +=+)+$", stripped):  # tables
-            flush()
-            i += 1
-            continue
-        if UNDERLINE.match(stripped):
-            if para and len(para) == 1:
-                items.append(("title", clean_inline(para.pop())))
-            i += 1
-            continue
-        if stripped.startswith(">>>"):
-            flush()
-            i = skip_block(lines, i + 1, base - 1)
-            continue
-        m = re.match(r"\.\. ([a-zA-Z:-]+)::\s*(.*)$", stripped)
-        if stripped.startswith(".."):
-            flush()
-            name = m.group(1) if m else ""
-            if name in PROSE_DIRECTIVES:
-                if name in SIGNATURE_DIRECTIVES and m.group(2):
-                    items.append(("para", clean_inline(m.group(2))))
-                i += 1
-                while i < len(lines) and re.match(r"\s*:[a-z-]+:", lines[i]) and indent_of(lines[i]) > base:
-                    i += 1  # directive options
-                continue  # its body follows as ordinary (indented) paragraphs
-            i = skip_block(lines, i + 1, base)
-            continue
-        if re.match(r"[-*+] |\d+\. |#\. ", stripped):
-            flush()
-            stripped = re.sub(r"^([-*+]|\d+\.|#\.) ", "", stripped)
-        para.append(stripped)
-        i += 1
-    flush()
-    return items
+    return RstReader(source).read()
 
 
 def rst_sources():
