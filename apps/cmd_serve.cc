@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "apps/commands.h"
+#include "apps/default_model.h"
 #include "apps/plan_cli.h"
 #include "core/error.h"
 #include "model/model_source.h"
@@ -29,7 +30,7 @@ constexpr int64_t kDefaultChunkedPrefillCuda = 8192;
 constexpr int64_t kDefaultChunkedPrefillCpu = 512;
 
 struct ServeArgs {
-  std::string model = "synthetic:tiny";
+  std::string model;  // "": the shipped default model (apps/default_model.h)
   std::string served_model_name;
   std::string host = "127.0.0.1";
   int port = 30000;
@@ -90,7 +91,8 @@ serve::ReplanTarget replan_target(const ModelSource& model, const ServeArgs& arg
 // The model as the API shows it: name, limits, end ids, chat template.
 serve::ServedModel served_model(const ServeArgs& args, const ModelSource& model, const tokenizer::Tokenizer& tok) {
   serve::ServedModel served;
-  served.name = args.served_model_name.empty() ? args.model : args.served_model_name;
+  // The default model is served as "default" unless --served-model-name names it.
+  served.name = !args.served_model_name.empty() ? args.served_model_name : args.model.empty() ? "default" : args.model;
   served.vocab_size = model.config.vocab_size;
   served.context_length = args.plan.context_length > 0
                               ? std::min(args.plan.context_length, model.config.max_position_embeddings)
@@ -136,7 +138,7 @@ void run_serve(ServeArgs args) {
 
   MS_CHECK(args.port >= 0 && args.port <= 65535, "--port {} outside [0, 65535]", args.port);
   MS_CHECK(args.max_body_bytes > 0, "--max-body-bytes must be positive");
-  const ModelSource model = open_model(args.model);
+  const ModelSource model = open_model(resolve_model_spec(args.model));
   const auto tok = tokenizer_of(model);
   MS_CHECK(tok->vocab_size() <= model.config.vocab_size,
            "serve: the tokenizer has {} ids, more than the model's vocabulary of {}", tok->vocab_size(),
@@ -206,8 +208,9 @@ void add_serve_command(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
   args->plan.max_running_requests = 128;
   CLI::App* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
-  cmd->add_option("--model,-m", args->model, "synthetic:NAME[:layers=N][:seed=S], a model directory")
-      ->capture_default_str();
+  cmd->add_option("--model,-m", args->model,
+                  "A model directory, or synthetic:NAME[:layers=N][:seed=S] (random weights); default: the shipped "
+                  "model (models/default)");
   cmd->add_option("--served-model-name", args->served_model_name, "The model name clients send (default: --model)");
   cmd->add_option("--host", args->host, "Address to bind (loopback by default)")->capture_default_str();
   cmd->add_option("--port", args->port, "Port (0: any free port; the chosen one is printed)")->capture_default_str();
