@@ -410,7 +410,7 @@ def main():
     (out / "generation_config.json").unlink(missing_ok=True)
     write_tokenizer_files(data, pathlib.Path(args.chat_template), out)
     stats = evaluate_saved(out, heldout[:args.eval_tokens], args.seq, args.seq // 2, log)
-    stats.update(steps=steps, seed=args.seed, batch=args.batch, seq=args.seq)
+    stats.update(steps=steps, seed=args.seed, batch=args.batch, seq=args.seq, bias_gamma=args.bias_gamma)
     (out / "router_stats.json").write_text(json.dumps(stats, indent=2) + "\n")
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else args.device
     write_model_card(out, stats, model.config, load_summary(data), " ".join(sys.argv), device_name)

@@ -31,7 +31,7 @@ Held out (never trained on), kept as heldout.txt: {heldout_docs}.
 
 ## Training (scripts/train_default_model.py)
 {steps} steps of {batch} x {seq} tokens, seed {seed}, AdamW, MTP loss weight 0.3, auxiliary-loss-free
-load balancing (bias update 0.001 x sign), on {device}. Command:
+load balancing (bias update {gamma} x sign per step), on {device}. Command:
 
     {command}
 
@@ -55,7 +55,7 @@ def write_model_card(out, stats, config, data_summary, command, device):
         topk_group=config.topk_group, shared=config.n_shared_experts,
         size=(out / "model.safetensors").stat().st_size, train_tokens=data_summary["train_tokens"],
         heldout_docs=", ".join(data_summary["heldout_pydoc"] + data_summary["heldout_books"]),
-        steps=stats["steps"], batch=stats["batch"], seq=stats["seq"], seed=stats["seed"], device=device,
+        steps=stats["steps"], gamma=stats["bias_gamma"], batch=stats["batch"], seq=stats["seq"], seed=stats["seed"], device=device,
         command=command, context=stats["context"], stride=stats["stride"], ppl=stats["heldout_ppl"],
         mtp_ppl=stats["heldout_mtp_ppl"],
         max_load=", ".join(f"{k}: {v['max_over_mean']}" for k, v in stats["layers"].items()))
