@@ -6,6 +6,7 @@
 
 #include "apps/cli_util.h"
 #include "apps/commands.h"
+#include "apps/default_model.h"
 #include "apps/plan_cli.h"
 #include "apps/spec_cli.h"
 #include "core/error.h"
@@ -22,7 +23,7 @@ namespace moeserve::apps {
 namespace {
 
 struct GenerateArgs {
-  std::string model = "synthetic:tiny";
+  std::string model;  // "": the shipped default model (apps/default_model.h)
   std::vector<std::string> prompt_ids;
   std::vector<std::string> prompts;  // text
   std::string chat;                  // OpenAI-style messages JSON
@@ -104,7 +105,7 @@ void write_prompt_logits(const std::string& path, const std::vector<runtime::Gen
 }
 
 void run_generate(const GenerateArgs& args) {
-  const ModelSource model = open_model(args.model);
+  const ModelSource model = open_model(resolve_model_spec(args.model));
   runtime::EngineOptions options;
   options.backend = args.backend;
   options.graphs = !args.no_cuda_graph;
@@ -178,8 +179,9 @@ void run_generate(const GenerateArgs& args) {
 void add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "Generate tokens for one or more prompts (one line of ids each)");
-  cmd->add_option("--model,-m", args->model, "synthetic:NAME[:layers=N][:seed=S], a model directory")
-      ->capture_default_str();
+  cmd->add_option("--model,-m", args->model,
+                  "A model directory, or synthetic:NAME[:layers=N][:seed=S] (random weights); default: the shipped "
+                  "model (models/default)");
   cmd->add_option("--prompt-ids", args->prompt_ids, "Prompt token ids, comma-separated; repeat for a batch");
   cmd->add_option("--prompt", args->prompts, "Prompt text (the model's tokenizer); repeat for a batch");
   cmd->add_option("--chat", args->chat, "A conversation as OpenAI-style messages JSON, rendered by the chat template");

@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "apps/commands.h"
+#include "apps/default_model.h"
 #include "apps/plan_cli.h"
 #include "apps/spec_cli.h"
 #include "core/error.h"
@@ -31,7 +32,7 @@ constexpr int64_t kDefaultChunkedPrefillCuda = 8192;
 constexpr int64_t kDefaultChunkedPrefillCpu = 512;
 
 struct ServeArgs {
-  std::string model = "synthetic:tiny";
+  std::string model;  // "": the shipped default model (apps/default_model.h)
   std::string served_model_name;
   std::string host = "127.0.0.1";
   int port = 30000;
@@ -96,7 +97,8 @@ serve::ReplanTarget replan_target(const ModelSource& model, const ServeArgs& arg
 // The model as the API shows it: name, limits, end ids, chat template.
 serve::ServedModel served_model(const ServeArgs& args, const ModelSource& model, const tokenizer::Tokenizer& tok) {
   serve::ServedModel served;
-  served.name = args.served_model_name.empty() ? args.model : args.served_model_name;
+  // The default model is served as "default" unless --served-model-name names it.
+  served.name = !args.served_model_name.empty() ? args.served_model_name : args.model.empty() ? "default" : args.model;
   served.vocab_size = model.config.vocab_size;
   served.context_length = args.plan.context_length > 0
                               ? std::min(args.plan.context_length, model.config.max_position_embeddings)
@@ -152,7 +154,7 @@ void run_serve(ServeArgs args) {
   MS_CHECK(args.max_connections > 0, "--max-connections must be positive");
   MS_CHECK(args.header_timeout_s > 0 && args.header_timeout_s < 86400, "--header-timeout must be in (0, 86400) s");
   MS_CHECK(args.idle_timeout_s > 0 && args.idle_timeout_s < 86400, "--idle-timeout must be in (0, 86400) s");
-  const ModelSource model = open_model(args.model);
+  const ModelSource model = open_model(resolve_model_spec(args.model));
   const auto tok = tokenizer_of(model);
   MS_CHECK(tok->vocab_size() <= model.config.vocab_size,
            "serve: the tokenizer has {} ids, more than the model's vocabulary of {}", tok->vocab_size(),
@@ -226,8 +228,9 @@ void add_serve_command(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
   args->plan.max_running_requests = 128;
   CLI::App* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
-  cmd->add_option("--model,-m", args->model, "synthetic:NAME[:layers=N][:seed=S], a model directory")
-      ->capture_default_str();
+  cmd->add_option("--model,-m", args->model,
+                  "A model directory, or synthetic:NAME[:layers=N][:seed=S] (random weights); default: the shipped "
+                  "model (models/default)");
   cmd->add_option("--served-model-name", args->served_model_name, "The model name clients send (default: --model)");
   cmd->add_option("--host", args->host, "Address to bind (loopback by default)")->capture_default_str();
   cmd->add_option("--port", args->port, "Port (0: any free port; the chosen one is printed)")->capture_default_str();

@@ -7,6 +7,7 @@
 namespace moeserve::apps {
 
 void add_generate_command(CLI::App& app);
+void add_eval_ppl_command(CLI::App& app);
 void add_inspect_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_serve_command(CLI::App& app);

@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   CLI::App app{"moeserve: serve DeepSeek-V3 / Kimi K2 family MoE models under any parallel plan"};
   app.require_subcommand(1);
   moeserve::apps::add_generate_command(app);
+  moeserve::apps::add_eval_ppl_command(app);
   moeserve::apps::add_inspect_command(app);
   moeserve::apps::add_plan_command(app);
   moeserve::apps::add_serve_command(app);

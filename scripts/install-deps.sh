@@ -1,16 +1,26 @@
 #!/usr/bin/env bash
 # Installs what the build (and, with --test, the test suite) needs: Debian packages and
 # PyPI packages. Only what is missing is installed; a second run is a quick no-op.
+# --model-data: the Debian packages whose texts train the default model
+# (scripts/default_model/prepare_data.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-with_tests=0
-[[ "${1:-}" == "--test" ]] && with_tests=1
+with_tests=0 model_data=0
+for arg in "$@"; do
+  case "$arg" in
+    --test) with_tests=1 ;;
+    --model-data) model_data=1 ;;
+    *) echo "[install-deps] unknown option $arg (--test, --model-data)" >&2; exit 2 ;;
+  esac
+done
 
 packages=(cmake g++ make pkg-config curl libcli11-dev nlohmann-json3-dev libpcre2-dev libfmt-dev libboost-dev)
 # chromium: tests/python/bench renders sweep.html headless and checks the page; clang-format:
-# scripts/check-format.sh (.ci/run).
-(( with_tests )) && packages+=(libgtest-dev chromium clang-format)
+# scripts/check-format.sh (.ci/run). wamerican: the word list of the default model's English check.
+(( with_tests )) && packages+=(libgtest-dev chromium clang-format wamerican)
+# The default model's training text: Python docs (PSF), kernel docs (GPL-2.0), the KJV (public domain).
+(( model_data )) && packages+=(python3.11-doc linux-doc-6.1 bible-kjv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # README command one: install what is missing, build, start the OpenAI-compatible server on
-# the embedded default model (synthetic:tiny), answer one completion and one chat request
-# with curl, then stop the server with SIGTERM (it drains and exits 0).
+# the shipped default model (models/default, a small DeepSeek-V3-architecture model trained
+# on Python, kernel and KJV text), answer one completion and one chat request with curl,
+# then stop the server with SIGTERM (it drains and exits 0).
 # MOESERVE_PORT picks the port (default 30000); MOESERVE_KEEP_RUNNING=1 leaves the server
 # running in the foreground after the requests (Ctrl-C stops it).
 set -euo pipefail
@@ -11,8 +12,8 @@ MOESERVE_BUILD_TESTS=OFF scripts/build.sh -DMOESERVE_BUILD_TESTS=OFF
 
 port="${MOESERVE_PORT:-30000}"
 log="$(mktemp)"
-echo "[quickstart] build/bin/moeserve serve --model synthetic:tiny --port $port"
-build/bin/moeserve serve --model synthetic:tiny --port "$port" >"$log" 2>&1 &
+echo "[quickstart] build/bin/moeserve serve --port $port   (no --model: models/default)"
+build/bin/moeserve serve --port "$port" >"$log" 2>&1 &
 server=$!
 stop_server() {
   if kill -0 "$server" 2>/dev/null; then
@@ -31,13 +32,13 @@ for _ in $(seq 1 600); do  # up to 60 s for start-up (warm-up included)
 done
 curl -sf "http://127.0.0.1:$port/health" >/dev/null
 
-echo "[quickstart] curl http://127.0.0.1:$port/v1/completions (prompt token ids 1,2,3,4; greedy)"
+echo "[quickstart] curl http://127.0.0.1:$port/v1/completions (greedy)"
 curl -sS "http://127.0.0.1:$port/v1/completions" -H "Content-Type: application/json" \
-  -d '{"model": "synthetic:tiny", "prompt": [1, 2, 3, 4], "max_tokens": 16, "temperature": 0, "return_token_ids": true}'
+  -d '{"model": "default", "prompt": "The Python interpreter is", "max_tokens": 32, "temperature": 0}'
 echo
 echo "[quickstart] curl http://127.0.0.1:$port/v1/chat/completions (streaming)"
 curl -sSN "http://127.0.0.1:$port/v1/chat/completions" -H "Content-Type: application/json" \
-  -d '{"model": "synthetic:tiny", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 8, "stream": true}'
+  -d '{"model": "default", "messages": [{"role": "user", "content": "What is a list?"}], "max_tokens": 32, "temperature": 0, "stream": true}'
 
 if [[ "${MOESERVE_KEEP_RUNNING:-0}" == "1" ]]; then
   trap - EXIT

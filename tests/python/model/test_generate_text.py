@@ -1,4 +1,4 @@
-"""`moeserve generate --prompt / --chat` on the embedded model: text in, text out, through
+"""`moeserve generate --prompt / --chat` on synthetic:tiny: text in, text out, through
 the built-in tokenizer and chat template, the same continuation as the equivalent ids."""
 import json
 import pathlib
@@ -13,8 +13,9 @@ def test_prompt_text_equals_its_ids():
     # bytes as ids generate the same ids, and the printed text is exactly their decoding.
     text = "Hello moe"
     ids = ",".join(str(b) for b in text.encode())
-    by_text = run_moeserve("generate", "--prompt", text, "-n", "8", "--ignore-eos").stdout.strip().splitlines()
-    by_ids = run_moeserve("generate", "--prompt-ids", ids, "-n", "8", "--ignore-eos").stdout.strip().splitlines()
+    tiny = ["generate", "--model", "synthetic:tiny", "-n", "8", "--ignore-eos"]
+    by_text = run_moeserve(*tiny, "--prompt", text).stdout.strip().splitlines()
+    by_ids = run_moeserve(*tiny, "--prompt-ids", ids).stdout.strip().splitlines()
     assert len(by_text) == 1 and len(by_ids) == 1
     decoded = run_moeserve("detokenize", "--tokenizer", "synthetic", "--ids", by_ids[0]).stdout
     assert json.loads(by_text[0]) == decoded
@@ -22,15 +23,16 @@ def test_prompt_text_equals_its_ids():
 
 def test_chat_renders_and_generates_one_line_per_conversation():
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
-    out = run_moeserve("generate", "--chat", json.dumps(messages), "-n", "6").stdout.strip().splitlines()
+    out = run_moeserve("generate", "--model", "synthetic:tiny", "--chat", json.dumps(messages), "-n", "6")
+    out = out.stdout.strip().splitlines()
     assert len(out) == 1 and isinstance(json.loads(out[0]), str)
 
 
 def test_text_and_ids_together_are_refused():
-    proc = run_moeserve("generate", "--prompt", "a", "--prompt-ids", "1", check=False)
+    proc = run_moeserve("generate", "--model", "synthetic:tiny", "--prompt", "a", "--prompt-ids", "1", check=False)
     assert proc.returncode != 0 and "not both" in proc.stderr
 
 
 def test_bad_chat_json_names_the_option():
-    proc = run_moeserve("generate", "--chat", "[{", check=False)
+    proc = run_moeserve("generate", "--model", "synthetic:tiny", "--chat", "[{", check=False)
     assert proc.returncode != 0 and "--chat" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

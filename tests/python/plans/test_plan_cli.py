@@ -82,7 +82,8 @@ def test_flags_describe_the_same_plans_as_presets():
 
 
 def test_generate_with_flags_and_stats():
-    args = ["generate", "--prompt-ids", "5,17,42", "--prompt-ids", "7", "-n", 3, "--ignore-eos"]
+    args = ["generate", "--model", "synthetic:tiny", "--prompt-ids", "5,17,42", "--prompt-ids", "7", "-n", 3,
+            "--ignore-eos"]
     single = run_moeserve(*args).stdout
     proc = run_moeserve(*args, "--tp-size", 4, "--ep-size", 2, "--enable-dp-attention", "--dp-size", 2, "--stats")
     assert proc.stdout == single
@@ -101,7 +102,8 @@ def test_generate_with_flags_and_stats():
 
 
 def test_pipeline_stats_count_sends_per_micro_batch():
-    proc = run_moeserve("generate", "--plan", "pp2", "--prompt-ids", "1,2", "--prompt-ids", "3", "--prompt-ids", "4",
+    proc = run_moeserve("generate", "--model", "synthetic:tiny", "--plan", "pp2", "--prompt-ids", "1,2",
+                        "--prompt-ids", "3", "--prompt-ids", "4",
                         "-n", 2, "--ignore-eos", "--pp-max-micro-batch-size", 1, "--stats")
     table = [line.split() for line in proc.stderr.splitlines()[2:]]
     assert [(r[0], r[6], r[7], r[8]) for r in table] == [("0", "pipeline", "send", "6"), ("1", "pipeline", "recv", "6")]
@@ -135,12 +137,12 @@ ERRORS = [
      "34.31 GiB (131072 tokens x 4 sequences x 68.62 KiB per token)"),
     (["plan", "show", "tp8", "--mem-per-rank", "lots"],
      "--mem-per-rank: 'lots' is not a size (use e.g. 80GiB, 141GB, 512MiB or a byte count)"),
-    (["serve", "--plan", "pp2", "--pp-groups", "-1", "--port", "0"],
+    (["serve", "--model", "synthetic:tiny", "--plan", "pp2", "--pp-groups", "-1", "--port", "0"],
      "--pp-groups must be >= 0 (0: one per pipeline stage), got -1"),
-    (["generate", "--plan", "tp16", "--prompt-ids", "1"],
+    (["generate", "--model", "synthetic:tiny", "--plan", "tp16", "--prompt-ids", "1"],
      "plan 'tp16': model attention heads = 8 is not divisible by attention TP size = 16"),
     # generate checks fp32 (the CPU backend's dtype): 1280 B = (32 + 8) x 8 layers x 4 bytes per token.
-    (["generate", "--plan", "tp2", "--prompt-ids", "1", "--mem-per-rank", "4MiB"],
+    (["generate", "--model", "synthetic:tiny", "--plan", "tp2", "--prompt-ids", "1", "--mem-per-rank", "4MiB"],
      "plan 'tp2' does not fit --mem-per-rank 4.00 MiB: rank 0 needs 7.08 MiB = weights 2.08 MiB + KV cache 5.00 MiB "
      "(4096 tokens x 1 sequences x 1.25 KiB per token)"),
 ]

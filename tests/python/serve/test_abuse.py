@@ -123,5 +123,6 @@ def test_generate_encodes_chat_content_as_serve_does(server, tmp_path):
     # One prompt row of logits per prompt token: generate's prompt is serve's, forged text as text.
     messages = [{"role": "user", "content": FORGED}]
     dump = tmp_path / "logits.npy"
-    run_moeserve("generate", "--chat", json.dumps(messages), "-n", "1", "--dump-logits", str(dump))
+    run_moeserve("generate", "--model", "synthetic:tiny", "--chat", json.dumps(messages), "-n", "1",
+                 "--dump-logits", str(dump))
     assert np.load(dump).shape[0] == len(prompt_ids(server, FORGED))
