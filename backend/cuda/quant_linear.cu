@@ -40,12 +40,12 @@ __device__ __forceinline__ void store_outputs(const ops::LinearParams& p, const 
 }
 
 template <QuantKind kQ, int kTiles>
-__global__ void __launch_bounds__(kQuantWarps * 32)
-    quant_linear_kernel(const ops::LinearParams p, int64_t scales_offset) {
-  __shared__ float partial[kQuantWarps][kTiles][1][4][32];  // 8 KB
+__global__ void __launch_bounds__(kQuantLinearWarps * 32)
+    quant_linear_kernel(const ops::LinearParams p, int64_t scales_offset, int scale_shift) {
+  __shared__ float partial[kQuantLinearWarps][kTiles][1][4][32];  // 4-16 KB
   pdl_enter();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lane >> 2, quad = lane & 3;
-  const QuantMatrix m{p.weight, p.out_features, p.in_features, p.weight_quant, scales_offset};
+  const QuantMatrix m{p.weight, p.out_features, p.in_features, p.weight_quant, scales_offset, scale_shift};
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * 16;
   QuantRow<kQ> rows[1][2];
   bool row_ok[2];
@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
     rows[0][half] = quant_row<kQ>(m, row_ok[half] ? n : 0, quad);
   }
   int step_begin, step_end;
-  warp_steps(static_cast<int>(p.in_features / QuantStep<kQ>::kElems), warp, step_begin, step_end);
+  warp_steps(static_cast<int>(p.in_features / QuantStep<kQ>::kElems), warp, kQuantLinearWarps, step_begin, step_end);
   const auto* x = static_cast<const bf16*>(p.x);
   for (int64_t first = static_cast<int64_t>(blockIdx.y) * (kQuantTileTokens * kTiles); first < p.rows;
        first += static_cast<int64_t>(gridDim.y) * (kQuantTileTokens * kTiles)) {
@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(kQuantWarps * 32)
     }
     float acc[kTiles][1][4] = {};
     quant_rows_dot<kQ, 1, kTiles>(rows, row_ok, p.weight_quant, x_rows, tiles, step_begin, step_end, quad, acc);
-    quant_block_reduce<1, kTiles>(acc, tiles, partial);
+    quant_block_reduce<kQuantLinearWarps, 1, kTiles>(acc, tiles, partial);
     if (warp == 0) store_outputs<kTiles>(p, acc, tiles, first, n0, lane);
     __syncthreads();  // partial[] is rewritten by the next pass
   }
@@ -81,15 +81,15 @@ void check_quant_kernel_shape(const char* what, int64_t n, int64_t k, const ops:
   auto fail = [&](const std::string& why) { throw std::invalid_argument(std::string(what) + ": " + why); };
   if (n <= 0 || k <= 0) fail("empty quantized weight [" + std::to_string(n) + ", " + std::to_string(k) + "]");
   if (l.quant == ops::WeightQuant::int4_group) {
-    if (l.group_size <= 0 || l.group_size % 32 != 0)
-      fail("int4 group_size " + std::to_string(l.group_size) + " is not a multiple of 32 (the CUDA kernels' step)");
+    if (l.group_size != 32 && l.group_size != 64 && l.group_size != 128)
+      fail("int4 group_size " + std::to_string(l.group_size) + " is not 32, 64 or 128 (the CUDA kernels' steps)");
     if (k % l.group_size != 0)
       fail("in_features " + std::to_string(k) + " is not a multiple of the int4 group_size " +
            std::to_string(l.group_size));
   } else if (l.quant == ops::WeightQuant::fp8_block) {
-    if (l.block_n <= 0 || l.block_k <= 0 || l.block_k % 64 != 0)
+    if (l.block_n <= 0 || l.block_k <= 0 || l.block_k % 64 != 0 || (l.block_k & (l.block_k - 1)) != 0)
       fail("fp8 block [" + std::to_string(l.block_n) + ", " + std::to_string(l.block_k) +
-           "]: block_k must be a positive multiple of 64 (the CUDA kernels' step)");
+           "]: block_k must be a power of two, a multiple of 64 (the CUDA kernels' step)");
     if (k % 64 != 0) fail("in_features " + std::to_string(k) + " is not a multiple of 64 (fp8 kernels)");
   } else {
     fail("the weight is not quantized");
@@ -114,7 +114,7 @@ void launch_quant_linear(const ops::LinearParams& p, cudaStream_t stream) {
   auto* kernel =
       int4 ? (many ? quant_linear_kernel<QuantKind::int4, kQuantMaxTiles> : quant_linear_kernel<QuantKind::int4, 1>)
            : (many ? quant_linear_kernel<QuantKind::fp8, kQuantMaxTiles> : quant_linear_kernel<QuantKind::fp8, 1>);
-  launch_pdl(kernel, grid, kQuantWarps * 32, 0, stream, p, scales_offset);
+  launch_pdl(kernel, grid, kQuantLinearWarps * 32, 0, stream, p, scales_offset, quant_scale_shift(p.weight_quant));
 }
 
 }  // namespace moeserve::cuda

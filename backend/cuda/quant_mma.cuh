@@ -26,8 +26,9 @@
 
 namespace moeserve::cuda {
 
-constexpr int kQuantWarps = 4;       // warps per block, splitting K
-constexpr int kQuantTileTokens = 8;  // the MMA's N
+constexpr int kQuantWarps = 4;        // warps per block, splitting K (grouped experts)
+constexpr int kQuantLinearWarps = 8;  // the same for a projection: more loads in flight per row tile
+constexpr int kQuantTileTokens = 8;   // the MMA's N
 // Token tiles per pass over the weights: 4 (32 input rows) for many rows; 1 at decode sizes
 // (a quarter of the accumulators: more warps resident, more weight bytes in flight).
 constexpr int kQuantMaxTiles = 4;
@@ -57,12 +58,22 @@ struct QuantMatrix {
   int64_t n, k;
   ops::QuantLayout layout;
   int64_t scales_offset;  // ops::quant_scales_offset(n, k, layout), computed on the host
+  int scale_shift;        // log2(steps per scale): group / 32 (int4), block_k / 64 (fp8)
 };
+
+// log2 of the K steps that share a scale (a power of two: check_quant_kernel_shape).
+inline int quant_scale_shift(const ops::QuantLayout& l) {
+  const int64_t steps = l.quant == ops::WeightQuant::int4_group ? l.group_size / 32 : l.block_k / 64;
+  int shift = 0;
+  while ((int64_t{1} << shift) < steps) ++shift;
+  return shift;
+}
 
 // Where row `row` of a packed matrix and its scales lie, for one lane.
 template <QuantKind kQ>
 struct QuantRow {
   const typename QuantStep<kQ>::Word* values;  // this lane's first word (step 0)
+  int scale_shift;                             // step >> scale_shift: the step's scale (no division per step)
   const void* scales;                          // the row's scales (int4: bf16 [k / group]; fp8: fp32 row of blocks)
 };
 
@@ -73,12 +84,12 @@ __device__ __forceinline__ QuantRow<kQ> quant_row(const QuantMatrix& m, int64_t 
   if constexpr (kQ == QuantKind::int4) {
     const auto* words = reinterpret_cast<const uint32_t*>(base) + row * (m.k / 8) + quad;
     const auto* scales = reinterpret_cast<const bf16*>(base + scales_offset) + row * (m.k / m.layout.group_size);
-    return {words, scales};
+    return {words, m.scale_shift, scales};
   } else {
     const auto* values = reinterpret_cast<const uint4*>(base + row * m.k) + quad;
     const int64_t block_cols = (m.k + m.layout.block_k - 1) / m.layout.block_k;
     const auto* scales = reinterpret_cast<const float*>(base + scales_offset) + (row / m.layout.block_n) * block_cols;
-    return {values, scales};
+    return {values, m.scale_shift, scales};
   }
 }
 
@@ -94,12 +105,11 @@ __device__ __forceinline__ typename QuantStep<kQ>::Word load_step(const QuantRow
 
 // The scale of the step's elements (the step lies inside one group / block).
 template <QuantKind kQ>
-__device__ __forceinline__ float step_scale(const QuantRow<kQ>& r, int step, const ops::QuantLayout& l) {
-  const int k0 = step * QuantStep<kQ>::kElems;
+__device__ __forceinline__ float step_scale(const QuantRow<kQ>& r, int step) {
   if constexpr (kQ == QuantKind::int4) {
-    return to_f(static_cast<const bf16*>(r.scales)[k0 / l.group_size]);
+    return to_f(static_cast<const bf16*>(r.scales)[step >> r.scale_shift]);
   } else {
-    return __ldg(static_cast<const float*>(r.scales) + k0 / l.block_k);
+    return __ldg(static_cast<const float*>(r.scales) + (step >> r.scale_shift));
   }
 }
 
@@ -110,8 +120,7 @@ __device__ __forceinline__ void int4_pairs(uint32_t word, uint32_t (&pair)[4]) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     uint32_t v = ((word >> (4 * j)) & 0x000f000fu) | 0x43004300u;
-    __nv_bfloat162 b = *reinterpret_cast<__nv_bfloat162*>(&v);
-    b = __hsub2(b, bias);
+    __nv_bfloat162 b = __hsub2(*reinterpret_cast<__nv_bfloat162*>(&v), bias);
     pair[j] = *reinterpret_cast<uint32_t*>(&b);
   }
 }
@@ -178,6 +187,34 @@ __device__ __forceinline__ void decode_weights(const typename QuantStep<kQ>::Wor
   }
 }
 
+// scale[u][rt][half]: the scales of steps s0 + u (0 past step_end or past the matrix).
+// int4 group 32: the unroll's 8 scales of a row are one 16-byte load where aligned.
+template <QuantKind kQ, int kRowTiles>
+__device__ __forceinline__ void load_scales(const QuantRow<kQ> (&rows)[kRowTiles][2], const bool (&row_ok)[2],
+                                            const ops::QuantLayout& layout, int s0, int step_end,
+                                            float (&scale)[QuantStep<kQ>::kUnroll][kRowTiles][2]) {
+  constexpr int kUnroll = QuantStep<kQ>::kUnroll;
+  const bool whole = s0 + kUnroll <= step_end;
+#pragma unroll
+  for (int rt = 0; rt < kRowTiles; ++rt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      if constexpr (kQ == QuantKind::int4) {
+        const bf16* s = static_cast<const bf16*>(rows[rt][half].scales) + s0;
+        if (whole && row_ok[half] && layout.group_size == 32 && reinterpret_cast<uintptr_t>(s) % 16 == 0) {
+          const uint4 v = __ldg(reinterpret_cast<const uint4*>(s));
+          const bf16* b = reinterpret_cast<const bf16*>(&v);
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) scale[u][rt][half] = to_f(b[u]);
+          continue;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        scale[u][rt][half] = s0 + u < step_end && row_ok[half] ? step_scale<kQ>(rows[rt][half], s0 + u) : 0.0f;
+    }
+}
+
 // acc[tile][rt][i] += the dot products over steps [step_begin, step_end) of row tile rt's rows
 // (rows[rt][0]: row group, rows[rt][1]: row group + 8; row_ok: inside the matrix) with the
 // tiles' input rows (x_rows[tile]: this lane's token of the tile, null past the rows).
@@ -200,8 +237,8 @@ __device__ __forceinline__ void quant_rows_dot(const QuantRow<kQ> (&rows)[kRowTi
         for (int half = 0; half < 2; ++half) {
           const bool ok = s0 + u < step_end && row_ok[half];
           w[u][rt][half] = ok ? load_step<kQ>(rows[rt][half], s0 + u) : Word{};
-          scale[u][rt][half] = ok ? step_scale<kQ>(rows[rt][half], s0 + u, layout) : 0.0f;
         }
+    load_scales<kQ, kRowTiles>(rows, row_ok, layout, s0, step_end, scale);
 #pragma unroll
     for (int u = 0; u < Step::kUnroll; ++u) {
       if (s0 + u >= step_end) break;
@@ -231,7 +268,7 @@ __device__ __forceinline__ void quant_rows_dot(const QuantRow<kQ> (&rows)[kRowTi
 
 // The warps' partial sums added in warp order (every warp's lanes hold the same fragment
 // layout); afterwards warp 0's acc holds the block's sums. Ends with the block synchronised.
-template <int kRowTiles, int kTiles>
+template <int kWarps, int kRowTiles, int kTiles>
 __device__ __forceinline__ void quant_block_reduce(float (&acc)[kTiles][kRowTiles][4], int tiles,
                                                    float (*partial)[kTiles][kRowTiles][4][32]) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -251,7 +288,7 @@ __device__ __forceinline__ void quant_block_reduce(float (&acc)[kTiles][kRowTile
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           float sum = 0.0f;
-          for (int w = 0; w < kQuantWarps; ++w) sum += partial[w][tile][rt][i][lane];
+          for (int w = 0; w < kWarps; ++w) sum += partial[w][tile][rt][i][lane];
           acc[tile][rt][i] = sum;
         }
     }
@@ -259,8 +296,8 @@ __device__ __forceinline__ void quant_block_reduce(float (&acc)[kTiles][kRowTile
 }
 
 // The K steps of warp `warp` (contiguous ranges; the last ones may be empty).
-__device__ __forceinline__ void warp_steps(int steps, int warp, int& begin, int& end) {
-  const int per_warp = (steps + kQuantWarps - 1) / kQuantWarps;
+__device__ __forceinline__ void warp_steps(int steps, int warp, int warps, int& begin, int& end) {
+  const int per_warp = (steps + warps - 1) / warps;
   begin = min(steps, warp * per_warp);
   end = min(steps, begin + per_warp);
 }

@@ -24,6 +24,7 @@ struct QuantExpertArgs {
   const void* const* weights_of;  // [local experts] packed w13 or w2 (device table)
   ops::QuantLayout layout;
   int64_t scales_offset;  // the same in every expert's buffer (one shape)
+  int scale_shift;
   MoeWorkspace ws;
   int top_k, k_dim, out_rows, inter;  // out_rows: inter (gate_up) or hidden (down)
 };
@@ -54,7 +55,7 @@ __device__ __forceinline__ void store_outputs(const QuantExpertArgs& a, const fl
 
 // kRowTiles = 2: gate_up (tile 0 the gate rows n, tile 1 the up rows inter + n); 1: down.
 template <QuantKind kQ, int kRowTiles, int kTiles>
-__global__ void __launch_bounds__(kQuantWarps * 32) quant_expert_kernel(const QuantExpertArgs a) {
+__global__ void __launch_bounds__(kQuantWarps * 32, kTiles == 1 ? 4 : 1) quant_expert_kernel(const QuantExpertArgs a) {
   __shared__ float partial[kQuantWarps][kTiles][kRowTiles][4][32];  // 8-16 KB
   pdl_enter();
   const MoeWorkspace& ws = a.ws;
@@ -63,8 +64,8 @@ __global__ void __launch_bounds__(kQuantWarps * 32) quant_expert_kernel(const Qu
   const int begin = ws.offsets[e], end = ws.offsets[e + 1];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lane >> 2, quad = lane & 3;
   const int n0 = blockIdx.y * 16;
-  const QuantMatrix m{a.weights_of[e], kRowTiles * static_cast<int64_t>(a.out_rows), a.k_dim, a.layout,
-                      a.scales_offset};
+  const QuantMatrix m{a.weights_of[e], kRowTiles * static_cast<int64_t>(a.out_rows), a.k_dim, a.layout, a.scales_offset,
+                      a.scale_shift};
   QuantRow<kQ> rows[kRowTiles][2];
   bool row_ok[2];
 #pragma unroll
@@ -76,7 +77,7 @@ __global__ void __launch_bounds__(kQuantWarps * 32) quant_expert_kernel(const Qu
       rows[rt][half] = quant_row<kQ>(m, rt * a.inter + (row_ok[half] ? n : 0), quad);
   }
   int step_begin, step_end;
-  warp_steps(a.k_dim / QuantStep<kQ>::kElems, warp, step_begin, step_end);
+  warp_steps(a.k_dim / QuantStep<kQ>::kElems, warp, kQuantWarps, step_begin, step_end);
   for (int first = begin; first < end; first += (kQuantTileTokens * kTiles)) {
     const int tiles = min(kTiles, (end - first + kQuantTileTokens - 1) / kQuantTileTokens);
     const bf16* x_rows[kTiles];
@@ -90,7 +91,7 @@ __global__ void __launch_bounds__(kQuantWarps * 32) quant_expert_kernel(const Qu
     }
     float acc[kTiles][kRowTiles][4] = {};
     quant_rows_dot<kQ, kRowTiles, kTiles>(rows, row_ok, a.layout, x_rows, tiles, step_begin, step_end, quad, acc);
-    quant_block_reduce<kRowTiles, kTiles>(acc, tiles, partial);
+    quant_block_reduce<kQuantWarps, kRowTiles, kTiles>(acc, tiles, partial);
     if (warp == 0) store_outputs<kRowTiles, kTiles>(a, acc, tiles, first, end, n0, lane);
     __syncthreads();  // partial[] is rewritten by the next pass
   }
@@ -105,6 +106,7 @@ void launch_quant_experts(const MoeExpertsLaunch& m, const MoeWorkspace& ws, cud
                                 p.w13,
                                 p.expert_quant,
                                 ops::quant_scales_offset(2 * p.inter, p.hidden, p.expert_quant),
+                                quant_scale_shift(p.expert_quant),
                                 ws,
                                 top_k,
                                 hidden,
@@ -112,9 +114,16 @@ void launch_quant_experts(const MoeExpertsLaunch& m, const MoeWorkspace& ws, cud
                                 inter};
   launch_pdl(quant_expert_kernel<kQ, 2, kTiles>, dim3(active, static_cast<unsigned>((inter + 15) / 16)),
              kQuantWarps * 32, 0, stream, gate_up);
-  const QuantExpertArgs down{
-      nullptr, p.w2,   p.expert_quant, ops::quant_scales_offset(p.hidden, p.inter, p.expert_quant), ws, top_k,
-      inter,   hidden, inter};
+  const QuantExpertArgs down{nullptr,
+                             p.w2,
+                             p.expert_quant,
+                             ops::quant_scales_offset(p.hidden, p.inter, p.expert_quant),
+                             quant_scale_shift(p.expert_quant),
+                             ws,
+                             top_k,
+                             inter,
+                             hidden,
+                             inter};
   launch_pdl(quant_expert_kernel<kQ, 1, kTiles>, dim3(active, static_cast<unsigned>((hidden + 15) / 16)),
              kQuantWarps * 32, 0, stream, down);
 }

@@ -117,7 +117,7 @@ class CudaQuantMoe : public CudaQuant {
     }
     seed_ += 3;
   }
-  void check(const MoeCase& c, const NamedLayout& l) {
+  void check(const MoeCase& c, const NamedLayout& l, Check rounding = Check::kSameRoundings) {
     const std::string what = std::string("quant moe_experts ") + l.name + " tokens " + std::to_string(c.tokens) +
                              " hidden " + std::to_string(c.hidden) + " inter " + std::to_string(c.inter);
     const auto x = random(c.tokens * c.hidden);
@@ -143,14 +143,23 @@ class CudaQuantMoe : public CudaQuant {
     g.w2_host = q.dev2.data();
     g.out = d_out->data();
     gpu->moe_experts(g);
-    expect_close(from_gpu_bf16(*d_out, ref.size()), ref, what.c_str());
+    expect_close(from_gpu_bf16(*d_out, ref.size()), ref, what.c_str(), rounding);
   }
 };
 
+// At hidden 7168 the experts are a chain the per-op rounding check does not fit (the fixture's
+// kBoundOnly case): gate / up, silu(gate) (the kernels' __expf against std::exp), their product
+// and each down projection are rounded to bf16, and one rounding that the fp32 order flips in an
+// act value moves ~2% of that expert's 7168 down values by an ulp; a flipped down value moves the
+// output by (ulp of down) * weight, which is above 2^-10 of the largest output when the
+// intermediates are as large as the outputs. On an H200 (round 1) these cases met the bf16
+// bound with 0-3 of 7168-458752 elements beyond two ulps and up to 9% of values differing; the
+// single-rounding ops (LinearMatchesCpuBf16, every shape here) and the smaller expert shapes
+// below keep the strict check.
 TEST_F(CudaQuantMoe, K26ExpertShapesMatchCpuBf16) {
   // The full expert (hidden 7168, inter 2048), 16 routed experts of which 8 are this rank's.
   for (const NamedLayout& l : kQuantLayouts)
-    for (int64_t tokens : {1, 8, 64}) check({tokens, 8, 7168, 2048, 16, 4, 12}, l);
+    for (int64_t tokens : {1, 8, 64}) check({tokens, 8, 7168, 2048, 16, 4, 12}, l, Check::kBoundOnly);
 }
 
 TEST_F(CudaQuantMoe, TensorParallelSlicesAndManyRowsMatchCpuBf16) {
@@ -158,7 +167,8 @@ TEST_F(CudaQuantMoe, TensorParallelSlicesAndManyRowsMatchCpuBf16) {
   // (four token tiles per pass) and an odd count; hidden 1024 keeps the CPU reference short.
   for (const NamedLayout& l : kQuantLayouts) {
     check({300, 8, 1024, 256, 12, 0, 12}, l);
-    check({37, 4, 7168, 256, 8, 2, 8}, l);
+    check({37, 4, 1024, 512, 8, 2, 8}, l);
+    check({37, 4, 7168, 256, 8, 2, 8}, l, Check::kBoundOnly);  // hidden 7168: see above
   }
 }
 
@@ -219,7 +229,8 @@ TEST_F(CudaQuant, UnsupportedShapesAreRefusedNamingTheField) {
     gpu->linear(p);
     ADD_FAILURE() << "fp8 block_k 32 was accepted";
   } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("block_k must be a positive multiple of 64"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("block_k must be a power of two, a multiple of 64"), std::string::npos)
+        << e.what();
   }
 }
 
