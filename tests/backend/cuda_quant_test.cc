@@ -147,15 +147,16 @@ class CudaQuantMoe : public CudaQuant {
   }
 };
 
-// At hidden 7168 the experts are a chain the per-op rounding check does not fit (the fixture's
-// kBoundOnly case): gate / up, silu(gate) (the kernels' __expf against std::exp), their product
-// and each down projection are rounded to bf16, and one rounding that the fp32 order flips in an
-// act value moves ~2% of that expert's 7168 down values by an ulp; a flipped down value moves the
-// output by (ulp of down) * weight, which is above 2^-10 of the largest output when the
-// intermediates are as large as the outputs. On an H200 (round 1) these cases met the bf16
-// bound with 0-3 of 7168-458752 elements beyond two ulps and up to 9% of values differing; the
-// single-rounding ops (LinearMatchesCpuBf16, every shape here) and the smaller expert shapes
-// below keep the strict check.
+// The per-op rounding check (kSameRoundings) holds for expert chains only at the small shapes
+// cuda_ops_test.cc checks moe_experts at (hidden 256-288); at hidden 1024-7168 the chain (gate
+// and up, silu(gate) with the kernels' __expf against std::exp, their product, each down
+// projection: four bf16 roundings, any of which the fp32 summation order can flip, each flip
+// moving later values by an ulp of an intermediate as large as the output) leaves a few
+// elements beyond two ulps + 2^-10 of the largest for the unquantized kernels too: on an H200
+// (2026-12-01, CudaQuantChainControl in cuda_quant_bench.cc) the bf16 moe.cu kernels had 10 of
+// 57344 such elements and 4.9% differing values at hidden 7168 / inter 2048, 8 tokens, top-8,
+// the int4 kernels 0 and 1.1%. Those shapes take the fixture's bound-only check for chains
+// (max error <= 1e-2 of the largest output, every element written).
 TEST_F(CudaQuantMoe, K26ExpertShapesMatchCpuBf16) {
   // The full expert (hidden 7168, inter 2048), 16 routed experts of which 8 are this rank's.
   for (const NamedLayout& l : kQuantLayouts)
@@ -164,11 +165,12 @@ TEST_F(CudaQuantMoe, K26ExpertShapesMatchCpuBf16) {
 
 TEST_F(CudaQuantMoe, TensorParallelSlicesAndManyRowsMatchCpuBf16) {
   // inter 256: K2.6's expert split over 8 ranks; 300 and 37 tokens: many rows per expert
-  // (four token tiles per pass) and an odd count; hidden 1024 keeps the CPU reference short.
+  // (four token tiles per pass) and an odd count.
   for (const NamedLayout& l : kQuantLayouts) {
-    check({300, 8, 1024, 256, 12, 0, 12}, l);
-    check({37, 4, 1024, 512, 8, 2, 8}, l);
-    check({37, 4, 7168, 256, 8, 2, 8}, l, Check::kBoundOnly);  // hidden 7168: see above
+    check({300, 8, 256, 128, 12, 0, 12}, l);  // the unquantized tests' scale: per-op check
+    check({37, 4, 256, 256, 8, 2, 8}, l);
+    check({300, 8, 1024, 256, 12, 0, 12}, l, Check::kBoundOnly);  // larger: see above
+    check({37, 4, 7168, 256, 8, 2, 8}, l, Check::kBoundOnly);
   }
 }
 
