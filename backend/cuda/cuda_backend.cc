@@ -239,6 +239,7 @@ class CudaBackend final : public Backend {
 
   void linear(const LinearParams& p) override {
     MS_CHECK(!p.accumulate || p.y_f32, "linear: accumulate needs an fp32 output (y_f32)");
+    if (p.weight_quant.quantized()) return launch_quant_linear(p, cur_);  // every row count, batch-invariant
     if (p.rows == 0) return;
     if (policy_.batch_invariant && linear_mma_supported(p, policy_.linear_mma_min_rows)) {
       launch_linear_mma(p, cur_);
@@ -337,6 +338,11 @@ class CudaBackend final : public Backend {
         .workspace = workspace(moe_workspace_, moe_workspace_bytes(p)),
     };
     launch_moe_sort(m, cur_);
+    if (p.expert_quant.quantized()) {  // one path at every batch size (batch-invariant, no host sync)
+      launch_moe_quant_expert_kernels(m, cur_);
+      launch_moe_combine(m, cur_);
+      return;
+    }
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     MS_CUDA(cudaStreamIsCapturing(cur_, &capture));
     // Many rows per expert (prefill): tensor-core GEMMs per active expert, which needs the row
@@ -487,7 +493,7 @@ class CudaBackend final : public Backend {
 std::string KernelPolicy::describe() const {
   return fmt::format(
       "batch_invariant={} mla_tensor_cores={} moe_tensor_cores={} linear_mma_min_rows={} "
-      "overlap_streams={}",
+      "overlap_streams={} quantized=int4/fp8-tensor-cores",
       batch_invariant ? 1 : 0, mla_tensor_cores ? 1 : 0, moe_tensor_cores ? 1 : 0, linear_mma_min_rows,
       overlap_streams ? 1 : 0);
 }

@@ -99,6 +99,17 @@ MoeGemmBuffers moe_gemm_buffers(const MoeExpertsLaunch& m);
 void launch_moe_gather_sorted(const MoeExpertsLaunch& m, cudaStream_t stream);
 void launch_moe_combine(const MoeExpertsLaunch& m, cudaStream_t stream);
 
+// Packed quantized weights (ops/quant_layout.h) on tensor cores at every batch size, read
+// once per 32 rows (quant_linear.cu, quant_moe.cu; the exact per-group scheme of
+// quant_mma.cuh): int4 groups of a multiple of 32, fp8 blocks with block_k % 64 == 0 and
+// in_features % 64 == 0; 16-byte aligned x rows. check_quant_kernel_shape throws
+// std::invalid_argument naming `what` and the field a shape breaks.
+void check_quant_kernel_shape(const char* what, int64_t n, int64_t k, const ops::QuantLayout& layout);
+void launch_quant_linear(const ops::LinearParams& p, cudaStream_t stream);
+// The compute phase of grouped experts with m.op.expert_quant weights (between launch_moe_sort
+// and launch_moe_combine), graph-capturable.
+void launch_moe_quant_expert_kernels(const MoeExpertsLaunch& m, cudaStream_t stream);
+
 // Sampling (sample.cu). Greedy rows: argmax per row (values may be null).
 void launch_argmax_rows(const ops::ArgmaxRowsParams& p, cudaStream_t stream);
 // Sampled rows: candidates (ops::TopCandidatesParams), in two launches through `workspace`.
