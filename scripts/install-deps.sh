@@ -9,8 +9,9 @@ with_tests=0
 
 packages=(cmake g++ make pkg-config curl libcli11-dev nlohmann-json3-dev libpcre2-dev libfmt-dev)
 # chromium: tests/python/bench renders sweep.html headless and checks the page; clang-format:
-# scripts/check-format.sh (.ci/run).
-(( with_tests )) && packages+=(libgtest-dev chromium clang-format)
+# scripts/check-format.sh (.ci/run); clang and its sanitizer/libFuzzer runtimes: the ASan+UBSan
+# build of scripts/sanitize-tests.sh and scripts/fuzz.sh.
+(( with_tests )) && packages+=(libgtest-dev chromium clang-format clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
