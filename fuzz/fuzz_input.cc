@@ -20,15 +20,15 @@ std::vector<std::string_view> split_sections(std::string_view input) {
 }
 
 const std::string& scratch_dir() {
-  static const std::string dir = [] {
+  // Never destroyed: the exit handler that removes it runs after static destructors would.
+  static const std::string* dir = [] {
     const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/moeserve-fuzz-XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) invariant_failed("cannot create the scratch directory " + pattern);
-    // Removed at exit, also after a crash report (libFuzzer exits through exit()).
-    std::atexit([] { std::filesystem::remove_all(scratch_dir()); });
-    return pattern;
+    auto* path = new std::string(std::string(tmp && *tmp ? tmp : "/tmp") + "/moeserve-fuzz-XXXXXX");
+    if (::mkdtemp(path->data()) == nullptr) invariant_failed("cannot create the scratch directory " + *path);
+    std::atexit([] { std::filesystem::remove_all(*dir); });  // libFuzzer ends through exit(), also on a crash
+    return path;
   }();
-  return dir;
+  return *dir;
 }
 
 void clear_scratch_dir() {

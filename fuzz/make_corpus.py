@@ -123,6 +123,13 @@ def tokenizer_corpus():
         write("tokenizer_load", name, main.read_text(encoding="utf-8") + SEP +
               (d / "tokenizer_config.json").read_text(encoding="utf-8") + SEP + text)
     lines = (ROOT / "tests" / "tokenizer" / "data" / "corpus.jsonl").read_text(encoding="utf-8").strip("\n")
+    tiny = {"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "Ġ": 3}, "merges": ["a b"], "unk_token": "a"},
+            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": "\\s+|[a-z]+"}, "behavior": "Isolated", "invert": False},
+                {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]},
+            "decoder": {"type": "ByteLevel"}, "normalizer": None,
+            "added_tokens": [{"id": 4, "content": "<s>", "special": True}, {"id": 9, "content": "<t>"}]}
+    write("tokenizer_load", "tiny-json", json.dumps(tiny) + SEP + json.dumps({"bos_token": "<s>"}) + SEP + "ab ba<s><t>")
     for i, line in enumerate(lines.split("\n")):
         write("tokenizer_roundtrip", f"corpus-{i:02d}", json.loads(line))
     write("tokenizer_roundtrip", "specials", "<|im_end|><|im_user|>[BOS]<｜User｜><think> <|reserved_token_300|>")
