@@ -1,9 +1,7 @@
-// Fuzz target: a config.json (model/config, with its quantization_config). An accepted config
-// must pass validate() again, and everything the CLI computes from it at once (parameter counts,
-// stored bytes per format, the quantization's description and ignore patterns) must run without
-// overflow (UBSan) and give non-negative sizes.
-#include <nlohmann/json.hpp>
-
+// Fuzz target: a config.json as `inspect` and the loader read it (ModelConfig::from_file, with its
+// quantization_config). An accepted config must pass validate() again, and everything the CLI
+// computes from it at once (parameter counts, stored bytes per format, the quantization's
+// description and ignore patterns) must run without overflow (UBSan) and give positive sizes.
 #include "core/error.h"
 #include "fuzz/fuzz_input.h"
 #include "model/config.h"
@@ -30,15 +28,11 @@ void check_accepted(const moeserve::ModelConfig& config) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  nlohmann::json root;
-  try {
-    root = nlohmann::json::parse(moeserve::fuzz::as_text(data, size));
-  } catch (const nlohmann::json::exception&) {
-    return 0;  // from_file reports it as invalid JSON
-  }
+  moeserve::fuzz::clear_scratch_dir();
+  moeserve::fuzz::write_scratch_file("config.json", moeserve::fuzz::as_text(data, size));
   moeserve::ModelConfig config;
   try {
-    config = moeserve::ModelConfig::from_json(root, "config.json");
+    config = moeserve::ModelConfig::from_file(moeserve::fuzz::scratch_dir() + "/config.json");
   } catch (const moeserve::Error&) {
     return 0;
   }

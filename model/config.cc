@@ -328,7 +328,7 @@ ModelConfig ModelConfig::from_file(const std::string& path) {
   json root;
   try {
     root = json::parse(buffer.str());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number beyond double
     fail("{}: invalid JSON: {}", path, e.what());
   }
   return from_json(root, path);

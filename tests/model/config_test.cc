@@ -189,6 +189,20 @@ TEST(ModelConfig, ParameterCountsThatOverflowAreRefused) {
   EXPECT_EQ(error_of(j), "");  // DeepSeek-V3's own sizes again
 }
 
+// Found by fuzz/safetensors_fuzz: a number beyond the double range is nlohmann's out_of_range,
+// not a parse_error, and escaped the readers of config.json (and safetensors headers, tokenizer
+// files) as an exception that named no file.
+TEST(ModelConfig, NumberBeyondDoubleIsAnErrorNamingTheFile) {
+  const std::string path = testing::TempDir() + "config_number_beyond_double.json";
+  std::ofstream(path) << R"({"model_type": "deepseek_v3", "vocab_size": 1e999})";
+  try {
+    ModelConfig::from_file(path);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ": invalid JSON"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Rope, DefaultAndYarnFrequencies) {
   ModelConfig c;
   c.qk_rope_head_dim = 64;
