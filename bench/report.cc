@@ -154,7 +154,9 @@ std::string svg_chart(const SweepResult& r, const std::string& id, const std::st
   const auto [y_max, y_step] = nice_axis(max_y, 5);
   const size_t n = r.concurrency.size();
   auto x_of = [&](size_t i) { return left + (n == 1 ? plot_w / 2 : plot_w * static_cast<double>(i) / (n - 1)); };
-  auto y_of = [&](double v) { return top + plot_h * (1.0 - v / y_max); };
+  auto y_of = [&, y_max = y_max](double v) {
+    return top + plot_h * (1.0 - v / y_max);
+  };  // clang 14: no binding capture
   std::string s = fmt::format(
       "<svg id=\"{}\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
       "font-family=\"sans-serif\" font-size=\"12\" role=\"img\" aria-label=\"{}\">\n",

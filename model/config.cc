@@ -271,6 +271,10 @@ void ModelConfig::validate() const {
   }
   positive("max_position_embeddings", max_position_embeddings);
   check_size_bounds(*this);
+  // Every byte count of the weight accounting is a multiple of a parameter count: bounding the
+  // total keeps them all far from int64's range (2^50 is a thousand times Kimi K2's 1.03 T).
+  const int64_t total = count_parameters(*this).total;
+  MS_CHECK(total <= kMaxParameters, "config: the fields describe {} parameters, more than the supported 2^50", total);
 }
 
 ModelConfig ModelConfig::from_json(const json& root, const std::string& source) {
@@ -324,16 +328,43 @@ ModelConfig ModelConfig::from_file(const std::string& path) {
   json root;
   try {
     root = json::parse(buffer.str());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number beyond double
     fail("{}: invalid JSON: {}", path, e.what());
   }
   return from_json(root, path);
 }
 
+namespace {
+
+// Parameter arithmetic that fails instead of wrapping around: fields within their bounds can
+// still multiply past int64 (2^20 hidden x 2^20 expert width x 2^16 experts x 2^16 layers).
+class Count {
+ public:
+  Count(int64_t value) : value_(value) {}  // NOLINT: implicit, so that formulas read as formulas
+  friend Count operator*(Count a, Count b) {
+    int64_t r;
+    if (__builtin_mul_overflow(a.value_, b.value_, &r)) overflow();
+    return r;
+  }
+  friend Count operator+(Count a, Count b) {
+    int64_t r;
+    if (__builtin_add_overflow(a.value_, b.value_, &r)) overflow();
+    return r;
+  }
+  Count& operator+=(Count b) { return *this = *this + b; }
+  int64_t value() const { return value_; }
+
+ private:
+  [[noreturn]] static void overflow() { fail("config: the fields describe more parameters than 64 bits count"); }
+  int64_t value_;
+};
+
+}  // namespace
+
 ParameterCounts count_parameters(const ModelConfig& c) {
-  const int64_t h = c.hidden_size;
-  const int64_t heads = c.num_attention_heads;
-  int64_t attention = 2 * h;  // input and post-attention norms
+  const Count h = c.hidden_size;
+  const Count heads = c.num_attention_heads;
+  Count attention = 2 * h;  // input and post-attention norms
   if (c.q_lora_rank > 0) {
     attention += h * c.q_lora_rank + c.q_lora_rank + c.q_lora_rank * heads * c.qk_head_dim();
   } else {
@@ -343,22 +374,23 @@ ParameterCounts count_parameters(const ModelConfig& c) {
   attention += c.kv_lora_rank * heads * (c.qk_nope_head_dim + c.v_head_dim);
   attention += heads * c.v_head_dim * h;
 
-  const int64_t dense_mlp = 3 * h * c.intermediate_size;
-  const int64_t expert = 3 * h * c.moe_intermediate_size;
-  const int64_t shared = 3 * h * c.shared_intermediate_size();
-  const int64_t router = c.n_routed_experts * h + c.n_routed_experts;
+  const Count dense_mlp = 3 * h * c.intermediate_size;
+  const Count expert = 3 * h * c.moe_intermediate_size;
+  const Count shared = 3 * h * c.moe_intermediate_size * c.n_shared_experts;
+  const Count router = c.n_routed_experts * h + c.n_routed_experts;
 
-  const int64_t embed = c.vocab_size * h;
-  const int64_t head = c.tie_word_embeddings ? 0 : c.vocab_size * h;
-  const int64_t dense_layers = c.first_k_dense_replace;
-  const int64_t moe_layers = c.num_moe_layers();
+  const Count embed = c.vocab_size * h;
+  const Count head = c.tie_word_embeddings ? 0 : c.vocab_size * h;
+  const Count dense_layers = c.first_k_dense_replace;
+  const Count moe_layers = c.num_moe_layers();
 
+  const Count routed = moe_layers * c.n_routed_experts * expert;
+  const Count common = embed + head + h /*final norm*/ + c.num_hidden_layers * attention + dense_layers * dense_mlp +
+                       moe_layers * (shared + router);
   ParameterCounts p;
-  p.routed_experts = moe_layers * c.n_routed_experts * expert;
-  const int64_t common = embed + head + h /*final norm*/ + c.num_hidden_layers * attention + dense_layers * dense_mlp +
-                         moe_layers * (shared + router);
-  p.total = common + p.routed_experts;
-  p.active_per_token = common + moe_layers * c.num_experts_per_tok * expert;
+  p.routed_experts = routed.value();
+  p.total = (common + routed).value();
+  p.active_per_token = (common + moe_layers * c.num_experts_per_tok * expert).value();
   return p;
 }
 

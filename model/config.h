@@ -74,7 +74,11 @@ struct ModelConfig {
   static ModelConfig from_file(const std::string& path);
 };
 
-// Parameter counts computed from the architecture.
+// The most parameters a config may describe (ModelConfig::validate).
+constexpr int64_t kMaxParameters = int64_t{1} << 50;
+
+// Parameter counts computed from the architecture; an Error when they overflow int64 (a config
+// that validate() accepted never does).
 struct ParameterCounts {
   int64_t total = 0;
   int64_t active_per_token = 0;  // embeddings + attention + dense + shared + top-k experts + head

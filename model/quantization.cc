@@ -12,6 +12,8 @@ namespace {
 
 using json = nlohmann::json;
 
+constexpr int64_t kMaxBlockSize = int64_t{1} << 16;
+
 // Where a field sits, for errors: "<source>: field '<path><key>'".
 struct Where {
   const std::string& source;
@@ -92,11 +94,14 @@ void parse_fp8(const json& q, const Where& at, QuantizationConfig& c) {
   const std::string scheme = string_field(q, "activation_scheme", at, "dynamic");
   MS_CHECK(scheme == "dynamic", "{} is '{}'; only 'dynamic' is supported", at.field("activation_scheme"), scheme);
   const json* block = member(q, "weight_block_size");
-  auto positive_int = [](const json& v) { return v.is_number_integer() && v.get<int64_t>() > 0; };
-  MS_CHECK(block != nullptr && block->is_array() && block->size() == 2 && positive_int((*block)[0]) &&
-               positive_int((*block)[1]),
-           "{} is {}; expected two positive integers [n, k] (per-tensor fp8 is not supported)",
-           at.field("weight_block_size"), block ? block->dump() : "missing");
+  // Blocks of 1..2^16 (DeepSeek's are 128): a larger one is a corrupt field, not a format.
+  auto block_size = [](const json& v) {
+    return v.is_number_integer() && v.get<int64_t>() > 0 && v.get<int64_t>() <= kMaxBlockSize;
+  };
+  MS_CHECK(
+      block != nullptr && block->is_array() && block->size() == 2 && block_size((*block)[0]) && block_size((*block)[1]),
+      "{} is {}; expected two integers [n, k] in [1, {}] (per-tensor fp8 is not supported)",
+      at.field("weight_block_size"), block ? block->dump() : "missing", kMaxBlockSize);
   c.method = QuantMethod::fp8_block;
   c.block_n = (*block)[0].get<int64_t>();
   c.block_k = (*block)[1].get<int64_t>();
@@ -196,7 +201,7 @@ bool QuantizationConfig::quantizes(const std::string& module, bool routed_expert
 
 int64_t stored_bytes(const WeightShape& shape, const WeightFormat& format) {
   const int64_t n = shape.rows, k = shape.cols;
-  auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  auto ceil_div = [](int64_t a, int64_t b) { return a / b + (a % b != 0); };  // no a + b - 1 to overflow
   switch (format.method) {
     case QuantMethod::int4_pack_quantized:
       return n * ceil_div(k, 8) * 4 + n * ceil_div(k, format.group_size) * 2;

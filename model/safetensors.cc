@@ -39,7 +39,7 @@ json parse_json_rejecting_duplicate_keys(const std::string& text, const std::str
   json root;
   try {
     root = json::parse(text, callback);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number beyond double
     fail("{}: invalid safetensors header JSON: {}", path, e.what());
   }
   MS_CHECK(duplicate.empty(), "{}: duplicate tensor '{}' in header", path, duplicate);
@@ -183,7 +183,7 @@ std::unique_ptr<Checkpoint> Checkpoint::open(const std::string& directory) {
     json index;
     try {
       index = json::parse(read_text_file(index_file));
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, and out_of_range for a number beyond double
       fail("{}: invalid JSON: {}", index_file, e.what());
     }
     MS_CHECK(index.contains("weight_map") && index.at("weight_map").is_object(), "{}: missing field 'weight_map'",

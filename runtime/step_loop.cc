@@ -305,7 +305,8 @@ void StepLoop::draw_fallbacks(const Rows& rows, std::vector<DrawnToken>& drawn, 
   std::map<int, std::vector<size_t>> fallback;  // replica -> indices into rows
   for (size_t i = 0; i < drawn.size(); ++i)
     if (drawn[i].token < 0) fallback[rows.chunks[i]->replica].push_back(i);
-  for (const auto& [replica, indices] : fallback) {
+  for (const auto& [replica_key, indices] : fallback) {
+    const int replica = replica_key;  // clang 14 cannot capture a structured binding in a lambda
     std::vector<int64_t> logit_rows;
     std::vector<ops::SamplingOptions> options;
     for (size_t i : indices) {

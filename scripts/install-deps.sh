@@ -17,8 +17,10 @@ done
 
 packages=(cmake g++ make pkg-config curl libcli11-dev nlohmann-json3-dev libpcre2-dev libfmt-dev libboost-dev)
 # chromium: tests/python/bench renders sweep.html headless and checks the page; clang-format:
-# scripts/check-format.sh (.ci/run). wamerican: the word list of the default model's English check.
-(( with_tests )) && packages+=(libgtest-dev chromium clang-format wamerican)
+# scripts/check-format.sh (.ci/run); wamerican: the word list of the default model's English check;
+# clang and its sanitizer/libFuzzer runtimes: the ASan+UBSan build of scripts/sanitize-tests.sh and
+# scripts/fuzz.sh.
+(( with_tests )) && packages+=(libgtest-dev chromium clang-format wamerican clang libclang-rt-14-dev)
 # The default model's training text: Python docs (PSF), kernel docs (GPL-2.0), the KJV (public domain).
 (( model_data )) && packages+=(python3.11-doc linux-doc-6.1 bible-kjv)
 missing=()

@@ -28,7 +28,9 @@ std::string ApiError::json() const {
   nlohmann::json error = {{"message", what()}, {"type", type()}, {"param", nullptr}, {"code", nullptr}};
   if (!param_.empty()) error["param"] = param_;
   if (!code_.empty()) error["code"] = code_;
-  return nlohmann::json{{"error", error}}.dump();
+  // The message may quote the client's bytes (a JSON syntax error shows what it last read), which
+  // need not be UTF-8: those become U+FFFD rather than a dump() that throws (and a 500).
+  return nlohmann::json{{"error", error}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string api_error_json(int status, const std::string& message) { return ApiError(status, message).json(); }

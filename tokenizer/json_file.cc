@@ -20,7 +20,7 @@ nlohmann::ordered_json read_json_file(const std::string& path) {
   const std::string text = read_text_file(path);
   try {
     return nlohmann::ordered_json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range: a number beyond double
     // what() is "[json.exception.parse_error.101] parse error at line L, column C: ...".
     std::string reason = e.what();
     const size_t tag_end = reason.find("] ");

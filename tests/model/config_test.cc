@@ -87,6 +87,8 @@ TEST(QuantizationConfig, StoredBytesOneFormulaPerFormat) {
   EXPECT_EQ(stored_bytes({7168, 2048}, {QuantMethod::int4_pack_quantized, 2, 128, 0, 0}),
             7168 * 2048 / 2 + 7168 * (2048 / 128) * 2);
   EXPECT_EQ(stored_bytes({576, 7168}, {QuantMethod::fp8_block, 2, 0, 128, 128}), 576 * 7168 + 4 * 5 * 56);
+  // The block count rounds up without forming n + block - 1 (which overflowed for huge blocks).
+  EXPECT_EQ(stored_bytes({576, 7168}, {QuantMethod::fp8_block, 2, 0, INT64_MAX, INT64_MAX}), 576 * 7168 + 4);
 }
 
 namespace {
@@ -138,6 +140,12 @@ TEST(QuantizationConfig, UnsupportedFieldsAreNamed) {
          q["weight_block_size"] = J::array({128, 0});
        },
        "'quantization_config.weight_block_size' is [128,0]"},
+      // Found by fuzz/config_fuzz: a block of INT64_MAX overflowed stored_bytes' ceil_div.
+      {[](J& q) {
+         q["weight_block_size"] = J::array({INT64_MAX, 128});
+       },
+       "'quantization_config.weight_block_size' is [9223372036854775807,128]; expected two integers [n, k] in [1, "
+       "65536]"},
       {[](J& q) { q["activation_scheme"] = "static"; }, "'quantization_config.activation_scheme' is 'static'"},
   };
   for (const auto& [edit, message] : fp8_cases)
@@ -159,6 +167,40 @@ TEST(ModelConfig, ErrorsNameTheField) {
   EXPECT_NE(error_of(j).find("'model_type' is 'mistral'"), std::string::npos);
   j = {{"model_type", "kimi_k25"}};
   EXPECT_NE(error_of(j).find("text_config"), std::string::npos);
+}
+
+// Found by fuzz/config_fuzz: every field within its bound, yet the parameter count overflowed
+// int64 in count_parameters (UBSan: signed overflow), which `inspect` and `plan show` call.
+TEST(ModelConfig, ParameterCountsThatOverflowAreRefused) {
+  std::ifstream in(kConfigs + "deepseek-v3.config.json");
+  const nlohmann::json published = nlohmann::json::parse(in);
+  nlohmann::json j = published;
+  j["hidden_size"] = 1 << 20;
+  j["moe_intermediate_size"] = 1 << 20;
+  j["n_routed_experts"] = 1 << 16;
+  j["num_hidden_layers"] = 1 << 16;
+  j["first_k_dense_replace"] = 0;
+  EXPECT_NE(error_of(j).find("more parameters than 64 bits count"), std::string::npos) << error_of(j);
+  j["num_hidden_layers"] = 1 << 10;  // about 3 x 2^60 parameters: counted, but over the bound
+  j["n_routed_experts"] = 1 << 10;
+  EXPECT_NE(error_of(j).find("more than the supported 2^50"), std::string::npos) << error_of(j);
+  for (const char* field : {"hidden_size", "moe_intermediate_size", "n_routed_experts", "num_hidden_layers"})
+    j[field] = published[field];
+  EXPECT_EQ(error_of(j), "");  // DeepSeek-V3's own sizes again
+}
+
+// Found by fuzz/safetensors_fuzz: a number beyond the double range is nlohmann's out_of_range,
+// not a parse_error, and escaped the readers of config.json (and safetensors headers, tokenizer
+// files) as an exception that named no file.
+TEST(ModelConfig, NumberBeyondDoubleIsAnErrorNamingTheFile) {
+  const std::string path = testing::TempDir() + "config_number_beyond_double.json";
+  std::ofstream(path) << R"({"model_type": "deepseek_v3", "vocab_size": 1e999})";
+  try {
+    ModelConfig::from_file(path);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ": invalid JSON"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Rope, DefaultAndYarnFrequencies) {

@@ -142,6 +142,17 @@ TEST(OpenAiRequest, BadInputNamesTheParameter) {
   }
 }
 
+// Found by fuzz/openai_request_fuzz: a malformed body with bytes that are not UTF-8 gave a syntax
+// error quoting them, and ApiError::json() threw on dumping it: the server answered 500 with the
+// library's exception text instead of the 400.
+TEST(OpenAiRequest, ErrorQuotingBytesThatAreNotUtf8RendersAs400) {
+  const ApiError e = error_of("{\"model\": \"s, \"\xff\xfe\" [1, 2");
+  EXPECT_EQ(e.status(), 400);
+  const auto body = nlohmann::json::parse(e.json());
+  EXPECT_EQ(body["error"]["type"], "invalid_request_error");
+  EXPECT_NE(body["error"]["message"].get<std::string>().find("malformed JSON body"), std::string::npos);
+}
+
 TEST(OpenAiRequest, PromptLongerThanTheContextOrTheKvCacheIsNamed) {
   std::string ids = "[";
   for (int i = 0; i < 256; ++i) ids += (i ? ",1" : "1");
