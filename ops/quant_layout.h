@@ -29,6 +29,7 @@ struct QuantLayout {
   int64_t block_n = 0;     // fp8_block: rows per scale block
   int64_t block_k = 0;     // fp8_block: columns per scale block
   bool quantized() const { return quant != WeightQuant::none; }
+  bool operator==(const QuantLayout&) const = default;
 };
 
 inline constexpr int64_t kQuantScalesAlignment = 256;
