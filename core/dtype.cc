@@ -1,5 +1,7 @@
 #include "core/dtype.h"
 
+#include <limits>
+
 #include "core/error.h"
 
 namespace moeserve {
@@ -59,6 +61,20 @@ float f16_to_f32(uint16_t h) {
   }
   float f;
   std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+float f8_e4m3_to_f32(uint8_t bits) {
+  const uint32_t sign = static_cast<uint32_t>(bits & 0x80u) << 24;
+  const uint32_t exponent = (bits >> 3) & 0xfu, mantissa = bits & 0x7u;
+  float f;
+  if (exponent == 0xfu && mantissa == 0x7u) return std::numeric_limits<float>::quiet_NaN();
+  if (exponent == 0) {  // subnormal: mantissa * 2^-9
+    f = static_cast<float>(mantissa) * 0x1p-9f;
+    return sign ? -f : f;
+  }
+  const uint32_t u = sign | ((exponent + 127 - 7) << 23) | (mantissa << 20);
+  std::memcpy(&f, &u, sizeof f);
   return f;
 }
 

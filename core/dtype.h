@@ -51,6 +51,9 @@ inline uint16_t f32_to_bf16(float f) {
 inline float round_to_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
 
 float f16_to_f32(uint16_t bits);
+// OCP FP8 E4M3 ("e4m3fn", torch.float8_e4m3fn): bias 7, subnormals, no infinity, S.1111.111
+// is NaN. Every value is exact in fp32 (and in bf16).
+float f8_e4m3_to_f32(uint8_t bits);
 uint16_t f32_to_f16(float f);
 
 // Converts `count` elements of `dtype` at `src` to float. Only floating dtypes that the

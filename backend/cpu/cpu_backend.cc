@@ -7,6 +7,7 @@
 #include <numeric>
 #include <vector>
 
+#include "backend/cpu/quant_dequant.h"
 #include "core/error.h"
 #include "core/random.h"
 #include "core/thread_pool.h"
@@ -42,6 +43,20 @@ void matvec(const float* w, const float* x, float* y, int64_t rows, int64_t cols
       const float v = dot(w + r * cols, x, cols);
       y[r] = accumulate ? y[r] + v : v;
     }
+  });
+}
+
+// out [n, k] = the packed weight dequantized to fp32 (ops/quant_layout.h), rows in parallel.
+void dequantize_into(std::vector<float>& out, const void* weight, int64_t n, int64_t k, const QuantLayout& layout) {
+  out.resize(static_cast<size_t>(n * k));
+  pool().parallel_for(static_cast<size_t>(n), 16, [&](size_t begin, size_t end) {
+    dequantize_rows({.weight = weight,
+                     .n = n,
+                     .k = k,
+                     .layout = layout,
+                     .row0 = static_cast<int64_t>(begin),
+                     .rows = static_cast<int64_t>(end - begin),
+                     .out = out.data() + begin * k});
   });
 }
 
@@ -106,27 +121,16 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0; i < p.count; ++i) acc[i] = store(acc[i] + (p.x_f32 ? store(x[i]) : x[i]));
   }
 
+  // A quantized weight is the unquantized op on its exact fp32 values (no bf16 rounding of
+  // the weight under kBf16: the CUDA kernels multiply by the fp32 dequantized value too).
   void linear(const LinearParams& p) override {
     MS_CHECK(!p.accumulate || p.y_f32, "linear: accumulate needs an fp32 output (y_f32)");
-    // Parallel over (row, output block) so that both decode (1 row) and prefill use all cores.
-    constexpr int64_t kBlock = 64;
-    const int64_t blocks = (p.out_features + kBlock - 1) / kBlock;
-    pool().parallel_for(static_cast<size_t>(p.rows * blocks), 1, [&](size_t begin, size_t end) {
-      for (size_t task = begin; task < end; ++task) {
-        const int64_t r = static_cast<int64_t>(task) / blocks;
-        const int64_t n0 = (static_cast<int64_t>(task) % blocks) * kBlock;
-        const int64_t n1 = std::min(p.out_features, n0 + kBlock);
-        const float* x = F(p.x) + r * p.x_stride;
-        float* y = F(p.y) + r * p.y_stride;
-        for (int64_t n = n0; n < n1; ++n) {
-          const float v = dot(F(p.weight) + n * p.in_features, x, p.in_features);
-          const float sum = p.accumulate ? y[n] + v : v;
-          y[n] = p.y_f32 ? sum : store(sum);
-        }
-      }
-    });
+    if (!p.weight_quant.quantized()) return linear_f32(p, F(p.weight));
+    check_quant_shape("linear weight", p.out_features, p.in_features, p.weight_quant);
+    std::vector<float> weight;  // [out_features, in_features]
+    dequantize_into(weight, p.weight, p.out_features, p.in_features, p.weight_quant);
+    linear_f32(p, weight.data());
   }
-
   void rope(const RopeParams& p) override {
     const int64_t half = p.rope_dim / 2;
     for (int64_t t = 0; t < p.tokens; ++t) {
@@ -276,53 +280,47 @@ class CpuBackend final : public Backend {
     });
   }
 
+  // Expert by expert: each local expert's w13 / w2 (dequantized to fp32 once when quantized)
+  // is applied to every (token, k) pair routed to it; then each token sums its pairs in k
+  // order, so the result does not depend on the partition or the thread count.
   void moe_experts(const MoeExpertsParams& p) override {
-    // One token's routed experts are evaluated in k order; tokens are independent, so the
-    // result is the same whatever the partition. Few tokens: parallelise inside each matvec.
-    const bool parallel_tokens = static_cast<size_t>(p.tokens) >= pool().size();
-    auto run_token = [&](int64_t t, std::vector<float>& gate_up, std::vector<float>& act, std::vector<float>& down,
-                         std::vector<float>& routed) {
-      float* out = F(p.out) + t * p.hidden;
-      std::fill(routed.begin(), routed.end(), 0.0f);
-      const float* x = F(p.x) + t * p.hidden;
-      for (int64_t k = 0; k < p.top_k; ++k) {
-        const int64_t e = p.topk_ids[t * p.top_k + k];
-        if (e < p.expert_begin || e >= p.expert_end) continue;
-        const float* w13 = F(p.w13[e - p.expert_begin]);
-        const float* w2 = F(p.w2[e - p.expert_begin]);
-        // bf16: gate, up and the down projection are bf16 linear outputs, silu(gate) is rounded
-        // too (transformers' DeepseekV3MLP; the CUDA expert kernels round at the same points).
-        if (parallel_tokens) {
-          for (int64_t n = 0; n < 2 * p.inter; ++n) gate_up[n] = store(dot(w13 + n * p.hidden, x, p.hidden));
-          for (int64_t n = 0; n < p.inter; ++n) act[n] = silu_times(gate_up[n], gate_up[p.inter + n]);
-          for (int64_t n = 0; n < p.hidden; ++n) down[n] = store(dot(w2 + n * p.inter, act.data(), p.inter));
-        } else {
-          matvec(w13, x, gate_up.data(), 2 * p.inter, p.hidden, false);
-          if (bf16_)
-            for (float& v : gate_up) v = round_to_bf16(v);
-          for (int64_t n = 0; n < p.inter; ++n) act[n] = silu_times(gate_up[n], gate_up[p.inter + n]);
-          matvec(w2, act.data(), down.data(), p.hidden, p.inter, false);
-          if (bf16_)
-            for (float& v : down) v = round_to_bf16(v);
-        }
-        const float w = p.topk_weights[t * p.top_k + k];
-        for (int64_t n = 0; n < p.hidden; ++n) routed[n] += w * down[n];
-      }
-      // The routed sum is added to what `out` holds in one addition (out = out + routed).
-      for (int64_t n = 0; n < p.hidden; ++n) {
-        const float sum = p.accumulate ? out[n] + routed[n] : routed[n];
-        out[n] = p.out_f32 ? sum : store(sum);
-      }
-    };
-    if (parallel_tokens) {
-      pool().parallel_for(p.tokens, 1, [&](size_t begin, size_t end) {
-        std::vector<float> gate_up(2 * p.inter), act(p.inter), down(p.hidden), routed(p.hidden);
-        for (size_t t = begin; t < end; ++t) run_token(static_cast<int64_t>(t), gate_up, act, down, routed);
-      });
-    } else {
-      std::vector<float> gate_up(2 * p.inter), act(p.inter), down(p.hidden), routed(p.hidden);
-      for (int64_t t = 0; t < p.tokens; ++t) run_token(t, gate_up, act, down, routed);
+    const bool quantized = p.expert_quant.quantized();
+    if (quantized) {
+      check_quant_shape("moe_experts w13", 2 * p.inter, p.hidden, p.expert_quant);
+      check_quant_shape("moe_experts w2", p.hidden, p.inter, p.expert_quant);
     }
+    std::vector<std::vector<int64_t>> pairs_of_expert(static_cast<size_t>(p.expert_end - p.expert_begin));
+    for (int64_t i = 0; i < p.tokens * p.top_k; ++i) {
+      const int64_t e = p.topk_ids[i];
+      if (e >= p.expert_begin && e < p.expert_end) pairs_of_expert[e - p.expert_begin].push_back(i);
+    }
+    std::vector<float> down(static_cast<size_t>(p.tokens * p.top_k * p.hidden));  // [tokens * top_k, hidden]
+    std::vector<float> w13_f32, w2_f32;  // a quantized expert's [2 * inter, hidden], [hidden, inter]
+    for (size_t local = 0; local < pairs_of_expert.size(); ++local) {
+      if (pairs_of_expert[local].empty()) continue;
+      const float* w13 = F(p.w13[local]);
+      const float* w2 = F(p.w2[local]);
+      if (quantized) {
+        dequantize_into(w13_f32, p.w13[local], 2 * p.inter, p.hidden, p.expert_quant);
+        dequantize_into(w2_f32, p.w2[local], p.hidden, p.inter, p.expert_quant);
+        w13 = w13_f32.data();
+        w2 = w2_f32.data();
+      }
+      expert_down(p, w13, w2, pairs_of_expert[local], down.data());
+    }
+    pool().parallel_for(static_cast<size_t>(p.tokens), 1, [&](size_t begin, size_t end) {
+      std::vector<float> routed(p.hidden);
+      for (size_t t = begin; t < end; ++t) {
+        std::fill(routed.begin(), routed.end(), 0.0f);
+        for (int64_t k = 0; k < p.top_k; ++k) {
+          const int64_t pair = static_cast<int64_t>(t) * p.top_k + k, e = p.topk_ids[pair];
+          if (e < p.expert_begin || e >= p.expert_end) continue;
+          const float w = p.topk_weights[pair];
+          for (int64_t n = 0; n < p.hidden; ++n) routed[n] += w * down[pair * p.hidden + n];
+        }
+        write_routed(p, F(p.out) + t * p.hidden, routed.data());
+      }
+    });
   }
 
   void fill_uniform(const FillUniformParams& p) override {
@@ -407,6 +405,69 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // down[pair, :] = w2 @ silu_mul(w13 @ x[pair / top_k]) for the pairs routed to one expert.
+  // bf16: gate, up and the down projection are bf16 linear outputs, silu(gate) is rounded too
+  // (transformers' DeepseekV3MLP; the CUDA expert kernels round at the same points). Many
+  // pairs: parallel over pairs; few: parallel inside each matvec (same dots, same result).
+  void expert_down(const MoeExpertsParams& p, const float* w13, const float* w2, const std::vector<int64_t>& pairs,
+                   float* down) const {
+    auto run = [&](int64_t pair, std::vector<float>& gate_up, std::vector<float>& act, bool inner_parallel) {
+      const float* x = F(p.x) + (pair / p.top_k) * p.hidden;
+      float* d = down + pair * p.hidden;
+      if (inner_parallel) {
+        matvec(w13, x, gate_up.data(), 2 * p.inter, p.hidden, false);
+        for (float& v : gate_up) v = store(v);
+      } else {
+        for (int64_t n = 0; n < 2 * p.inter; ++n) gate_up[n] = store(dot(w13 + n * p.hidden, x, p.hidden));
+      }
+      for (int64_t n = 0; n < p.inter; ++n) act[n] = silu_times(gate_up[n], gate_up[p.inter + n]);
+      if (inner_parallel) {
+        matvec(w2, act.data(), d, p.hidden, p.inter, false);
+        for (int64_t n = 0; n < p.hidden; ++n) d[n] = store(d[n]);
+      } else {
+        for (int64_t n = 0; n < p.hidden; ++n) d[n] = store(dot(w2 + n * p.inter, act.data(), p.inter));
+      }
+    };
+    if (pairs.size() >= pool().size()) {
+      pool().parallel_for(pairs.size(), 1, [&](size_t begin, size_t end) {
+        std::vector<float> gate_up(2 * p.inter), act(p.inter);
+        for (size_t j = begin; j < end; ++j) run(pairs[j], gate_up, act, false);
+      });
+      return;
+    }
+    std::vector<float> gate_up(2 * p.inter), act(p.inter);
+    for (const int64_t pair : pairs) run(pair, gate_up, act, true);
+  }
+
+  // The routed sum of one token is added to what `out` holds in one addition (out = out + routed).
+  void write_routed(const MoeExpertsParams& p, float* out, const float* routed) const {
+    for (int64_t n = 0; n < p.hidden; ++n) {
+      const float sum = p.accumulate ? out[n] + routed[n] : routed[n];
+      out[n] = p.out_f32 ? sum : store(sum);
+    }
+  }
+
+  // y = x @ weight^T with weight fp32 [out_features, in_features].
+  void linear_f32(const LinearParams& p, const float* weight) const {
+    // Parallel over (row, output block) so that both decode (1 row) and prefill use all cores.
+    constexpr int64_t kBlock = 64;
+    const int64_t blocks = (p.out_features + kBlock - 1) / kBlock;
+    pool().parallel_for(static_cast<size_t>(p.rows * blocks), 1, [&](size_t begin, size_t end) {
+      for (size_t task = begin; task < end; ++task) {
+        const int64_t r = static_cast<int64_t>(task) / blocks;
+        const int64_t n0 = (static_cast<int64_t>(task) % blocks) * kBlock;
+        const int64_t n1 = std::min(p.out_features, n0 + kBlock);
+        const float* x = F(p.x) + r * p.x_stride;
+        float* y = F(p.y) + r * p.y_stride;
+        for (int64_t n = n0; n < n1; ++n) {
+          const float v = dot(weight + n * p.in_features, x, p.in_features);
+          const float sum = p.accumulate ? y[n] + v : v;
+          y[n] = p.y_f32 ? sum : store(sum);
+        }
+      }
+    });
+  }
+
   // A value the CUDA kernels store in bf16: rounded under kBf16, as is under kFp32.
   float store(float v) const { return bf16_ ? round_to_bf16(v) : v; }
   // silu(gate) * up; under kBf16 silu(gate) is rounded first and the product after.

@@ -47,4 +47,24 @@ TEST(DType, ConvertRejectsNonFloatTypes) {
   EXPECT_THROW(convert_to_f32(DType::I32, &x, &y, 1), Error);
 }
 
+// Every e4m3fn byte against its definition, (-1)^s 2^(e-7) (1 + m/8) (subnormal: 2^-6 m/8),
+// written with std::ldexp; S.1111.111 is NaN and there is no infinity.
+TEST(DType, Fp8E4m3DecodesEveryByteAsDefined) {
+  for (int byte = 0; byte < 256; ++byte) {
+    const int e = (byte >> 3) & 15, m = byte & 7;
+    const float got = f8_e4m3_to_f32(static_cast<uint8_t>(byte));
+    if (e == 15 && m == 7) {
+      EXPECT_TRUE(std::isnan(got)) << byte;
+      continue;
+    }
+    const float magnitude = e == 0 ? std::ldexp(static_cast<float>(m), -9) : std::ldexp(8.0f + m, e - 10);
+    EXPECT_EQ(got, (byte & 0x80) ? -magnitude : magnitude) << byte;
+    EXPECT_EQ(std::signbit(got), (byte & 0x80) != 0) << byte;
+  }
+  EXPECT_EQ(f8_e4m3_to_f32(0x7e), 448.0f);                // the largest finite value
+  EXPECT_EQ(f8_e4m3_to_f32(0x01), std::ldexp(1.0f, -9));  // the smallest subnormal
+  EXPECT_EQ(f8_e4m3_to_f32(0x08), std::ldexp(1.0f, -6));  // the smallest normal
+  EXPECT_EQ(f8_e4m3_to_f32(0xb8), -1.0f);
+}
+
 }  // namespace moeserve
