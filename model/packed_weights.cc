@@ -1,6 +1,5 @@
 #include "model/packed_weights.h"
 
-#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -125,14 +124,6 @@ PackedWeight read_packed(const Checkpoint& checkpoint, const PackedSlice& s) {
   return s.layout.quant == ops::WeightQuant::int4_group ? read_int4(checkpoint, s) : read_fp8(checkpoint, s);
 }
 
-float fp8_e4m3_to_f32(uint8_t bits) {
-  const int sign = bits >> 7, exponent = (bits >> 3) & 0xf, mantissa = bits & 0x7;
-  if (exponent == 0xf && mantissa == 0x7) return std::numeric_limits<float>::quiet_NaN();
-  const float magnitude = exponent == 0 ? std::ldexp(static_cast<float>(mantissa), -9)  // subnormal: m/8 * 2^-6
-                                        : std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f, exponent - 7);
-  return sign ? -magnitude : magnitude;
-}
-
 Tensor dequantize(const PackedWeight& w, const ops::QuantLayout& l) {
   Tensor out(DType::F32, {w.rows, w.cols});
   float* dst = out.f32();
@@ -147,7 +138,7 @@ Tensor dequantize(const PackedWeight& w, const ops::QuantLayout& l) {
         std::memcpy(&s, w.scales.data() + (r * (w.cols / l.group_size) + c / l.group_size) * 2, 2);
         scale = bf16_to_f32(s);
       } else {
-        value = fp8_e4m3_to_f32(static_cast<uint8_t>(w.values[r * w.cols + c]));
+        value = f8_e4m3_to_f32(static_cast<uint8_t>(w.values[r * w.cols + c]));
         std::memcpy(&scale, w.scales.data() + ((r / l.block_n) * ceil_div(w.cols, l.block_k) + c / l.block_k) * 4, 4);
       }
       dst[r * w.cols + c] = value * scale;

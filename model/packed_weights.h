@@ -47,7 +47,4 @@ PackedWeight read_packed(const Checkpoint& checkpoint, const PackedSlice& s);
 // ((nibble - 8) * scale; e4m3 * scale_inv): for the few weights an op reads unquantized.
 Tensor dequantize(const PackedWeight& w, const ops::QuantLayout& layout);
 
-// An e4m3 byte as a float (finite values; the NaN pattern 0x7f/0xff gives NaN).
-float fp8_e4m3_to_f32(uint8_t bits);
-
 }  // namespace moeserve
