@@ -37,8 +37,9 @@ QUANT_CONFIGS = {
     # Every linear but the head in FP8 with 16x16 blocks: every TP split up to 4 falls on blocks.
     "fp8_b16": (dict(qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32, intermediate_size=128,
                      moe_intermediate_size=64, q_lora_rank=32), "hf", dict(method="fp8", block=[16, 16])),
-    # DeepSeek-V3's 128x128 blocks over smaller tensors (partial blocks): plans that split none.
-    "fp8_b128": (dict(), "hf", dict(method="fp8", block=[128, 128])),
+    # DeepSeek-V3's 128x128 blocks over smaller tensors (partial blocks in attention): plans that
+    # split none. The MLPs' gate and up rows are whole blocks (they are stacked into one matrix).
+    "fp8_b128": (dict(intermediate_size=128, moe_intermediate_size=128), "hf", dict(method="fp8", block=[128, 128])),
 }
 SEED = 7
 EXPERT = re.compile(r"mlp\.experts\.\d+\.(gate|up|down)_proj\.weight$")
