@@ -193,7 +193,7 @@ DeepseekV3::BranchSum DeepseekV3::attention(const LayerWeights& layer, int64_t l
   // short kernels whose launch and ramp latencies overlap. Both end before attention.
   // kv [T, latent + rope] becomes the cache entry in place: norm(kv[:, :latent]), rope(kv[:, latent:]).
   backend_.side_begin();
-  backend_.linear({ptr(a.normed), ptr(layer.kv_a_proj), ptr(a.kv), T, hidden, width, hidden, width});
+  backend_.linear(linear_params(ptr(a.normed), layer.kv_a_proj, ptr(a.kv), T, hidden, width));
   backend_.rms_norm({ptr(a.kv), ptr(layer.kv_a_norm), ptr(a.kv), T, latent, width, width, eps});
   backend_.rope({bytes(a.kv) + latent * act, static_cast<const int32_t*>(ptr(a.positions)),
                  static_cast<const float*>(ptr(weights_->inv_freq)), T, 1, width, width, rope,
@@ -202,7 +202,7 @@ DeepseekV3::BranchSum DeepseekV3::attention(const LayerWeights& layer, int64_t l
   backend_.side_end();
 
   if (c.q_lora_rank > 0) {  // q_a [T, q_lora] path: replicated, once for every part
-    backend_.linear({ptr(a.normed), ptr(layer.q_a_proj), ptr(a.q_a), T, hidden, c.q_lora_rank, hidden, c.q_lora_rank});
+    backend_.linear(linear_params(ptr(a.normed), layer.q_a_proj, ptr(a.q_a), T, hidden, c.q_lora_rank));
     backend_.rms_norm(
         {ptr(a.q_a), ptr(layer.q_a_norm), ptr(a.q_a_normed), T, c.q_lora_rank, c.q_lora_rank, c.q_lora_rank, eps});
   }
@@ -219,10 +219,9 @@ void DeepseekV3::attention_part(const LayerPart& part, int v, ops::Buffer& cache
   const auto* positions = static_cast<const int32_t*>(ptr(a.positions));
   // q: [T, heads, qk] = (q LoRA ? q_b(norm(q_a(x))) : q_proj(x)) for this part's heads.
   if (c.q_lora_rank > 0) {
-    backend_.linear(
-        {ptr(a.q_a_normed), ptr(part.q_b_proj), ptr(a.q), T, c.q_lora_rank, heads * qk, c.q_lora_rank, heads * qk});
+    backend_.linear(linear_params(ptr(a.q_a_normed), part.q_b_proj, ptr(a.q), T, c.q_lora_rank, heads * qk));
   } else {
-    backend_.linear({ptr(a.normed), ptr(part.q_proj), ptr(a.q), T, hidden, heads * qk, hidden, heads * qk});
+    backend_.linear(linear_params(ptr(a.normed), part.q_proj, ptr(a.q), T, hidden, heads * qk));
   }
   backend_.rope({bytes(a.q) + nope * dtype_size(backend_.activation_dtype()), positions,
                  static_cast<const float*>(ptr(weights_->inv_freq)), T, heads, heads * qk, qk, rope,
@@ -249,19 +248,19 @@ void DeepseekV3::attention_part(const LayerPart& part, int v, ops::Buffer& cache
                           .scale = static_cast<float>(c.attention_scale())});
   backend_.mla_v_up({ptr(a.attn_latent), ptr(part.kv_b_proj), ptr(a.attn_v), T, heads, nope, c.v_head_dim, latent});
   // [T, hidden] partial over this part's heads, summed over the parts and attention TP.
-  ops::LinearParams o_proj{ptr(a.attn_v),        ptr(part.o_proj), branch_part(a, v),    T,
-                           heads * c.v_head_dim, hidden,           heads * c.v_head_dim, hidden};
+  ops::LinearParams o_proj =
+      linear_params(ptr(a.attn_v), part.o_proj, branch_part(a, v), T, heads * c.v_head_dim, hidden);
   o_proj.y_f32 = true;
   backend_.linear(o_proj);
 }
 
-void DeepseekV3::mlp(const BufferPtr& w13, const BufferPtr& w2, int64_t inter, Activations& a, void* out,
+void DeepseekV3::mlp(const LinearWeight& w13, const LinearWeight& w2, int64_t inter, Activations& a, void* out,
                      bool accumulate) {
   const int64_t T = a.tokens, hidden = config_.hidden_size;
   // gate_up [T, 2 * inter] -> act [T, inter] -> out [T, hidden] (+)= down(silu(gate(x)) * up(x)).
-  backend_.linear({ptr(a.normed), ptr(w13), ptr(a.gate_up), T, hidden, 2 * inter, hidden, 2 * inter});
+  backend_.linear(linear_params(ptr(a.normed), w13, ptr(a.gate_up), T, hidden, 2 * inter));
   backend_.silu_mul({ptr(a.gate_up), ptr(a.act), T, inter});
-  ops::LinearParams down{ptr(a.act), ptr(w2), out, T, inter, hidden, inter, hidden};
+  ops::LinearParams down = linear_params(ptr(a.act), w2, out, T, inter, hidden);
   down.accumulate = accumulate;
   down.y_f32 = true;
   backend_.linear(down);
@@ -292,7 +291,7 @@ DeepseekV3::BranchSum DeepseekV3::moe(const LayerWeights& layer, int64_t moe_lay
   // sum), was slower at batch 64 in the run that tried it (16.96 against 16.04 ms per step,
   // K2.6 x3 on one H200, separate runs) and no faster at batch 1.
   const LayerPart& first = layer.parts[0];
-  const bool has_shared = first.mlp_w13 != nullptr;
+  const bool has_shared = static_cast<bool>(first.mlp_w13);
   backend_.side_begin();
   shared_experts(layer, first, a, branch_part(a, 0), /*accumulate=*/false);
   backend_.side_end();

@@ -25,6 +25,7 @@ class ExpertExchange;
 }
 struct Activations;
 struct LayerPart;
+struct LinearWeight;
 struct LayerWeights;
 struct ModelWeights;
 class GraphCache;
@@ -138,8 +139,7 @@ class DeepseekV3 {
   void add_branch(const BranchSum& sum, Activations& a, const void* norm_weight);
   bool reduction_plan_on() const { return run_.reduction_plan.world() > 1; }
   // out [T, hidden] fp32 (+)= the MLP of `inter` columns (w13, w2) on a.normed.
-  void mlp(const ops::BufferPtr& w13, const ops::BufferPtr& w2, int64_t inter, Activations& a, void* out,
-           bool accumulate);
+  void mlp(const LinearWeight& w13, const LinearWeight& w2, int64_t inter, Activations& a, void* out, bool accumulate);
   void shared_experts(const LayerWeights& layer, const LayerPart& part, Activations& a, void* out, bool accumulate);
   void* branch_part(Activations& a, int v) const;  // [T, hidden] fp32: part v's partial branch
   void record_routing(int64_t moe_layer, const int32_t* ids, size_t count);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "model/deepseek_v3_weights.h"
 #include "model/rope.h"
 
 namespace moeserve {
@@ -14,7 +15,12 @@ using parallel::Range;
 class WeightLoader {
  public:
   explicit WeightLoader(const WeightLoadParams& p)
-      : p_(p), c_(p.config), shard_(p.shard), backend_(p.backend), weight_dtype_(p.backend.activation_dtype()) {}
+      : p_(p),
+        c_(p.config),
+        shard_(p.shard),
+        backend_(p.backend),
+        weight_dtype_(p.backend.activation_dtype()),
+        formats_(p.config.quantization, static_cast<int64_t>(dtype_size(weight_dtype_))) {}
 
   ModelWeights load() {
     load_ends();
@@ -64,17 +70,111 @@ class WeightLoader {
     out_.bytes += bytes;
     return buffer;
   }
-  // gate and up rows `cols` of an MLP stacked into one [2 * n, hidden] matrix.
-  BufferPtr load_w13(const std::string& prefix, int64_t inter, Range cols) {
-    const int64_t n = cols.size(), hidden = c_.hidden_size;
-    BufferPtr w13 = backend_.alloc(static_cast<size_t>(2 * n * hidden) * dtype_size(weight_dtype_));
-    place(*w13, 0, prefix + "gate_proj.weight", {inter, hidden}, {cols.begin, cols.end}, Slice::all(), false);
-    place(*w13, n * hidden, prefix + "up_proj.weight", {inter, hidden}, {cols.begin, cols.end}, Slice::all(), false);
-    out_.bytes += 2 * n * hidden * static_cast<int64_t>(dtype_size(weight_dtype_));
-    return w13;
+  // The layout of linear `module` (a tensor name without ".weight") as the checkpoint stores it.
+  ops::QuantLayout layout_of(const std::string& module, bool expert = false) {
+    return quant_layout(formats_.linear(module, expert));
   }
-  BufferPtr load_w2(const std::string& prefix, int64_t inter, Range cols) {
-    return load_tensor(prefix + "down_proj.weight", {c_.hidden_size, inter}, Slice::all(), {cols.begin, cols.end});
+  // Rows x cols of the packed linear `s.module` into dst: its values at byte `values_at`, its
+  // scales at byte `scales_at`; generated in place for synthetic sources.
+  void place_packed(ops::Buffer& dst, const PackedSlice& s, int64_t values_at, int64_t scales_at) {
+    check_packed_slice(s, shard_.coord.rank);
+    out_.bytes += ops::quant_value_bytes(s.rows.size(), s.cols.size(), s.layout) +
+                  ops::quant_scale_bytes(s.rows.size(), s.cols.size(), s.layout);
+    SyntheticPackedRecipe recipe;
+    if (p_.source.synthetic_packed_recipe(s.module, s.n, s.k, s.layout, &recipe)) {
+      generate_packed(dst, s, recipe, values_at, scales_at);
+      return;
+    }
+    const PackedWeight w = p_.source.read_packed(s);
+    backend_.upload(dst, static_cast<size_t>(values_at), w.values.data(), w.values.size());
+    backend_.upload(dst, static_cast<size_t>(scales_at), w.scales.data(), w.scales.size());
+  }
+  void generate_packed(ops::Buffer& dst, const PackedSlice& s, const SyntheticPackedRecipe& recipe, int64_t values_at,
+                       int64_t scales_at) {
+    const bool int4 = s.layout.quant == ops::WeightQuant::int4_group;
+    const int64_t per_word = int4 ? 8 : 4;  // weights per 32-bit word
+    MS_CHECK(s.k % per_word == 0 && s.cols.size() % per_word == 0,
+             "synthetic tensor '{}': columns [{}, {}) of K = {} are not whole 32-bit words", s.module, s.cols.begin,
+             s.cols.end, s.k);
+    backend_.fill_random_words({.out = reinterpret_cast<uint32_t*>(static_cast<std::byte*>(dst.data()) + values_at),
+                                .words = s.cols.size() / per_word,
+                                .word0 = s.rows.begin * (s.k / per_word) + s.cols.begin / per_word,
+                                .seed = recipe.value_seed,
+                                .rows = s.rows.size(),
+                                .index_stride = s.k / per_word,
+                                .mask = recipe.value_mask});
+    // The slice's part of the scale grid: int4 [N, K/group], fp8 [ceil(N/bn), ceil(K/bk)].
+    auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+    const int64_t bn = int4 ? 1 : s.layout.block_n, bk = int4 ? s.layout.group_size : s.layout.block_k;
+    const Range rows{s.rows.begin / bn, ceil_div(s.rows.end, bn)}, cols{s.cols.begin / bk, ceil_div(s.cols.end, bk)};
+    ops::FillUniformParams fill{static_cast<std::byte*>(dst.data()) + scales_at,
+                                rows.size(),
+                                cols.size(),
+                                ceil_div(s.k, bk),
+                                rows.begin,
+                                cols.begin,
+                                recipe.scales.seed,
+                                recipe.scales.offset,
+                                recipe.scales.amplitude};
+    fill.out_f32 = !int4;  // fp8 scales are fp32, int4 scales bf16 (ops/quant_layout.h)
+    fill.out_bf16 = int4;
+    backend_.fill_uniform(fill);
+  }
+  // Rows x cols of linear `module` [n, k]: packed when the checkpoint quantizes it.
+  LinearWeight load_linear(const std::string& module, int64_t n, int64_t k, Range rows, Range cols,
+                           bool expert = false) {
+    const ops::QuantLayout layout = layout_of(module, expert);
+    if (!layout.quantized())
+      return {load_tensor(module + ".weight", {n, k}, {rows.begin, rows.end}, {cols.begin, cols.end}), layout};
+    BufferPtr buffer = backend_.alloc(static_cast<size_t>(ops::quant_buffer_bytes(rows.size(), cols.size(), layout)));
+    place_packed(*buffer, {module, n, k, rows, cols, layout}, 0,
+                 ops::quant_scales_offset(rows.size(), cols.size(), layout));
+    return {std::move(buffer), layout};
+  }
+  // A weight an op reads unquantized (kv_b_proj: the absorbed-MLA ops), dequantized on the host
+  // from a quantized checkpoint as vLLM does; synthetic sources generate it unquantized.
+  BufferPtr load_dequantized(const std::string& module, int64_t n, int64_t k, Range rows) {
+    MS_CHECK(dequantized_at_load(module), "tensor '{}': not a weight that is dequantized at load", module);
+    const ops::QuantLayout layout = layout_of(module);
+    SyntheticRecipe recipe;
+    if (!layout.quantized() || p_.source.synthetic_recipe(module + ".weight", {n, k}, &recipe))
+      return load_tensor(module + ".weight", {n, k}, {rows.begin, rows.end});
+    const PackedSlice slice{module, n, k, rows, {0, k}, layout};
+    check_packed_slice(slice, shard_.coord.rank);
+    const Tensor w = dequantize(p_.source.read_packed(slice), layout);
+    out_.bytes += w.numel() * static_cast<int64_t>(dtype_size(weight_dtype_));
+    return backend_.upload_weight(w, /*keep_f32=*/false);
+  }
+  // gate and up rows `cols` of an MLP stacked into one [2 * n, hidden] matrix (packed: gate's
+  // values then up's, gate's scales then up's, which is the layout of the stacked matrix when
+  // n rows are whole scale blocks).
+  LinearWeight load_w13(const std::string& prefix, int64_t inter, Range cols, bool expert = false) {
+    const int64_t n = cols.size(), hidden = c_.hidden_size;
+    const ops::QuantLayout layout = layout_of(prefix + "gate_proj", expert);
+    MS_CHECK(layout == layout_of(prefix + "up_proj", expert),
+             "tensors '{}gate_proj' and '{}up_proj' are stored in "
+             "different formats (quantization_config's ignore list); they are stacked into one matrix",
+             prefix, prefix);
+    if (!layout.quantized()) {
+      BufferPtr w13 = backend_.alloc(static_cast<size_t>(2 * n * hidden) * dtype_size(weight_dtype_));
+      place(*w13, 0, prefix + "gate_proj.weight", {inter, hidden}, {cols.begin, cols.end}, Slice::all(), false);
+      place(*w13, n * hidden, prefix + "up_proj.weight", {inter, hidden}, {cols.begin, cols.end}, Slice::all(), false);
+      out_.bytes += 2 * n * hidden * static_cast<int64_t>(dtype_size(weight_dtype_));
+      return {std::move(w13), layout};
+    }
+    MS_CHECK(layout.quant != ops::WeightQuant::fp8_block || n % layout.block_n == 0,
+             "tensor '{}gate_proj.weight': rank {} holds {} rows, not whole {}-row scale blocks, so gate and up "
+             "cannot be stacked; use a plan that splits this MLP on block boundaries",
+             prefix, shard_.coord.rank, n, layout.block_n);
+    BufferPtr w13 = backend_.alloc(static_cast<size_t>(ops::quant_buffer_bytes(2 * n, hidden, layout)));
+    const int64_t scales = ops::quant_scales_offset(2 * n, hidden, layout);
+    place_packed(*w13, {prefix + "gate_proj", inter, hidden, cols, {0, hidden}, layout}, 0, scales);
+    place_packed(*w13, {prefix + "up_proj", inter, hidden, cols, {0, hidden}, layout},
+                 ops::quant_value_bytes(n, hidden, layout), scales + ops::quant_scale_bytes(n, hidden, layout));
+    return {std::move(w13), layout};
+  }
+  LinearWeight load_w2(const std::string& prefix, int64_t inter, Range cols, bool expert = false) {
+    return load_linear(prefix + "down_proj", c_.hidden_size, inter, {0, c_.hidden_size}, cols, expert);
   }
   BufferPtr pointer_table(const std::vector<BufferPtr>& buffers) {
     std::vector<const void*> pointers;
@@ -97,10 +197,13 @@ class WeightLoader {
     if (shard_.first_stage) out_.embed = load_tensor(embed_name, {c_.vocab_size, hidden}, vocab_rows);
     if (!shard_.last_stage) return;
     out_.final_norm = load_tensor(c_.tensor_prefix + "model.norm.weight", {hidden});
-    const std::string head_name = c_.tie_word_embeddings ? embed_name : c_.tensor_prefix + "lm_head.weight";
     for (int v = 0; v < p_.parts; ++v) {
       const Range rows = part_of(shard_.vocab, v);
-      out_.lm_head.push_back(load_tensor(head_name, {c_.vocab_size, hidden}, {rows.begin, rows.end}));
+      if (c_.tie_word_embeddings) {
+        out_.lm_head.push_back({load_tensor(embed_name, {c_.vocab_size, hidden}, {rows.begin, rows.end}), {}});
+      } else {
+        out_.lm_head.push_back(load_linear(c_.tensor_prefix + "lm_head", c_.vocab_size, hidden, rows, {0, hidden}));
+      }
     }
   }
 
@@ -112,10 +215,11 @@ class WeightLoader {
     layer->input_norm = load_tensor(p + "input_layernorm.weight", {hidden});
     layer->post_attention_norm = load_tensor(p + "post_attention_layernorm.weight", {hidden});
     if (c_.q_lora_rank > 0) {
-      layer->q_a_proj = load_tensor(p + "self_attn.q_a_proj.weight", {c_.q_lora_rank, hidden});
+      layer->q_a_proj = load_linear(p + "self_attn.q_a_proj", c_.q_lora_rank, hidden, {0, c_.q_lora_rank}, {0, hidden});
       layer->q_a_norm = load_tensor(p + "self_attn.q_a_layernorm.weight", {c_.q_lora_rank});
     }
-    layer->kv_a_proj = load_tensor(p + "self_attn.kv_a_proj_with_mqa.weight", {latent + rope, hidden});
+    layer->kv_a_proj =
+        load_linear(p + "self_attn.kv_a_proj_with_mqa", latent + rope, hidden, {0, latent + rope}, {0, hidden});
     layer->kv_a_norm = load_tensor(p + "self_attn.kv_a_layernorm.weight", {latent});
     if (layer->is_moe) {
       layer->router = load_tensor(p + "mlp.gate.weight", {c_.n_routed_experts, hidden}, Slice::all(), Slice::all(),
@@ -149,17 +253,18 @@ class WeightLoader {
     const int64_t hidden = c_.hidden_size, qk = c_.qk_head_dim(), latent = c_.kv_lora_rank;
     const int64_t kv_b_per_head = c_.qk_nope_head_dim + c_.v_head_dim;
     const Range heads = part_of(shard_.heads, v);
-    const Slice q_rows{heads.begin * qk, heads.end * qk};
+    const Range q_rows{heads.begin * qk, heads.end * qk};
     if (c_.q_lora_rank > 0) {
-      part.q_b_proj =
-          load_tensor(p + "self_attn.q_b_proj.weight", {c_.num_attention_heads * qk, c_.q_lora_rank}, q_rows);
+      part.q_b_proj = load_linear(p + "self_attn.q_b_proj", c_.num_attention_heads * qk, c_.q_lora_rank, q_rows,
+                                  {0, c_.q_lora_rank});
     } else {
-      part.q_proj = load_tensor(p + "self_attn.q_proj.weight", {c_.num_attention_heads * qk, hidden}, q_rows);
+      part.q_proj = load_linear(p + "self_attn.q_proj", c_.num_attention_heads * qk, hidden, q_rows, {0, hidden});
     }
-    part.kv_b_proj = load_tensor(p + "self_attn.kv_b_proj.weight", {c_.num_attention_heads * kv_b_per_head, latent},
-                                 {heads.begin * kv_b_per_head, heads.end * kv_b_per_head});
-    part.o_proj = load_tensor(p + "self_attn.o_proj.weight", {hidden, c_.num_attention_heads * c_.v_head_dim},
-                              Slice::all(), {heads.begin * c_.v_head_dim, heads.end * c_.v_head_dim});
+    part.kv_b_proj = load_dequantized(p + "self_attn.kv_b_proj", c_.num_attention_heads * kv_b_per_head, latent,
+                                      {heads.begin * kv_b_per_head, heads.end * kv_b_per_head});
+    const int64_t o_cols = c_.num_attention_heads * c_.v_head_dim;
+    part.o_proj = load_linear(p + "self_attn.o_proj", hidden, o_cols, {0, hidden},
+                              {heads.begin * c_.v_head_dim, heads.end * c_.v_head_dim});
   }
 
   void load_routed_experts(const std::string& p, int v, LayerPart& part) {
@@ -179,8 +284,15 @@ class WeightLoader {
     }
     for (int64_t e = part.experts.begin; e < part.experts.end; ++e) {
       const std::string ep = fmt::format("{}mlp.experts.{}.", p, e);
-      part.expert_w13.push_back(load_w13(ep, c_.moe_intermediate_size, part.expert_cols));
-      part.expert_w2.push_back(load_w2(ep, c_.moe_intermediate_size, part.expert_cols));
+      LinearWeight w13 = load_w13(ep, c_.moe_intermediate_size, part.expert_cols, /*expert=*/true);
+      LinearWeight w2 = load_w2(ep, c_.moe_intermediate_size, part.expert_cols, /*expert=*/true);
+      MS_CHECK(w13.quant == w2.quant,
+               "tensors '{}gate_proj' and '{}down_proj' are stored in different formats "
+               "(quantization_config's ignore list); one experts call reads both in one layout",
+               ep, ep);
+      part.expert_quant = w13.quant;
+      part.expert_w13.push_back(std::move(w13.buffer));
+      part.expert_w2.push_back(std::move(w2.buffer));
     }
     part.expert_w13_table = pointer_table(part.expert_w13);
     part.expert_w2_table = pointer_table(part.expert_w2);
@@ -193,6 +305,7 @@ class WeightLoader {
   const parallel::RankShard& shard_;
   ops::Backend& backend_;
   const DType weight_dtype_;
+  WeightFormats formats_;
   ModelWeights out_;
 };
 

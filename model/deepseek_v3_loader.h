@@ -18,16 +18,27 @@ namespace moeserve {
 // 1 / parts of the rank's heads and dense / shared-expert columns, and of its routed experts
 // by expert group and column as the reduction plan splits them. Own buffers, so that every
 // kernel sees the shapes and alignment that rank's would.
+// A linear's weight in backend memory: in the activation dtype, or packed as the checkpoint
+// quantizes it (`quant`, ops/quant_layout.h: values then scales in the one buffer).
+struct LinearWeight {
+  ops::BufferPtr buffer;
+  ops::QuantLayout quant;
+  explicit operator bool() const { return buffer != nullptr; }
+};
+inline void* ptr(const LinearWeight& w) { return w.buffer ? w.buffer->data() : nullptr; }
+
 struct LayerPart {
-  ops::BufferPtr q_proj;     // [heads_part * qk_head_dim, hidden]        (no q LoRA)
-  ops::BufferPtr q_b_proj;   // [heads_part * qk_head_dim, q_lora_rank]   (q LoRA)
-  ops::BufferPtr kv_b_proj;  // [heads_part * (nope + v), kv_lora_rank]
-  ops::BufferPtr o_proj;     // [hidden, heads_part * v]
+  LinearWeight q_proj;       // [heads_part * qk_head_dim, hidden]        (no q LoRA)
+  LinearWeight q_b_proj;     // [heads_part * qk_head_dim, q_lora_rank]   (q LoRA)
+  ops::BufferPtr kv_b_proj;  // [heads_part * (nope + v), kv_lora_rank]   (dequantized: the MLA ops read it)
+  LinearWeight o_proj;       // [hidden, heads_part * v]
   // Dense MLP (first_k_dense_replace layers) or the shared experts.
-  ops::BufferPtr mlp_w13;  // [2 * inter_part, hidden]: gate rows then up rows
-  ops::BufferPtr mlp_w2;   // [hidden, inter_part]
-  // Routed experts [experts.begin, experts.end) of this part, its columns expert_cols.
+  LinearWeight mlp_w13;  // [2 * inter_part, hidden]: gate rows then up rows
+  LinearWeight mlp_w2;   // [hidden, inter_part]
+  // Routed experts [experts.begin, experts.end) of this part, its columns expert_cols; every
+  // w13 and w2 packed as expert_quant says.
   parallel::Range experts, expert_cols;
+  ops::QuantLayout expert_quant;
   std::vector<ops::BufferPtr> expert_w13;                    // each [2 * expert_inter_part, hidden]
   std::vector<ops::BufferPtr> expert_w2;                     // each [hidden, expert_inter_part]
   ops::BufferPtr expert_w13_table, expert_w2_table;          // [local experts] pointers, in backend memory
@@ -37,9 +48,9 @@ struct LayerPart {
 struct LayerWeights {
   bool is_moe = false;
   ops::BufferPtr input_norm, post_attention_norm;  // [hidden]
-  ops::BufferPtr q_a_proj;                         // [q_lora_rank, hidden]                       (q LoRA)
+  LinearWeight q_a_proj;                           // [q_lora_rank, hidden]                       (q LoRA)
   ops::BufferPtr q_a_norm;                         // [q_lora_rank]
-  ops::BufferPtr kv_a_proj;      // [kv_lora_rank + rope, hidden]  (replicated: the latent is shared by all heads)
+  LinearWeight kv_a_proj;        // [kv_lora_rank + rope, hidden]  (replicated: the latent is shared by all heads)
   ops::BufferPtr kv_a_norm;      // [kv_lora_rank]
   int64_t mlp_inter = 0;         // columns of the dense MLP or the shared experts per part
   ops::BufferPtr router;         // [experts, hidden] fp32
@@ -50,10 +61,12 @@ struct LayerWeights {
 struct ModelWeights {
   ops::BufferPtr embed;                               // [vocab slice, hidden]            (first stage)
   ops::BufferPtr final_norm;                          // [hidden]                         (last stage)
-  std::vector<ops::BufferPtr> lm_head;                // per part: [vocab slice / parts, hidden] (last stage)
+  std::vector<LinearWeight> lm_head;                  // per part: [vocab slice / parts, hidden] (last stage)
   ops::BufferPtr inv_freq;                            // [rope / 2] fp32
   std::vector<std::unique_ptr<LayerWeights>> layers;  // this stage's layers
-  int64_t bytes = 0;                                  // in the backend's dtypes
+  // In the backend's dtypes; packed weights by their values and scales (loaded_bytes() of
+  // model/deepseek_v3_weights.h), not the padding between them.
+  int64_t bytes = 0;
 };
 
 struct WeightLoadParams {

@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <unordered_map>
-
 #include "parallel/plan_parse.h"
 
 namespace moeserve {
@@ -30,23 +28,11 @@ std::vector<WeightSlice> weight_slices_of_rank(const ModelConfig& c, const paral
   const bool owns_tp_slice = s.coord.dp_index == 0;
   const bool owns_stage_copy = s.coord.moe_index == 0;
   std::vector<WeightSlice> out;
-  const QuantizationConfig& q = c.quantization;
-  const WeightFormat quantized{q.method, element_bytes, q.group_size, q.block_n, q.block_k};
-  // The routed experts of a layer share a format per projection (ignore patterns that single
-  // out one expert are not told apart): matched once, for the first expert of the rank.
-  std::unordered_map<std::string, bool> expert_quantized;
-  auto quantizes = [&](const std::string& module, bool expert) {
-    if (!expert || q.method == QuantMethod::none) return q.quantizes(module, false);
-    const size_t index = module.find("mlp.experts.") + std::string("mlp.experts.").size();
-    const std::string key = module.substr(0, index) + module.substr(module.find('.', index));
-    auto it = expert_quantized.find(key);
-    if (it == expert_quantized.end()) it = expert_quantized.emplace(key, q.quantizes(module, true)).first;
-    return it->second;
-  };
+  WeightFormats formats(c.quantization, element_bytes);
   // A 2-D weight [rows, cols]; `linear`: a projection the checkpoint may quantize.
   auto add2 = [&](std::string name, int64_t rows, int64_t cols, bool owned, bool linear = false, bool expert = false) {
-    WeightFormat format{QuantMethod::none, element_bytes, 0, 0, 0};
-    if (linear && quantizes(name.substr(0, name.size() - std::string(".weight").size()), expert)) format = quantized;
+    const WeightFormat format =
+        linear ? formats.linear(name.substr(0, name.size() - std::string(".weight").size()), expert) : formats.plain();
     out.push_back({std::move(name), rows * cols, {rows, cols}, format, owned});
   };
   auto add = [&](std::string name, int64_t elements, bool owned) { add2(std::move(name), elements, 1, owned); };
@@ -93,6 +79,17 @@ std::vector<WeightSlice> weight_slices_of_rank(const ModelConfig& c, const paral
       mlp(fmt::format("{}mlp.experts.{}.", p, e), s.expert_intermediate.size(), true, true);
   }
   return out;
+}
+
+bool dequantized_at_load(const std::string& module) {
+  const std::string suffix = "self_attn.kv_b_proj";
+  return module.size() >= suffix.size() && module.compare(module.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+int64_t loaded_bytes(const WeightSlice& slice, int64_t element_bytes) {
+  const std::string module = slice.name.substr(0, slice.name.rfind('.'));
+  if (slice.format.method != QuantMethod::none && dequantized_at_load(module)) return slice.elements * element_bytes;
+  return slice.bytes();
 }
 
 RankWeights rank_weights(const ModelConfig& config, const parallel::ParallelPlan& plan, int rank,

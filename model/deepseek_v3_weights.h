@@ -33,6 +33,13 @@ struct WeightSlice {
 
 // Unquantized slices are counted at `element_bytes` (the activation dtype); quantized ones
 // (config.quantization) as the checkpoint stores them.
+// Whether linear `module` is dequantized at load (the absorbed-MLA ops read kv_b_proj
+// unquantized, as in vLLM): held in the activation dtype whatever the checkpoint stores.
+bool dequantized_at_load(const std::string& module);
+// Bytes the backend holds for `slice` (ModelWeights::bytes): stored_bytes(), except for a
+// weight dequantized at load, held at `element_bytes`.
+int64_t loaded_bytes(const WeightSlice& slice, int64_t element_bytes);
+
 std::vector<WeightSlice> weight_slices_of_rank(const ModelConfig& config, const parallel::ParallelPlan& plan, int rank,
                                                int64_t element_bytes = 2);
 

@@ -2,6 +2,12 @@
 
 namespace moeserve {
 
+ops::LinearParams linear_params(const void* x, const LinearWeight& w, void* y, int64_t rows, int64_t in, int64_t out) {
+  ops::LinearParams p{x, ptr(w), y, rows, in, out, in, out};
+  p.weight_quant = w.quant;
+  return p;
+}
+
 ops::MoeRouteParams route_params(const ModelConfig& c, const LayerWeights& layer, const void* x, int64_t tokens,
                                  Activations& a) {
   return {x,
@@ -33,7 +39,8 @@ ops::MoeExpertsParams experts_params(const LayerPart& part, const RoutedRows& ro
           .expert_begin = part.experts.begin,
           .expert_end = part.experts.end,
           .w13_host = part.expert_w13_ptrs.data(),
-          .w2_host = part.expert_w2_ptrs.data()};
+          .w2_host = part.expert_w2_ptrs.data(),
+          .expert_quant = part.expert_quant};
 }
 
 }  // namespace moeserve

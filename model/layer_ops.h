@@ -1,4 +1,5 @@
-// The ops' Params of a MoE layer's weights: the router and the routed experts of a part.
+// The ops' Params of a layer's weights: a linear with its layout, the router and the routed
+// experts of a part.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,9 @@
 #include "ops/ops.h"
 
 namespace moeserve {
+
+// y [rows, out] = x [rows, in] @ w^T (dense strides), with w's layout (packed or not).
+ops::LinearParams linear_params(const void* x, const LinearWeight& w, void* y, int64_t rows, int64_t in, int64_t out);
 
 // Routes x [tokens, hidden] (DeepSeek-V3's grouped top-k) into a.topk_ids / a.topk_weights
 // [tokens, top_k].

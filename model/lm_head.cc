@@ -1,5 +1,7 @@
 #include "model/lm_head.h"
 
+#include "model/layer_ops.h"
+
 namespace moeserve {
 
 void LmHead::run(Activations& a, int64_t rows) {
@@ -10,14 +12,8 @@ void LmHead::run(Activations& a, int64_t rows) {
   backend.rms_norm({ptr(a.selected), ptr(p_.weights.final_norm), ptr(a.selected), rows, hidden, hidden, hidden,
                     static_cast<float>(c.rms_norm_eps)});
   for (int v = 0; v < p_.parts; ++v) {
-    ops::LinearParams head{ptr(a.selected),
-                           ptr(p_.weights.lm_head[v]),
-                           bytes(a.local_logits) + v * rows * vocab_part * 4,
-                           rows,
-                           hidden,
-                           vocab_part,
-                           hidden,
-                           vocab_part};
+    ops::LinearParams head = linear_params(ptr(a.selected), p_.weights.lm_head[v],
+                                           bytes(a.local_logits) + v * rows * vocab_part * 4, rows, hidden, vocab_part);
     head.y_f32 = true;
     backend.linear(head);
   }

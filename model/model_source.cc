@@ -1,6 +1,7 @@
 #include "model/model_source.h"
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 
@@ -108,13 +109,35 @@ ModelConfig with_yarn(ModelConfig c, double theta, double factor, double beta_fa
   return c;
 }
 
+// The published checkpoints' quantization: Kimi K2.6's INT4 routed experts (group 32, every
+// other linear ignored) and DeepSeek-V3's FP8 128x128 blocks, parsed like a config.json's.
+QuantizationConfig published_quantization(const std::string& name, const std::string& tensor_prefix) {
+  nlohmann::json q;
+  if (name == "kimi-k2.6") {
+    q = {{"quant_method", "compressed-tensors"},
+         {"format", "pack-quantized"},
+         {"config_groups",
+          {{"group_0",
+            {{"targets", {"Linear"}},
+             {"weights",
+              {{"num_bits", 4}, {"type", "int"}, {"symmetric", true}, {"strategy", "group"}, {"group_size", 32}}}}}}},
+         {"ignore",
+          {"lm_head", "re:.*self_attn.*", "re:.*shared_experts.*", "re:.*mlp\\.(gate|up|gate_up|down)_proj.*"}}};
+  } else if (name == "deepseek-v3") {
+    q = {{"quant_method", "fp8"}, {"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"weight_block_size", {128, 128}}};
+  } else {
+    return {};
+  }
+  return parse_quantization_config(q, "synthetic:" + name, "quantization_config.", tensor_prefix);
+}
+
 }  // namespace
 
 std::vector<std::string> synthetic_preset_names() {
   return {"tiny", "small", "kimi-k2.6", "kimi-k2", "deepseek-v3", "moonlight"};
 }
 
-ModelConfig synthetic_config(const std::string& name, int64_t layers) {
+ModelConfig synthetic_config(const std::string& name, int64_t layers, SyntheticDtype dtype) {
   ModelConfig c;
   if (name == "tiny") {
     c = tiny_config();
@@ -143,6 +166,7 @@ ModelConfig synthetic_config(const std::string& name, int64_t layers) {
     for (const auto& n : synthetic_preset_names()) known += (known.empty() ? "" : ", ") + n;
     fail("unknown synthetic model '{}'; known: {}", name, known);
   }
+  if (dtype == SyntheticDtype::published) c.quantization = published_quantization(name, c.tensor_prefix);
   if (layers > 0) {
     c.num_hidden_layers = layers;
     c.first_k_dense_replace = std::min(c.first_k_dense_replace, layers);
@@ -163,7 +187,7 @@ ModelSource open_model(const std::string& spec) {
   source.spec = spec;
   const std::string prefix = "synthetic:";
   if (spec.rfind(prefix, 0) == 0) {
-    // synthetic:NAME[:layers=N][:seed=S]
+    // synthetic:NAME[:layers=N][:seed=S][:dtype=bf16]
     std::string rest = spec.substr(prefix.size());
     std::vector<std::string> parts;
     size_t start = 0;
@@ -171,6 +195,7 @@ ModelSource open_model(const std::string& spec) {
       parts.push_back(rest.substr(start, colon - start));
     parts.push_back(rest.substr(start));
     int64_t layers = 0;
+    SyntheticDtype dtype = SyntheticDtype::published;
     source.seed = 0;
     for (size_t i = 1; i < parts.size(); ++i) {
       const auto eq = parts[i].find('=');
@@ -182,14 +207,18 @@ ModelSource open_model(const std::string& spec) {
           MS_CHECK(layers > 0, "model '{}': layers must be positive", spec);
         } else if (key == "seed") {
           source.seed = std::stoull(value);
+        } else if (key == "dtype") {
+          MS_CHECK(value == "bf16", "model '{}': option 'dtype' is '{}'; supported: bf16 (every weight unquantized)",
+                   spec, value);
+          dtype = SyntheticDtype::bf16;
         } else {
-          fail("model '{}': unknown option '{}' (use layers=N or seed=S)", spec, key);
+          fail("model '{}': unknown option '{}' (use layers=N, seed=S or dtype=bf16)", spec, key);
         }
       } catch (const std::logic_error&) {
         fail("model '{}': option '{}' needs an integer value, got '{}'", spec, key, value);
       }
     }
-    source.config = synthetic_config(parts[0], layers);
+    source.config = synthetic_config(parts[0], layers, dtype);
     source.synthetic = true;
     return source;
   }

@@ -1,6 +1,9 @@
 // Opening a model by its spec:
-//   synthetic:NAME[:layers=N][:seed=S]  built-in synthetic model (tiny, small, kimi-k2.6,
-//                                       kimi-k2, deepseek-v3, moonlight)
+//   synthetic:NAME[:layers=N][:seed=S][:dtype=bf16]
+//                                       built-in synthetic model (tiny, small, kimi-k2.6,
+//                                       kimi-k2, deepseek-v3, moonlight); kimi-k2.6 has INT4
+//                                       routed experts (group 32) and deepseek-v3 FP8 128x128
+//                                       blocks like the published checkpoints, unless dtype=bf16
 //   DIR                                 Hugging Face directory (config.json + safetensors)
 //   FILE.json                           a bare config.json (shapes only: inspect, plan show)
 #pragma once
@@ -29,8 +32,12 @@ struct ModelSource {
 
 ModelSource open_model(const std::string& spec);
 
+// published: quantized as the published checkpoint is (kimi-k2.6, deepseek-v3); bf16: none.
+enum class SyntheticDtype { published, bf16 };
+
 // The config of a synthetic preset, with its layer count overridden when layers > 0.
-ModelConfig synthetic_config(const std::string& name, int64_t layers = 0);
+ModelConfig synthetic_config(const std::string& name, int64_t layers = 0,
+                             SyntheticDtype dtype = SyntheticDtype::published);
 std::vector<std::string> synthetic_preset_names();
 
 }  // namespace moeserve

@@ -199,18 +199,37 @@ bool QuantizationConfig::quantizes(const std::string& module, bool routed_expert
   return !ignored(module);
 }
 
-int64_t stored_bytes(const WeightShape& shape, const WeightFormat& format) {
-  const int64_t n = shape.rows, k = shape.cols;
-  auto ceil_div = [](int64_t a, int64_t b) { return a / b + (a % b != 0); };  // no a + b - 1 to overflow
+ops::QuantLayout quant_layout(const WeightFormat& format) {
   switch (format.method) {
     case QuantMethod::int4_pack_quantized:
-      return n * ceil_div(k, 8) * 4 + n * ceil_div(k, format.group_size) * 2;
+      return {.quant = ops::WeightQuant::int4_group, .group_size = format.group_size};
     case QuantMethod::fp8_block:
-      return n * k + 4 * ceil_div(n, format.block_n) * ceil_div(k, format.block_k);
+      return {.quant = ops::WeightQuant::fp8_block, .block_n = format.block_n, .block_k = format.block_k};
     case QuantMethod::none:
       break;
   }
-  return n * k * format.element_bytes;
+  return {};
+}
+
+int64_t stored_bytes(const WeightShape& shape, const WeightFormat& format) {
+  const ops::QuantLayout layout = quant_layout(format);
+  if (!layout.quantized()) return shape.rows * shape.cols * format.element_bytes;
+  return ops::quant_value_bytes(shape.rows, shape.cols, layout) +
+         ops::quant_scale_bytes(shape.rows, shape.cols, layout);
+}
+
+WeightFormat WeightFormats::linear(const std::string& module, bool routed_expert) {
+  const WeightFormat quantized{q_.method, element_bytes_, q_.group_size, q_.block_n, q_.block_k};
+  if (!routed_expert || q_.method == QuantMethod::none) return q_.quantizes(module, false) ? quantized : plain();
+  const std::string marker = "mlp.experts.";
+  const size_t index = module.find(marker);
+  MS_CHECK(index != std::string::npos, "routed expert '{}': no '{}' in the name", module, marker);
+  const size_t after = index + marker.size();
+  const size_t dot = module.find('.', after);
+  const std::string key = module.substr(0, after) + (dot == std::string::npos ? "" : module.substr(dot));
+  auto it = expert_quantized_.find(key);
+  if (it == expert_quantized_.end()) it = expert_quantized_.emplace(key, q_.quantizes(module, true)).first;
+  return it->second ? quantized : plain();
 }
 
 }  // namespace moeserve

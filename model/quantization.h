@@ -1,8 +1,8 @@
 // QuantizationConfig: what a checkpoint's `quantization_config` says about how its weights are
 // stored (compressed-tensors pack-quantized W4A16 as in Kimi K2.6, or DeepSeek-V3's block FP8),
 // and stored_bytes(): the one formula per storage format behind every byte count of the
-// weight accounting (plan show, --mem-per-rank, inspect). Parsing only: the loader still
-// refuses quantized tensors.
+// weight accounting (plan show, --mem-per-rank, inspect), built on the ops' packed layout
+// (ops/quant_layout.h) so that the checkpoint, the loader and the backends count alike.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +10,10 @@
 #include <nlohmann/json_fwd.hpp>
 #include <regex>
 #include <string>
+#include <unordered_map>
 #include <vector>
+
+#include "ops/quant_layout.h"
 
 namespace moeserve {
 
@@ -66,10 +69,32 @@ struct WeightShape {
   int64_t cols = 1;
 };
 
-// Bytes the checkpoint stores for a weight of `shape` in `format`:
+// The ops' layout of a weight stored in `format` (WeightQuant::none when not quantized).
+ops::QuantLayout quant_layout(const WeightFormat& format);
+
+// Bytes the checkpoint stores for a weight of `shape` in `format`: the packed values and the
+// scales of ops/quant_layout.h without the padding between them (backend buffers add it):
 //   none:  N*K*element_bytes
 //   int4:  N*K/2 (8 per int32 along K) + bf16 scales N*(K/group)*2
 //   fp8:   N*K (e4m3) + fp32 weight_scale_inv 4*ceil(N/bn)*ceil(K/bk)
 int64_t stored_bytes(const WeightShape& shape, const WeightFormat& format);
+
+// How the checkpoint stores each linear of a model: the one lookup behind the accounting, the
+// loader and the step cost. The routed experts of a layer share a format per projection
+// (ignore patterns that single out one expert are not told apart): matched once per layer.
+class WeightFormats {
+ public:
+  WeightFormats(const QuantizationConfig& q, int64_t element_bytes) : q_(q), element_bytes_(element_bytes) {}
+  // Not quantized: norms, embeddings, the router, biases.
+  WeightFormat plain() const { return {QuantMethod::none, element_bytes_, 0, 0, 0}; }
+  // The linear `module` (a tensor name without ".weight"); `routed_expert`: a
+  // "...mlp.experts.E.<proj>" projection.
+  WeightFormat linear(const std::string& module, bool routed_expert);
+
+ private:
+  const QuantizationConfig& q_;
+  int64_t element_bytes_;
+  std::unordered_map<std::string, bool> expert_quantized_;  // by module with the expert index cut out
+};
 
 }  // namespace moeserve

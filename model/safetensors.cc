@@ -230,8 +230,10 @@ const TensorInfo& Checkpoint::info(const std::string& name) const {
   if (it == index_.end()) {
     // Quantized variants are recognised and refused with the reason.
     if (index_.count(name + "_packed") || index_.count(name.substr(0, name.rfind('.')) + ".weight_packed"))
-      fail("{}: tensor '{}' is int4-packed (compressed-tensors pack-quantized); int4 weights are not supported yet",
-           directory_, name);
+      fail(
+          "{}: tensor '{}' is int4-packed (compressed-tensors pack-quantized), but config.json's "
+          "quantization_config does not quantize it (its ignore list?)",
+          directory_, name);
     fail("{}: missing tensor '{}'", directory_, name);
   }
   return *it->second.info;
@@ -240,6 +242,11 @@ const TensorInfo& Checkpoint::info(const std::string& name) const {
 const std::string& Checkpoint::file_of(const std::string& name) const {
   info(name);
   return index_.at(name).file->path();
+}
+
+const std::byte* Checkpoint::data(const std::string& name) const {
+  const TensorInfo& ti = info(name);
+  return index_.at(name).file->data(ti);
 }
 
 std::vector<std::string> Checkpoint::tensor_names() const {
@@ -256,7 +263,7 @@ void check_weight_tensor(const TensorInfo& ti, const std::string& path, const st
   MS_CHECK(ti.shape == expected_shape, "{}: tensor '{}' has shape {}, expected {}", path, name, shape_str(ti.shape),
            shape_str(expected_shape));
   if (ti.dtype == DType::F8_E4M3 || ti.dtype == DType::F8_E5M2)
-    fail("{}: tensor '{}' is {} (fp8-quantized checkpoint); fp8 weights are not supported yet", path, name,
+    fail("{}: tensor '{}' is {}, but config.json's quantization_config does not quantize it", path, name,
          dtype_name(ti.dtype));
   MS_CHECK(ti.dtype == DType::F32 || ti.dtype == DType::BF16 || ti.dtype == DType::F16,
            "{}: tensor '{}' has dtype {}; weights must be F32, BF16 or F16", path, name, dtype_name(ti.dtype));

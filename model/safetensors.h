@@ -62,9 +62,12 @@ class Checkpoint {
   const TensorInfo& info(const std::string& name) const;
   const std::string& file_of(const std::string& name) const;
   std::vector<std::string> tensor_names() const;
+  // The raw bytes of tensor `name` (TensorInfo's dtype and shape, row-major).
+  const std::byte* data(const std::string& name) const;
 
   // Reads rows x cols of tensor `name` (1-D tensors: rows only), checking that the full
-  // shape equals `expected_shape`. fp8 and int4-packed weights are refused by name.
+  // shape equals `expected_shape`. fp8 and int4-packed weights are refused by name (the
+  // config's quantization_config says which weights are packed: model/packed_weights.h).
   Tensor read_f32(const std::string& name, const Shape& expected_shape, Slice rows = Slice::all(),
                   Slice cols = Slice::all()) const;
 

@@ -18,6 +18,39 @@ Tensor CheckpointWeightSource::read(const std::string& name, const Shape& full_s
   return checkpoint_->read_f32(name, full_shape, rows, cols);
 }
 
+PackedWeight CheckpointWeightSource::read_packed(const PackedSlice& s) {
+  record(s.module + (s.layout.quant == ops::WeightQuant::int4_group ? ".weight_packed" : ".weight"));
+  return moeserve::read_packed(*checkpoint_, s);
+}
+
+PackedWeight SyntheticWeightSource::read_packed(const PackedSlice& s) {
+  fail("synthetic tensor '{}': packed synthetic weights are generated where they live (synthetic_packed_recipe)",
+       s.module);
+}
+
+bool SyntheticWeightSource::synthetic_packed_recipe(const std::string& module, int64_t n, int64_t k,
+                                                    const ops::QuantLayout& layout, SyntheticPackedRecipe* recipe) {
+  const std::string name = module + ".weight";
+  record(name);
+  // The bf16 recipe's uniform(-a, a) has variance a^2 / 3; packed values v of mean square
+  // E[v^2] times scales near s have variance s^2 E[v^2], so s = a / sqrt(3 E[v^2]) keeps each
+  // projection's output scale (the scales vary by +-25% around s).
+  //   int4: v = nibble - 8, nibbles uniform in [0, 15]: E[v^2] = 344 / 16 = 21.5
+  //   fp8:  the top exponent bit of every byte cleared (exponent 0..7, |v| <= 1.875, never NaN):
+  //         E[v^2] = (1/8) * E[(1 + m/8)^2] * sum_{e=1..7} 4^(e-7) (subnormals negligible)
+  const bool int4 = layout.quant == ops::WeightQuant::int4_group;
+  const double mantissa_square = (1.0 + 2.0 * 3.5 / 8.0 + 17.5 / 64.0);
+  double exponents = 0;
+  for (int e = 1; e <= 7; ++e) exponents += std::pow(4.0, e - 7);
+  const double mean_square = int4 ? 21.5 : mantissa_square * exponents / 8.0;
+  const SyntheticRecipe dense = recipe_of(name, {n, k});
+  const float s = static_cast<float>(dense.amplitude / std::sqrt(3.0 * mean_square));
+  recipe->value_seed = splitmix64(dense.seed ^ 0x7061636bULL);  // "pack"
+  recipe->value_mask = int4 ? 0xffffffffu : 0xbfbfbfbfu;
+  recipe->scales = {.seed = splitmix64(dense.seed ^ 0x7363616cULL), .offset = s, .amplitude = 0.25f * s};  // "scal"
+  return true;
+}
+
 std::string SyntheticWeightSource::describe() const { return fmt::format("synthetic weights (seed {})", seed_); }
 
 SyntheticRecipe SyntheticWeightSource::recipe_of(const std::string& name, const Shape& full_shape) const {

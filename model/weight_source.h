@@ -9,6 +9,7 @@
 
 #include "core/tensor.h"
 #include "model/config.h"
+#include "model/packed_weights.h"
 #include "model/safetensors.h"
 
 namespace moeserve {
@@ -21,17 +22,34 @@ struct SyntheticRecipe {
   float amplitude = 0.0f;
 };
 
+// How a synthetic packed weight is generated where it lives: its values are random words
+// (ops::FillRandomWordsParams: word i of the full tensor is random_word(value_seed, i) &
+// value_mask), its scales follow `scales` over the full scale grid (int4 [N, K/group], fp8
+// [ceil(N/bn), ceil(K/bk)]).
+struct SyntheticPackedRecipe {
+  uint64_t value_seed = 0;
+  uint32_t value_mask = 0xffffffffu;
+  SyntheticRecipe scales;
+};
+
 class WeightSource {
  public:
   virtual ~WeightSource() = default;
   // Reads rows x cols of `name` whose full shape must be `full_shape` (1-D: rows only).
   virtual Tensor read(const std::string& name, const Shape& full_shape, Slice rows = Slice::all(),
                       Slice cols = Slice::all()) = 0;
+  // Reads a slice of the quantized linear `s.module`, packed (model/packed_weights.h).
+  virtual PackedWeight read_packed(const PackedSlice& s) = 0;
   virtual std::string describe() const = 0;
   // Synthetic sources describe their tensors instead of materialising them, so that a
   // backend can generate the weights where they live (ops::FillUniformParams). Records
   // the tensor as touched, like read().
   virtual bool synthetic_recipe(const std::string& name, const Shape& full_shape, SyntheticRecipe* recipe) {
+    return false;
+  }
+  // The same for a packed weight of full shape [n, k].
+  virtual bool synthetic_packed_recipe(const std::string& module, int64_t n, int64_t k, const ops::QuantLayout& layout,
+                                       SyntheticPackedRecipe* recipe) {
     return false;
   }
 
@@ -57,6 +75,7 @@ class CheckpointWeightSource final : public WeightSource {
  public:
   explicit CheckpointWeightSource(std::shared_ptr<const Checkpoint> checkpoint) : checkpoint_(std::move(checkpoint)) {}
   Tensor read(const std::string& name, const Shape& full_shape, Slice rows, Slice cols) override;
+  PackedWeight read_packed(const PackedSlice& s) override;
   std::string describe() const override { return checkpoint_->directory(); }
 
  private:
@@ -69,8 +88,11 @@ class SyntheticWeightSource final : public WeightSource {
  public:
   SyntheticWeightSource(ModelConfig config, uint64_t seed) : config_(std::move(config)), seed_(seed) {}
   Tensor read(const std::string& name, const Shape& full_shape, Slice rows, Slice cols) override;
+  PackedWeight read_packed(const PackedSlice& s) override;  // throws: packed weights are generated in place
   std::string describe() const override;
   bool synthetic_recipe(const std::string& name, const Shape& full_shape, SyntheticRecipe* recipe) override;
+  bool synthetic_packed_recipe(const std::string& module, int64_t n, int64_t k, const ops::QuantLayout& layout,
+                               SyntheticPackedRecipe* recipe) override;
 
  private:
   SyntheticRecipe recipe_of(const std::string& name, const Shape& full_shape) const;

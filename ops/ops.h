@@ -180,13 +180,17 @@ struct MoeExpertsParams {
   QuantLayout expert_quant = {};  // quantized: every w13 / w2 is packed as ops/quant_layout.h says
 };
 
-// out[i - word0] = random_word(seed, i) (core/random.h) for i in [word0, word0 + words): random
-// bits where they live (synthetic packed int4 weights: every nibble uniform in [0, 15]),
-// bit-identical on every backend.
+// out[r, i] = random_word(seed, word0 + r * index_stride + i) & mask (core/random.h) for r in
+// [0, rows), i in [0, words): random bits where they live, bit-identical on every backend.
+// Synthetic packed weights: int4 (mask ~0: every nibble uniform in [0, 15]) and fp8 e4m3 (a mask
+// that clears each byte's top exponent bit keeps every value finite, |v| <= 1.875); a column
+// slice of a [N, K] weight is rows of `words` at a stride of the full row's words.
 struct FillRandomWordsParams {
-  uint32_t* out;  // [words]
+  uint32_t* out;  // [rows, words]
   int64_t words, word0;
   uint64_t seed;
+  int64_t rows = 1, index_stride = 0;
+  uint32_t mask = 0xffffffffu;
 };
 
 // out[r, c] = offset + amplitude * uniform_pm1(seed, (row0 + r) * full_cols + col0 + c), in
@@ -198,6 +202,7 @@ struct FillUniformParams {
   uint64_t seed;
   float offset, amplitude;
   bool out_f32 = false;
+  bool out_bf16 = false;  // bf16 whatever the backend's dtype (the scales of int4 weights)
 };
 
 // dst[r, :] = src[rows[r], :]   (rows in backend memory)

@@ -29,6 +29,7 @@ struct QuantLayout {
   int64_t block_n = 0;     // fp8_block: rows per scale block
   int64_t block_k = 0;     // fp8_block: columns per scale block
   bool quantized() const { return quant != WeightQuant::none; }
+  bool operator==(const QuantLayout&) const = default;
 };
 
 inline constexpr int64_t kQuantScalesAlignment = 256;
@@ -39,7 +40,8 @@ inline int64_t quant_scale_count(int64_t n, int64_t k, const QuantLayout& l) {
     case WeightQuant::int4_group:
       return n * (k / l.group_size);
     case WeightQuant::fp8_block:
-      return ((n + l.block_n - 1) / l.block_n) * ((k + l.block_k - 1) / l.block_k);
+      // Ceil divisions without forming a + b - 1 (no overflow for any block size).
+      return (n / l.block_n + (n % l.block_n != 0)) * (k / l.block_k + (k % l.block_k != 0));
     case WeightQuant::none:
       break;
   }

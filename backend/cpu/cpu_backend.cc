@@ -330,13 +330,19 @@ class CpuBackend final : public Backend {
           const float v =
               p.offset +
               p.amplitude * uniform_pm1(p.seed, static_cast<uint64_t>((p.row0 + r) * p.full_cols + p.col0 + c));
-          F(p.out)[r * p.cols + c] = p.out_f32 ? v : store(v);
+          if (p.out_bf16) {
+            static_cast<uint16_t*>(p.out)[r * p.cols + c] = f32_to_bf16(v);
+          } else {
+            F(p.out)[r * p.cols + c] = p.out_f32 ? v : store(v);
+          }
         }
     });
   }
 
   void fill_random_words(const FillRandomWordsParams& p) override {
-    for (int64_t i = 0; i < p.words; ++i) p.out[i] = random_word(p.seed, static_cast<uint64_t>(p.word0 + i));
+    for (int64_t r = 0; r < p.rows; ++r)
+      for (int64_t i = 0; i < p.words; ++i)
+        p.out[r * p.words + i] = random_word(p.seed, static_cast<uint64_t>(p.word0 + r * p.index_stride + i)) & p.mask;
   }
 
   void gather_rows(const GatherRowsParams& p) override {

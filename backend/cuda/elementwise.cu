@@ -225,7 +225,7 @@ __global__ void fill_uniform_kernel(const ops::FillUniformParams p) {
       offset, __fmul_rn(amplitude, uniform_pm1(seed, static_cast<uint64_t>((row0 + r) * full_cols + col0 + c))));
   if (out_f32) {
     static_cast<float*>(out)[i] = v;
-  } else {
+  } else {  // bf16: the backend's dtype, and out_bf16's
     static_cast<bf16*>(out)[i] = to_bf(v);
   }
 }
@@ -233,7 +233,9 @@ __global__ void fill_uniform_kernel(const ops::FillUniformParams p) {
 __global__ void fill_random_words_kernel(const ops::FillRandomWordsParams p) {
   pdl_enter();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i < p.words) p.out[i] = random_word(p.seed, static_cast<uint64_t>(p.word0 + i));
+  if (i >= p.rows * p.words) return;
+  const int64_t r = i / p.words, w = i % p.words;
+  p.out[i] = random_word(p.seed, static_cast<uint64_t>(p.word0 + r * p.index_stride + w)) & p.mask;
 }
 
 __global__ void round_to_bf16_kernel(float* x, int64_t count) {
@@ -338,8 +340,8 @@ void launch_fill_uniform(const ops::FillUniformParams& p, cudaStream_t stream) {
 }
 
 void launch_fill_random_words(const ops::FillRandomWordsParams& p, cudaStream_t stream) {
-  if (p.words == 0) return;
-  launch_pdl(fill_random_words_kernel, blocks_for(p.words, 256), 256, 0, stream, p);
+  if (p.rows * p.words == 0) return;
+  launch_pdl(fill_random_words_kernel, blocks_for(p.rows * p.words, 256), 256, 0, stream, p);
 }
 
 void launch_round_to_bf16(float* x, int64_t count, cudaStream_t stream) {

@@ -121,13 +121,16 @@ def _reinit(model, seed):
 
 def make_model(name, seed=None):
     """The fp32 transformers model of config `name`; `seed` defaults to SEEDS[name]."""
+    return make_model_from(CONFIGS[name][0], SEEDS[name] if seed is None else seed)
+
+
+def make_model_from(overrides, seed):
+    """The fp32 transformers model of BASE with `overrides`, drawn from `seed`."""
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
-    overrides, _ = CONFIGS[name]
     kwargs = dict(BASE)
     kwargs.update(overrides)
     config = DeepseekV3Config(**kwargs)
     config._attn_implementation = "eager"
-    seed = SEEDS[name] if seed is None else seed
     torch.manual_seed(seed)
     model = DeepseekV3ForCausalLM(config).float().eval()
     _reinit(model, seed)
@@ -139,7 +142,13 @@ def build_checkpoint(name, directory, seed=None):
     directory = pathlib.Path(directory)
     model = make_model(name, seed)
     model.save_pretrained(directory, safe_serialization=True)
-    layout = CONFIGS[name][1]
+    write_layout(directory, CONFIGS[name][1])
+    return model
+
+
+def write_layout(directory, layout, prefix_tensors=True):
+    """Rewrites a saved directory's config.json (and, with prefix_tensors, its tensor names) into
+    `layout`."""
     config_path = directory / "config.json"
     config = json.loads(config_path.read_text())
     if layout == "kimi_k2":
@@ -154,9 +163,9 @@ def build_checkpoint(name, directory, seed=None):
         text["model_type"] = "kimi_k2"
         config = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
                   "text_config": text, "vision_config": {"model_type": "moonvit"}}
-        _prefix_tensors(directory, "language_model.")
+        if prefix_tensors:
+            _prefix_tensors(directory, "language_model.")
     config_path.write_text(json.dumps(config, indent=2))
-    return model
 
 
 def _prefix_tensors(directory, prefix):

@@ -27,6 +27,7 @@ class RecordingSource final : public WeightSource {
     reads.push_back({name, full_shape, rows, cols});
     return inner_->read(name, full_shape, rows, cols);
   }
+  PackedWeight read_packed(const PackedSlice& s) override { return inner_->read_packed(s); }
   std::string describe() const override { return inner_->describe(); }
   std::vector<Read> reads;
 

@@ -252,7 +252,7 @@ def test_fp8_weights_refused(tmp_path):
         offset += len(data)
     text = json.dumps(header).encode()
     (directory / "model.safetensors").write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
-    expect_error(generate_args(directory), "model.layers.0.self_attn.o_proj.weight", "fp8", "not supported")
+    expect_error(generate_args(directory), "model.layers.0.self_attn.o_proj.weight", "F8_E4M3", "does not quantize it")
 
 
 def test_int4_packed_weights_refused(tmp_path):
@@ -260,7 +260,7 @@ def test_int4_packed_weights_refused(tmp_path):
         w = tensors.pop("model.layers.0.mlp.down_proj.weight")
         tensors["model.layers.0.mlp.down_proj.weight_packed"] = np.zeros((w.shape[0], w.shape[1] // 8), np.float32)
     directory = make_model_dir(tmp_path, mutate=pack)
-    expect_error(generate_args(directory), "model.layers.0.mlp.down_proj.weight", "int4", "not supported")
+    expect_error(generate_args(directory), "model.layers.0.mlp.down_proj.weight", "int4", "does not quantize it")
 
 
 def test_sharded_checkpoint_loads_and_matches_single_file(tmp_path):

@@ -10,7 +10,8 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 from conftest import REPO, run_moeserve  # noqa: E402
 
-KIMI = "synthetic:kimi-k2.6"
+KIMI = "synthetic:kimi-k2.6"  # INT4 routed experts, as published
+KIMI_BF16 = KIMI + ":dtype=bf16"
 # Kimi K2.6's architecture (tests/data/configs/kimi-k2.6.config.json).
 K26 = dict(vocab=163840, hidden=7168, inter=18432, moe_inter=2048, layers=61, heads=64, q_lora=1536, kv_lora=512,
            nope=128, rope=64, v=128, experts=384, shared=1, dense=1)
@@ -41,7 +42,7 @@ def plan_show(*args):
 
 @pytest.mark.parametrize("plan", ["tp8", "ep8", "pp8", "ep8-dp", "ep4tp2", "tp2pp4"])
 def test_kimi_owned_weight_bytes_add_up_to_the_model(plan):
-    out, rows = plan_show(plan, "--model", KIMI)
+    out, rows = plan_show(plan, "--model", KIMI_BF16)  # the default has INT4 routed experts
     assert len(rows) == 8
     owned = int(re.search(r"\(owned, (\d+) bytes\)", out).group(1))
     assert owned == 2 * kimi_parameters()  # bf16: every parameter owned by exactly one rank
@@ -127,11 +128,11 @@ ERRORS = [
     (["plan", "show", "--tp-size", "8", "--dp-size", "2"],
      "--dp-size 2 without --enable-dp-attention: replicating whole engines is not supported; add "
      "--enable-dp-attention for data-parallel attention"),
-    (["plan", "show", "ep8", "--model", KIMI, "--mem-per-rank", "80GiB"],
+    (["plan", "show", "ep8", "--model", KIMI_BF16, "--mem-per-rank", "80GiB"],
      "plan 'ep8' does not fit --mem-per-rank 80.00 GiB: rank 0 needs 257.91 GiB = weights 240.76 GiB + KV cache "
      "17.16 GiB (262144 tokens x 1 sequences x 68.62 KiB per token)"),
     # 32 requests over 8 DP replicas: each rank caches 4 sequences.
-    (["plan", "show", "ep8-dp", "--model", KIMI, "--mem-per-rank", "280GiB", "--context-length", "131072",
+    (["plan", "show", "ep8-dp", "--model", KIMI_BF16, "--mem-per-rank", "280GiB", "--context-length", "131072",
       "--max-running-requests", "32"],
      "plan 'ep8-dp' does not fit --mem-per-rank 280.00 GiB: rank 0 needs 292.40 GiB = weights 258.08 GiB + KV cache "
      "34.31 GiB (131072 tokens x 4 sequences x 68.62 KiB per token)"),
@@ -156,7 +157,7 @@ def test_invalid_plans_are_rejected_with_a_clear_message(args, message):
 
 
 def test_memory_fit_passes_when_it_fits():
-    out = run_moeserve("plan", "show", "ep8", "--model", KIMI, "--mem-per-rank", "260GiB").stdout
+    out = run_moeserve("plan", "show", "ep8", "--model", KIMI_BF16, "--mem-per-rank", "260GiB").stdout
     assert out.startswith("plan ep8: world 8")
 
 
