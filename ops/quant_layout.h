@@ -29,7 +29,11 @@ struct QuantLayout {
   int64_t block_n = 0;     // fp8_block: rows per scale block
   int64_t block_k = 0;     // fp8_block: columns per scale block
   bool quantized() const { return quant != WeightQuant::none; }
-  bool operator==(const QuantLayout&) const = default;
+  // Spelled out: the CUDA translation units compile this header as C++17 (no defaulted ==).
+  bool operator==(const QuantLayout& o) const {
+    return quant == o.quant && group_size == o.group_size && block_n == o.block_n && block_k == o.block_k;
+  }
+  bool operator!=(const QuantLayout& o) const { return !(*this == o); }
 };
 
 inline constexpr int64_t kQuantScalesAlignment = 256;
