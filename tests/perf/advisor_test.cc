@@ -166,17 +166,22 @@ TEST(Advisor, SpeculationEmitsAcceptLengthPerVerifyStep) {
   EXPECT_GT(pt.round.collectives_us.at("draft"), 0);
 }
 
-TEST(Advisor, KimiBf16DoesNotFitEightH200sButFitsAsInt4Later) {
-  const ModelConfig c = synthetic_config("kimi-k2.6");
+TEST(Advisor, KimiFitsEightH200sAsInt4ButNotInBf16) {
   const HardwareProfile p = load_profile("perf/profiles/h200-sxm-x8.json");
-  AdviseWorkload w;
-  const Advice a = advise(c, "synthetic:kimi-k2.6", p, 8, {"tp8", "ep8", "pp8", "ep8-dp"}, w);
+  const std::vector<std::string> plans = {"tp8", "ep8", "pp8", "ep8-dp"};
+  const ModelConfig bf16 = synthetic_config("kimi-k2.6", 0, SyntheticDtype::bf16);
+  const Advice a = advise(bf16, "synthetic:kimi-k2.6:dtype=bf16", p, 8, plans, AdviseWorkload{});
   ASSERT_EQ(a.plans.size(), 4u);
   for (const PlanPrediction& plan : a.plans) {
     EXPECT_FALSE(plan.fits) << plan.plan.name;  // ~241 GiB of bf16 weights per rank > 141 GB
     EXPECT_NE(plan.fit_note.find("does not fit"), std::string::npos) << plan.fit_note;
   }
   EXPECT_TRUE(a.ranking.at(1).empty());
+  // As published (INT4 routed experts, ~590 GB in all) every one of them fits.
+  const ModelConfig int4 = synthetic_config("kimi-k2.6");
+  const Advice b = advise(int4, "synthetic:kimi-k2.6", p, 8, plans, AdviseWorkload{});
+  for (const PlanPrediction& plan : b.plans) EXPECT_TRUE(plan.fits) << plan.plan.name << ": " << plan.fit_note;
+  EXPECT_EQ(b.ranking.at(1).size(), 4u);
 }
 
 TEST(Advisor, RankingIsByAggregateThroughput) {
