@@ -140,6 +140,24 @@ void serve_until_signal(const sigset_t& signals, serve::EngineLoop& loop, serve:
   std::fflush(stdout);
 }
 
+// The HTTP layer's flags, checked before the model loads.
+serve::HttpServerOptions http_options_of(const ServeArgs& args) {
+  MS_CHECK(args.port >= 0 && args.port <= 65535, "--port {} outside [0, 65535]", args.port);
+  MS_CHECK(args.max_body_bytes > 0, "--max-body-bytes must be positive");
+  MS_CHECK(args.max_connections > 0, "--max-connections must be positive");
+  MS_CHECK(args.header_timeout_s > 0 && args.header_timeout_s < 86400, "--header-timeout must be in (0, 86400) s");
+  MS_CHECK(args.idle_timeout_s > 0 && args.idle_timeout_s < 86400, "--idle-timeout must be in (0, 86400) s");
+  serve::HttpServerOptions options;
+  options.host = args.host;
+  options.port = args.port;
+  options.max_body_bytes = static_cast<size_t>(args.max_body_bytes);
+  options.max_connections = args.max_connections;
+  options.header_timeout_ms = static_cast<int>(ms(args.header_timeout_s));
+  options.idle_timeout_ms = static_cast<int>(ms(args.idle_timeout_s));
+  options.error_body = [](int status, const std::string& message) { return serve::api_error_json(status, message); };
+  return options;
+}
+
 void run_serve(ServeArgs args) {
   // Signals are taken by sigwait on this thread only: block them before any thread starts.
   sigset_t signals;
@@ -149,11 +167,7 @@ void run_serve(ServeArgs args) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  MS_CHECK(args.port >= 0 && args.port <= 65535, "--port {} outside [0, 65535]", args.port);
-  MS_CHECK(args.max_body_bytes > 0, "--max-body-bytes must be positive");
-  MS_CHECK(args.max_connections > 0, "--max-connections must be positive");
-  MS_CHECK(args.header_timeout_s > 0 && args.header_timeout_s < 86400, "--header-timeout must be in (0, 86400) s");
-  MS_CHECK(args.idle_timeout_s > 0 && args.idle_timeout_s < 86400, "--idle-timeout must be in (0, 86400) s");
+  const serve::HttpServerOptions http_options = http_options_of(args);
   const ModelSource model = open_model(resolve_model_spec(args.model));
   const auto tok = tokenizer_of(model);
   MS_CHECK(tok->vocab_size() <= model.config.vocab_size,
@@ -198,16 +212,6 @@ void run_serve(ServeArgs args) {
     return target_for(plan_for_model(plan_args, model.config, bytes_per_element));
   });
 
-  serve::HttpServerOptions http_options;
-  http_options.host = args.host;
-  http_options.port = args.port;
-  http_options.max_body_bytes = static_cast<size_t>(args.max_body_bytes);
-  http_options.max_connections = args.max_connections;
-  http_options.header_timeout_ms = static_cast<int>(ms(args.header_timeout_s));
-  http_options.idle_timeout_ms = static_cast<int>(ms(args.idle_timeout_s));
-  http_options.error_body = [](int status, const std::string& message) {
-    return serve::api_error_json(status, message);
-  };
   serve::HttpServer http(http_options, [&api](const serve::HttpRequest& request, serve::HttpExchange& exchange) {
     api.handle(request, exchange);
   });
