@@ -172,6 +172,9 @@ void EngineLoop::finish(uint64_t id, OutputEvent event) {
   auto it = active_.find(id);
   if (it == active_.end()) return;
   if (loop_) loop_->finish(id);
+  // The request's pages are released (or cached) now: publish before its stream ends, so that a
+  // client reading /metrics right after its last event sees them so.
+  publish_snapshot();
   if (event.error_status == 0) {
     event.prompt_tokens = static_cast<int64_t>(it->second->request.prompt.size());
     event.completion_tokens = it->second->output.generated();
@@ -427,9 +430,6 @@ void EngineLoop::step() {
       // cannot happen for requests that passed the size checks; fail them rather than spin.
       fail_all(500, "the scheduler could not place any request");
     } else {
-      // The step's commit is done: publish before the streams end, so that a client that reads
-      // /metrics right after its last event sees its request's pages as cached.
-      publish_snapshot();
       complete(result);
     }
   } catch (const runtime::EngineFailure& e) {
