@@ -188,8 +188,9 @@ TEST(Advisor, RankingIsByAggregateThroughput) {
   const ModelConfig c = synthetic_config("tiny");
   const Advice a = advise(c, "synthetic:tiny", simple_profile(), 2, {}, AdviseWorkload{});
   ASSERT_GE(a.plans.size(), 3u);  // tp2, ep2, pp2, ep2-dp
-  for (const auto& [conc, order] : a.ranking) {
+  for (const auto& [concurrency, order] : a.ranking) {
     ASSERT_EQ(order.size(), a.plans.size());
+    const int64_t conc = concurrency;  // clang 14 cannot capture a structured binding
     auto speed = [&](const std::string& name) {
       for (const PlanPrediction& p : a.plans)
         if (p.plan.name == name)
