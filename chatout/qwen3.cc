@@ -167,7 +167,9 @@ class Qwen3Parser final : public ToolCallParser {
       out.add_arguments(index, args.is_string() ? args.get<std::string>() : args.dump());
       return;
     }
-    if (index_ >= 0 && valid) return;
+    // The arguments sent must be JSON by themselves too (not `{...}, "extra": 1`).
+    const std::string_view region = std::string_view(body).substr(std::min(header_length_, body.size()));
+    if (index_ >= 0 && valid && nlohmann::json::accept(region.substr(0, streamable_length(region)))) return;
     if (index_ >= 0)
       mark_invalid(index_);
     else

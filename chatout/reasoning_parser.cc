@@ -26,7 +26,7 @@ std::string ReasoningParser::feed(std::string_view text, OutputDelta& out) {
   if (state_ == State::kStart) {
     const std::string_view head = trim(buffer_);
     // Wait while the text so far could still be the model's own "<think>".
-    if (head.size() < kThinkOpen.size() && kThinkOpen.substr(0, head.size()) == head && buffer_.size() < 64) return {};
+    if (head.size() < kThinkOpen.size() && kThinkOpen.substr(0, head.size()) == head) return {};
     if (head.rfind(kThinkOpen, 0) == 0) buffer_.erase(0, buffer_.find(kThinkOpen) + kThinkOpen.size());
     state_ = State::kReasoning;
   }

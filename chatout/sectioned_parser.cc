@@ -31,7 +31,7 @@ class SectionedParser final : public ToolCallParser {
 
   void finish(OutputDelta& out) override {
     if (state_ == State::kText || state_ == State::kSection) {
-      out.content += buffer_;
+      if (state_ == State::kText || stray_started_ || !is_blank(buffer_)) out.content += buffer_;
     } else {  // a call the output left unfinished
       if (index_ >= 0)
         mark_invalid(index_);
@@ -92,16 +92,19 @@ class SectionedParser final : public ToolCallParser {
     std::vector<std::string> markers = format_.section_end;
     markers.push_back(format_.call_begin);
     const MarkerMatch m = find_first(buffer_, markers);
+    // Text between the markers is content, unless it is only spaces: a blank start waits
+    // (wherever the pieces were cut, a stretch is either all spaces or sent whole).
     if (!m.found()) {
-      // Text between calls that is no marker: content (spaces are dropped).
-      const size_t keep = partial_marker_length(buffer_, markers);
-      const std::string stray = buffer_.substr(0, buffer_.size() - keep);
-      if (!is_blank(stray)) out.content += stray;
-      buffer_.erase(0, buffer_.size() - keep);
+      const size_t release = buffer_.size() - partial_marker_length(buffer_, markers);
+      if (!stray_started_ && is_blank(std::string_view(buffer_).substr(0, release))) return false;
+      out.content += buffer_.substr(0, release);
+      buffer_.erase(0, release);
+      stray_started_ = true;
       return false;
     }
     const std::string stray = buffer_.substr(0, m.pos);
-    if (!is_blank(stray)) out.content += stray;
+    if (stray_started_ || !is_blank(stray)) out.content += stray;
+    stray_started_ = false;
     const bool call = buffer_.compare(m.pos, m.length, format_.call_begin) == 0;
     buffer_.erase(0, m.pos);
     raw_.clear();
@@ -177,11 +180,12 @@ class SectionedParser final : public ToolCallParser {
 
   SectionFormat format_;
   State state_ = State::kText;
-  std::string buffer_;  // arrived, not yet consumed
-  std::string raw_;     // the current call's text so far
-  std::string args_;    // the current call's arguments so far
-  size_t sent_ = 0;     // of args_, the characters sent
-  int index_ = -1;      // the current call's index (-1: none sent)
+  std::string buffer_;          // arrived, not yet consumed
+  std::string raw_;             // the current call's text so far
+  std::string args_;            // the current call's arguments so far
+  size_t sent_ = 0;             // of args_, the characters sent
+  int index_ = -1;              // the current call's index (-1: none sent)
+  bool stray_started_ = false;  // in the section, text between markers that is not blank was sent
 };
 
 }  // namespace

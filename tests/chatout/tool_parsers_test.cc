@@ -221,6 +221,22 @@ TEST(Qwen3ToolParser, InvalidJsonAndUnclosedCallsAreContent) {
   EXPECT_EQ(p.finish_reason, "length");
 }
 
+TEST(Qwen3ToolParser, ArgumentsFollowedByOtherKeysAreNotACall) {
+  const std::string out = "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}, \"extra\": 2}</tool_call>";
+  const Parsed p = parse_every_way(tools_options("qwen3"), out);
+  EXPECT_TRUE(p.message.tool_calls.empty());
+  EXPECT_EQ(p.message.content, out);
+}
+
+// Text between calls inside a section: content unless it is only spaces, however it is cut.
+TEST(KimiK2ToolParser, TextBetweenCallsIsContentUnlessBlank) {
+  const std::string out = kKimiBegin + kimi_call("functions.f:0", "{}") + "\n  \n" + kimi_call("functions.f:1", "{}") +
+                          " and more " + kimi_call("functions.f:2", "{}") + "\n";
+  const Parsed p = parse_every_way(tools_options("kimi_k2"), out);
+  EXPECT_EQ(p.message.tool_calls.size(), 3u);
+  EXPECT_EQ(p.message.content, " and more ");
+}
+
 TEST(ToolParsers, UnknownParserNameIsAnErrorListingTheKnownOnes) {
   try {
     ChatOutputParser parser(tools_options("hermes"));
