@@ -56,7 +56,7 @@ TEST(KimiK2Reasoning, MissingThinkCloseBeforeToolCallsEndsReasoning) {
   EXPECT_EQ(p.finish_reason, "tool_calls");
 }
 
-TEST(KimiK2Reasoning, DeepSeekR1WithV3ToolsAlsoEndsAtTheSection) {
+TEST(DeepSeekR1Reasoning, AV3ToolSectionAlsoEndsTheReasoning) {
   const std::string out =
       "plan<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>f\n```json\n{}\n```"
       "<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
