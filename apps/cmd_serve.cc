@@ -13,6 +13,7 @@
 #include "apps/default_model.h"
 #include "apps/plan_cli.h"
 #include "apps/spec_cli.h"
+#include "chatout/chat_output_parser.h"
 #include "core/error.h"
 #include "model/model_source.h"
 #include "runtime/engine.h"
@@ -54,8 +55,20 @@ struct ServeArgs {
   double idle_timeout_s = 60;
   std::string chat_template;
   bool special_tokens_in_content = false;
+  std::string tool_call_parser;
+  std::string reasoning_parser;
+  bool test_scripted_output = false;
   spec::SpeculativeFlags speculative;
 };
+
+// --tool-call-parser and --reasoning-parser, checked before the model loads (an unknown name
+// is an error listing the known ones).
+void check_output_parsers(const ServeArgs& args) {
+  chatout::ChatOutputOptions options;
+  options.tool_parser = args.tool_call_parser;
+  options.reasoning_parser = args.reasoning_parser;
+  chatout::ChatOutputParser check(options);
+}
 
 std::unique_ptr<tokenizer::Tokenizer> tokenizer_of(const ModelSource& model) {
   if (model.synthetic) return tokenizer::make_builtin_tokenizer(model.config.vocab_size);
@@ -113,6 +126,9 @@ serve::ServedModel served_model(const ServeArgs& args, const ModelSource& model,
     std::fprintf(stderr, "moeserve: no chat template (%s); /v1/chat/completions is off\n", e.what());
   }
   served.special_tokens_in_content = args.special_tokens_in_content;
+  served.tool_call_parser = args.tool_call_parser;
+  served.reasoning_parser = args.reasoning_parser;
+  served.scripted_output = args.test_scripted_output;
   served.tokenizer = &tok;
   return served;
 }
@@ -168,6 +184,7 @@ void run_serve(ServeArgs args) {
   std::signal(SIGPIPE, SIG_IGN);
 
   const serve::HttpServerOptions http_options = http_options_of(args);
+  check_output_parsers(args);
   const ModelSource model = open_model(resolve_model_spec(args.model));
   const auto tok = tokenizer_of(model);
   MS_CHECK(tok->vocab_size() <= model.config.vocab_size,
@@ -280,6 +297,14 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--allow-special-tokens-in-content", args->special_tokens_in_content,
                 "Special-token text in chat messages becomes those tokens (by default it is plain text, so that "
                 "a message cannot forge another role's turn)");
+  cmd->add_option("--tool-call-parser", args->tool_call_parser,
+                  "Parse the model's tool calls into OpenAI tool_calls: kimi_k2, deepseek_v3, deepseek_v31, qwen3 "
+                  "(requests with tools; tool_choice none turns it off)");
+  cmd->add_option("--reasoning-parser", args->reasoning_parser,
+                  "Return the model's thinking (<think>...</think>) as reasoning_content: kimi_k2, deepseek_r1");
+  // Tests only, hidden: a request's "moeserve_test_script" text replaces the model's first
+  // output tokens, so that the output path can be tested on formats no test model produces.
+  cmd->add_flag("--test-scripted-output", args->test_scripted_output)->group("");
   cmd->callback([args] { run_serve(*args); });
 }
 

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "serve/api_error.h"
+#include "serve/chat_output.h"
 #include "serve/openai_response.h"
 #include "tokenizer/utf8.h"
 
@@ -47,6 +48,7 @@ Submission submit_all(EngineLoop& loop, const CompletionRequest& request) {
         er.sampling.seed = p.sampling.seed + static_cast<uint64_t>(k);  // n choices differ when sampling
         er.limits = {p.max_tokens, p.stop_token_ids, p.stop, p.skip_special_tokens};
         er.top_logprobs = p.top_logprobs;
+        er.scripted_output = p.scripted_output;
         sub.streams.push_back(loop.submit(std::move(er)));
         sub.prompt_ids.push_back(prompt);
         sub.done.push_back(false);
@@ -68,7 +70,13 @@ struct Completion {
         cached_counted(request.prompts.size(), false) {
     for (auto& c : choices) c.logprobs_requested = request.params.top_logprobs >= 0;
     for (const auto& ids : request.prompts) usage.prompt_tokens += static_cast<int64_t>(ids.size());
+    // One output parser per choice: its state is this choice's alone.
+    if (request.params.parsing.enabled)
+      for (size_t i = 0; i < choices.size(); ++i)
+        parsers.push_back(std::make_unique<chatout::ChatOutputParser>(request.params.parsing.options));
   }
+
+  chatout::ChatOutputParser* parser(size_t choice) const { return parsers.empty() ? nullptr : parsers[choice].get(); }
 
   size_t size() const { return choices.size(); }
   size_t prompt_of(size_t choice) const { return choice / static_cast<size_t>(request.params.n); }
@@ -94,7 +102,8 @@ struct Completion {
   Submission sub;
   std::vector<ChoiceOutput> choices;
   Usage usage;
-  std::vector<bool> cached_counted;  // per prompt
+  std::vector<bool> cached_counted;                                 // per prompt
+  std::vector<std::unique_ptr<chatout::ChatOutputParser>> parsers;  // per choice; none without parsing
 };
 
 // A choice's first chunk (the echoed prompt; for chat, the role). False: the client is gone.
@@ -111,8 +120,11 @@ bool send_stream_event(Completion& c, size_t i, const OutputEvent& e, HttpExchan
   ChoiceOutput delta;
   delta.logprobs_requested = c.choices[i].logprobs_requested;
   delta.append(e);
+  if (chatout::ChatOutputParser* parser = c.parser(i))
+    parse_stream_delta(*parser, c.request.params.parsing, e.last(), delta);
   if (e.last()) c.finish(i, e);
-  const bool worth_sending = !delta.text.empty() || e.last() || c.ctx.return_token_ids || delta.logprobs_requested;
+  const bool worth_sending = !delta.text.empty() || !delta.reasoning.empty() || !delta.tool_calls.empty() || e.last() ||
+                             c.ctx.return_token_ids || delta.logprobs_requested;
   return !worth_sending || exchange.send_chunk(stream_chunk(c.ctx, static_cast<int>(i), delta, false));
 }
 
@@ -176,6 +188,9 @@ void collect_choices(Completion& c, HttpExchange& exchange) {
       if (exchange.client_gone()) return c.sub.cancel_unfinished();
     }
   }
+  for (size_t i = 0; i < n; ++i)
+    if (chatout::ChatOutputParser* parser = c.parser(i))
+      parse_whole_choice(*parser, c.request.params.parsing, c.choices[i]);
   exchange.respond(200, "application/json", response_json(c.ctx, c.choices, c.sub.prompt_ids, c.usage));
 }
 

@@ -454,6 +454,8 @@ void EngineLoop::complete(runtime::StepResult& result) {
     auto it = active_.find(drawn.id);
     if (it == active_.end()) continue;  // ended while its step was in flight
     Active& a = *it->second;
+    const auto& script = a.request.scripted_output;
+    if (a.output.generated() < static_cast<int64_t>(script.size())) drawn.token = script[a.output.generated()];
     const bool first = a.output.generated() == 0;
     (first ? ttft_ : inter_token_).observe(seconds_between(first ? a.arrival : a.last_token, stream_start));
     a.last_token = stream_start;

@@ -33,6 +33,10 @@ struct EngineRequest {
   ops::SamplingOptions sampling;
   OutputLimits limits;
   int top_logprobs = -1;  // -1: none
+  // Tests only (--test-scripted-output): the first tokens streamed are these instead of the
+  // model's, through the whole output path (detokenizer, stop checks, streams); the model's own
+  // follow once they run out. The KV cache keeps the model's tokens: nothing reads them back.
+  std::vector<int32_t> scripted_output;
 };
 
 // What a re-plan switches to: the plan's name, the scheduler's options under it (DP replicas,

@@ -145,6 +145,21 @@ void check_message_fields(const Json& m, const std::string& where) {
   }
 }
 
+// The messages as the templates read them.
+Json template_messages(const Json& messages, const ServedModel& model) {
+  Json out = messages;
+  for (auto& m : out) {
+    // OpenAI's "developer" role is the system role of older models.
+    if (m["role"] == "developer") m["role"] = "system";
+    // The SDK sends back an assistant turn that only called tools with content null, which
+    // Kimi's templates cannot iterate; absent, it renders as empty (the chat-template
+    // interpreter's own handling of null content replaces this).
+    if (model.chat_template.rfind("kimi", 0) == 0 && m.contains("content") && m["content"].is_null())
+      m.erase("content");
+  }
+  return out;
+}
+
 void parse_messages(const Json& body, const ServedModel& model, CompletionRequest& out) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) bad("messages", "messages: required");
@@ -165,10 +180,7 @@ void parse_messages(const Json& body, const ServedModel& model, CompletionReques
   if (model.chat_template.empty())
     throw ApiError(400, "this model's tokenizer has no chat template; use /v1/completions", "messages");
   tokenizer::ChatRequest chat;
-  chat.messages = messages;
-  // OpenAI's "developer" role is the system role of older models.
-  for (auto& m : chat.messages)
-    if (m["role"] == "developer") m["role"] = "system";
+  chat.messages = template_messages(messages, model);
   if (auto tools = body.find("tools"); tools != body.end() && !tools->is_null()) {
     if (!tools->is_array()) bad("tools", fmt::format("tools: expected an array, got {}", tools->type_name()));
     for (size_t i = 0; i < tools->size(); ++i)
@@ -203,9 +215,6 @@ void reject_unsupported(const Fields& f) {
   if (const Json* format = f.get("response_format");
       format && !(format->is_object() && format->contains("type") && (*format)["type"] == "text"))
     bad("response_format", "response_format: only {\"type\": \"text\"} is supported");
-  if (const Json* choice = f.get("tool_choice");
-      choice && !(choice->is_string() && (*choice == "none" || *choice == "auto")))
-    bad("tool_choice", "tool_choice: only \"none\" and \"auto\" are supported");
 }
 
 void parse_stop(const Fields& f, const ServedModel& model, GenerationParams& p) {
@@ -399,6 +408,11 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat, c
   if (!ignore_eos && model.eos_id) p.stop_token_ids.push_back(*model.eos_id);
   if (!ignore_eos && chat && model.end_of_turn_id) p.stop_token_ids.push_back(*model.end_of_turn_id);
   const MaxTokens max_tokens = parse_endpoint_fields(json, f, model, out);
+  if (chat) parse_output_parsing(json, model, p.parsing);
+  // The parsers' markers are special tokens (Kimi's, DeepSeek's): they must reach the parser
+  // (vLLM's tool parsers' adjust_request turns skip_special_tokens off the same way).
+  if (p.parsing.enabled) p.skip_special_tokens = false;
+  p.scripted_output = parse_scripted_output(json, model);
   if (static_cast<int64_t>(out.prompts.size()) * p.n > kMaxChoices)
     bad("n", fmt::format("n: {} prompts x n = {} choices, more than {}", out.prompts.size(), out.prompts.size() * p.n,
                          kMaxChoices));

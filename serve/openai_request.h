@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ops/ops.h"
+#include "serve/tool_request.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeserve::serve {
@@ -28,6 +29,9 @@ struct ServedModel {
   // those tokens, as the template's own markers do. Off: it is plain text, so that a message
   // cannot forge a turn of another role (--allow-special-tokens-in-content).
   bool special_tokens_in_content = false;
+  std::string tool_call_parser;  // --tool-call-parser ("": tool calls are not parsed)
+  std::string reasoning_parser;  // --reasoning-parser ("": none)
+  bool scripted_output = false;  // --test-scripted-output (tests only): moeserve_test_script is accepted
   const tokenizer::Tokenizer* tokenizer = nullptr;
 };
 
@@ -43,6 +47,8 @@ struct GenerationParams {
   bool return_token_ids = false;
   bool echo = false;  // completions: the prompt text precedes the completion
   int n = 1;
+  OutputParsing parsing;                 // chat: reasoning and tool calls (serve/tool_request.h)
+  std::vector<int32_t> scripted_output;  // tests only: the tokens the model is made to emit
 };
 
 struct CompletionRequest {

@@ -37,6 +37,35 @@ Json token_bytes(const ResponseContext& ctx, int32_t token) {
 
 Json finish_reason_json(const std::string& reason) { return reason.empty() ? Json(nullptr) : Json(reason); }
 
+// OpenAI's tool_calls: the first piece of a call has its id, type and name; later ones only
+// more arguments.
+Json tool_calls_json(const std::vector<chatout::ToolCallDelta>& calls, bool streamed) {
+  Json list = Json::array();
+  for (const chatout::ToolCallDelta& call : calls) {
+    Json function = {{"arguments", call.arguments}};
+    if (!call.name.empty()) function = {{"name", call.name}, {"arguments", call.arguments}};
+    Json item = Json::object();
+    if (streamed) item["index"] = call.index;
+    if (!call.id.empty()) {
+      item["id"] = call.id;
+      item["type"] = "function";
+    }
+    item["function"] = std::move(function);
+    list.push_back(std::move(item));
+  }
+  return list;
+}
+
+Json message_json(const ChoiceOutput& c) {
+  Json message = {{"role", "assistant"}, {"content", c.text}};
+  if (!c.parsed) return message;
+  // As OpenAI answers a message that only calls tools: content null.
+  if (c.text.empty() && !c.tool_calls.empty()) message["content"] = nullptr;
+  message["reasoning_content"] = c.reasoning.empty() ? Json(nullptr) : Json(c.reasoning);
+  if (!c.tool_calls.empty()) message["tool_calls"] = tool_calls_json(c.tool_calls, false);
+  return message;
+}
+
 }  // namespace
 
 Json logprobs_json(const ResponseContext& ctx, const std::vector<runtime::TokenLogprob>& logprobs,
@@ -94,7 +123,7 @@ std::string response_json(const ResponseContext& ctx, const std::vector<ChoiceOu
     const ChoiceOutput& c = choices[i];
     Json choice = {{"index", i}};
     if (ctx.chat)
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      choice["message"] = message_json(c);
     else
       choice["text"] = c.text;
     choice["logprobs"] = logprobs_json(ctx, c.logprobs, c.text_offsets, c.logprobs_requested);
@@ -120,6 +149,8 @@ std::string stream_chunk(const ResponseContext& ctx, int index, const ChoiceOutp
     Json d = Json::object();
     if (first) d["role"] = "assistant";
     if (!delta.text.empty() || first) d["content"] = delta.text;
+    if (!delta.reasoning.empty()) d["reasoning_content"] = delta.reasoning;
+    if (!delta.tool_calls.empty()) d["tool_calls"] = tool_calls_json(delta.tool_calls, true);
     choice["delta"] = d;
   } else {
     choice["text"] = delta.text;

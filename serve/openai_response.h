@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "chatout/deltas.h"
 #include "serve/request_stream.h"
 #include "tokenizer/tokenizer.h"
 
@@ -29,6 +30,11 @@ struct ChoiceOutput {
   std::vector<int64_t> text_offsets;
   std::string finish_reason;
   bool logprobs_requested = false;
+  // Chat output parsing (serve/chat_output.h): `text` is then the content, and the message
+  // also has reasoning_content and tool_calls (streamed: this chunk's pieces; whole: one per call).
+  bool parsed = false;
+  std::string reasoning;
+  std::vector<chatout::ToolCallDelta> tool_calls;
   void append(const OutputEvent& event);
 };
 

@@ -10,6 +10,25 @@ constexpr const char* kBuiltinSpecialTokens[] = {
     "[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>", "<|im_middle|>", "[PAD]",
 };
 constexpr int64_t kNumBuiltinSpecialTokens = std::size(kBuiltinSpecialTokens);
+// Then, where the vocabulary has room, Kimi K2's tool-call and thinking tokens, so that the
+// output parsers' tests see them as the special tokens they are in Kimi's own tokenizer.
+constexpr const char* kBuiltinOutputTokens[] = {
+    "<|tool_calls_section_begin|>",
+    "<|tool_calls_section_end|>",
+    "<|tool_call_begin|>",
+    "<|tool_call_argument_begin|>",
+    "<|tool_call_end|>",
+    "<think>",
+    "</think>",
+};
+
+std::string special_token_text(int64_t id) {
+  const int64_t special = id - 256;
+  if (special < kNumBuiltinSpecialTokens) return kBuiltinSpecialTokens[special];
+  if (special - kNumBuiltinSpecialTokens < static_cast<int64_t>(std::size(kBuiltinOutputTokens)))
+    return kBuiltinOutputTokens[special - kNumBuiltinSpecialTokens];
+  return "<|reserved_token_" + std::to_string(id) + "|>";
+}
 
 }  // namespace
 
@@ -29,9 +48,7 @@ std::unique_ptr<Tokenizer> make_builtin_tokenizer(int64_t vocab_size) {
     byte_ids[b] = b;
   }
   for (int64_t id = 256; id < vocab_size; ++id) {
-    const int64_t special = id - 256;
-    parts.token_bytes[id] = special < kNumBuiltinSpecialTokens ? std::string(kBuiltinSpecialTokens[special])
-                                                               : "<|reserved_token_" + std::to_string(id) + "|>";
+    parts.token_bytes[id] = special_token_text(id);
     parts.added_tokens.add(parts.token_bytes[id], static_cast<int32_t>(id), /*special=*/true);
   }
   // No merges: every byte is its own token.

@@ -106,7 +106,9 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& model_dir);
 
 // The tokenizer of synthetic models: byte b <-> id b for b in 0..255, then the special tokens
 // [BOS] [EOS] <|im_end|> <|im_user|> <|im_assistant|> <|im_system|> <|im_middle|> [PAD] at
-// 256..263, and <|reserved_token_ID|> for the remaining ids. Chat template: kimi-k2.
+// 256..263, Kimi K2's <|tool_calls_section_begin|> <|tool_calls_section_end|> <|tool_call_begin|>
+// <|tool_call_argument_begin|> <|tool_call_end|> <think> </think> at 264..270 (where the
+// vocabulary has room), and <|reserved_token_ID|> for the remaining ids. Chat template: kimi-k2.
 // Requires vocab_size >= 264.
 std::unique_ptr<Tokenizer> make_builtin_tokenizer(int64_t vocab_size);
 
