@@ -5,6 +5,7 @@ scripts/default_model/train_twice_gpu.sh (two runs on one H200, see models/defau
 import hashlib
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -40,8 +41,9 @@ def train(data, out, seed):
            "--eval-every", "2", "--eval-tokens", "200", "--seed", str(seed), "--deterministic", "strict"]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
-    losses = [line.split("] ", 1)[1] for line in (out / "train_log.txt").read_text().splitlines()
-              if " loss " in line or "validation ppl" in line]
+    # The losses and validation perplexities, without the log's clock.
+    losses = [re.sub(r" elapsed \d+s", "", line.split("] ", 1)[1])
+              for line in (out / "train_log.txt").read_text().splitlines() if " loss " in line or "validation ppl" in line]
     assert len(losses) >= 3, losses
     return hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest(), losses
 
