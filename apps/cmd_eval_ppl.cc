@@ -3,7 +3,10 @@
 // --context tokens start every --stride tokens, and each scores only the tokens past the
 // previous window's end, so every token after the first is scored once, with up to
 // context - stride tokens of history. Logits come from the forward that generate runs
-// (runtime::generate with the prompts' logits), in batches of windows.
+// (runtime::generate with the prompts' logits), in batches of windows. With --head mtp the
+// model's MTP layer scores instead (DeepSeek-V3's multi-token prediction): row r, knowing the
+// token after it, predicts the one after that, so token j is scored from row j - 2; the windows
+// run as one prefill step each batch, the tokens' next tokens given as ForwardBatch::mtp_tokens.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -31,23 +34,24 @@ struct EvalPplArgs {
   int64_t stride = 0;   // 0: context / 2
   int64_t batch = 8;    // windows per forward
   std::string backend = "cpu";
+  std::string head = "main";  // or "mtp"
   PlanCliArgs plan;
 };
 
 // One window: tokens [begin, end) of the text; rows from `first_row` on are scored (row r
-// predicts token begin + r + 1).
+// predicts token begin + r + lead: lead 1 for the main head, 2 for the MTP head).
 struct Window {
   int64_t begin = 0, end = 0, first_row = 0;
 };
 
-std::vector<Window> sliding_windows(int64_t tokens, int64_t context, int64_t stride) {
+std::vector<Window> sliding_windows(int64_t tokens, int64_t context, int64_t stride, int64_t lead) {
   std::vector<Window> windows;
   int64_t prev_end = 0;
   for (int64_t begin = 0; begin < tokens; begin += stride) {
     const int64_t end = std::min(begin + context, tokens);
-    // The window's tokens past prev_end are scored: token j from row j - 1 (j >= 1).
+    // The window's tokens past prev_end are scored: token j from row j - lead (j >= lead).
     const int64_t first_token = prev_end - begin;
-    windows.push_back({begin, end, std::max<int64_t>(first_token - 1, 0)});
+    windows.push_back({begin, end, std::max<int64_t>(first_token - lead, 0)});
     prev_end = end;
     if (end == tokens) break;
   }
@@ -68,12 +72,59 @@ struct NllSum {
 };
 
 // Adds the scored rows of one window's logits [len, vocab].
-void add_window(const Window& w, const Tensor& logits, const std::vector<int32_t>& ids, NllSum& sum) {
-  const int64_t vocab = logits.dim(1);
-  for (int64_t r = w.first_row; r + 1 < w.end - w.begin; ++r) {
-    sum.nll += token_nll(logits.f32() + r * vocab, vocab, ids[w.begin + r + 1]);
+void add_window(const Window& w, const float* logits, int64_t vocab, int64_t lead, const std::vector<int32_t>& ids,
+                NllSum& sum) {
+  for (int64_t r = w.first_row; r + lead < w.end - w.begin; ++r) {
+    sum.nll += token_nll(logits + r * vocab, vocab, ids[w.begin + r + lead]);
     ++sum.tokens;
   }
+}
+
+// The MTP head's logits [len, vocab] of each window in `batch` (a prefill of each on its own
+// pages, one step). The next token of a window's last token is outside the window: it gets its
+// own id, and its row (which would predict beyond the window) is not scored.
+std::vector<Tensor> mtp_window_logits(runtime::Engine& engine, const std::vector<std::vector<int32_t>>& batch) {
+  const int64_t page_size = engine.options().page_size;
+  step::StepPlan plan;
+  step::ReplicaBatch& rb = plan.micro_batches.emplace_back().replicas.emplace_back();
+  size_t longest = 0;
+  for (const auto& w : batch) longest = std::max(longest, w.size());
+  rb.batch.max_pages_per_seq = (static_cast<int64_t>(longest) + page_size - 1) / page_size;
+  int32_t next_page = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const auto& w = batch[i];
+    std::vector<int32_t> pages((w.size() + page_size - 1) / page_size);
+    for (auto& page : pages) page = next_page++;
+    step::append_sequence(rb, i, w, 0, static_cast<int64_t>(w.size()), pages, page_size, step::LogitRows::kEvery);
+    rb.batch.mtp_tokens.insert(rb.batch.mtp_tokens.end(), w.begin() + 1, w.end());
+    rb.batch.mtp_tokens.push_back(w.back());
+  }
+  const std::vector<size_t> first_row(rb.first_row.begin(), rb.first_row.end());
+  const runtime::StepOutputs out = engine.wait(engine.submit(std::move(plan)));
+  const Tensor& rows = out.rows.at(0).at(0);  // [all windows' tokens, vocab]
+  const int64_t vocab = rows.dim(1);
+  std::vector<Tensor> logits;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Tensor t(DType::F32, {static_cast<int64_t>(batch[i].size()), vocab});
+    std::copy_n(rows.f32() + first_row[i] * vocab, t.numel(), t.f32());
+    logits.push_back(std::move(t));
+  }
+  return logits;
+}
+
+// Each window's logits [len, vocab] under --head: the main head's through runtime::generate,
+// the MTP head's by mtp_window_logits.
+std::vector<Tensor> window_logits(runtime::Engine& engine, const std::vector<runtime::GenerateRequest>& requests,
+                                  bool mtp) {
+  std::vector<Tensor> logits;
+  if (mtp) {
+    std::vector<std::vector<int32_t>> prompts;
+    for (const auto& r : requests) prompts.push_back(r.prompt);
+    return mtp_window_logits(engine, prompts);
+  }
+  for (auto& result : runtime::generate(engine, requests, {.prompt_logits = true}))
+    logits.push_back(std::move(result.prompt_logits));
+  return logits;
 }
 
 std::string read_text(const std::string& path) {
@@ -95,12 +146,18 @@ void run_eval_ppl(const EvalPplArgs& args) {
   MS_CHECK(context >= 2, "--context {}: at least 2 tokens", context);
   MS_CHECK(stride <= context, "--stride {} is larger than --context {} (tokens would go unscored)", stride, context);
   MS_CHECK(args.batch >= 1, "--batch {}: at least 1", args.batch);
+  MS_CHECK(args.head == "main" || args.head == "mtp", "--head '{}': main or mtp", args.head);
+  const bool mtp = args.head == "mtp";
+  const int64_t lead = mtp ? 2 : 1;
+  MS_CHECK(!mtp || model.config.num_nextn_predict_layers >= 1,
+           "--head mtp: model '{}' has no MTP layer (num_nextn_predict_layers is {})", model.spec,
+           model.config.num_nextn_predict_layers);
 
   runtime::EngineOptions options;
   options.backend = args.backend;
   options.plan = plan_for_model(args.plan, model.config, /*bytes_per_element=*/args.backend == "cuda" ? 2 : 4);
-  const std::vector<Window> windows = sliding_windows(static_cast<int64_t>(ids.size()), context, stride);
-  std::vector<runtime::GenerateRequest> first_batch;
+  options.run.mtp = mtp;
+  const std::vector<Window> windows = sliding_windows(static_cast<int64_t>(ids.size()), context, stride, lead);
   NllSum sum;
   std::unique_ptr<runtime::Engine> engine;
   for (size_t start = 0; start < windows.size(); start += args.batch) {
@@ -116,13 +173,15 @@ void run_eval_ppl(const EvalPplArgs& args) {
       options.num_pages = runtime::kv_pages_for(requests, options.page_size);
       engine = std::make_unique<runtime::Engine>(model, options);
     }
-    const auto results = runtime::generate(*engine, requests, {.prompt_logits = true});
-    for (size_t i = start; i < stop; ++i) add_window(windows[i], results[i - start].prompt_logits, ids, sum);
+    const std::vector<Tensor> logits = window_logits(*engine, requests, mtp);
+    for (size_t i = start; i < stop; ++i)
+      add_window(windows[i], logits[i - start].f32(), logits[i - start].dim(1), lead, ids, sum);
   }
   const double mean = sum.nll / static_cast<double>(sum.tokens);
-  nlohmann::ordered_json out = {{"model", model.spec},       {"text", args.text_path}, {"perplexity", std::exp(mean)},
-                                {"nll_per_token", mean},     {"tokens", ids.size()},   {"scored_tokens", sum.tokens},
-                                {"windows", windows.size()}, {"context", context},     {"stride", stride}};
+  nlohmann::ordered_json out = {
+      {"model", model.spec},   {"text", args.text_path}, {"head", args.head},           {"perplexity", std::exp(mean)},
+      {"nll_per_token", mean}, {"tokens", ids.size()},   {"scored_tokens", sum.tokens}, {"windows", windows.size()},
+      {"context", context},    {"stride", stride}};
   std::printf("%s\n", out.dump().c_str());
 }
 
@@ -138,6 +197,8 @@ void add_eval_ppl_command(CLI::App& app) {
   cmd->add_option("--stride", args->stride, "Tokens between window starts (default context / 2)");
   cmd->add_option("--batch", args->batch, "Windows per forward")->capture_default_str();
   cmd->add_option("--backend", args->backend, "cpu (fp32 reference), cpu-bf16 or cuda")->capture_default_str();
+  cmd->add_option("--head", args->head, "main, or mtp: the MTP layer's head (predicting two tokens ahead)")
+      ->capture_default_str();
   cmd->add_option("--plan", args->plan.preset, "Parallel plan preset (single, tp2, ep4, ...); default single");
   add_plan_flags(cmd, args->plan);
   cmd->callback([args] { run_eval_ppl(*args); });

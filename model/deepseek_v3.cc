@@ -38,12 +38,15 @@ DeepseekV3::DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& 
                                                           .parts = parts_,
                                                           .reduction_plan = run_.reduction_plan,
                                                           .backend = backend,
-                                                          .source = source}));
+                                                          .source = source,
+                                                          .mtp = run.mtp}));
   weight_bytes_ = weights_->bytes;
   const int64_t width = config.kv_lora_rank + config.qk_rope_head_dim;
   const size_t cache_bytes =
       static_cast<size_t>(cache.num_pages * cache.page_size * width) * dtype_size(backend.activation_dtype());
   for (int64_t l = shard_.layers.begin; l < shard_.layers.end; ++l) kv_cache_.push_back(backend.alloc(cache_bytes));
+  if (weights_->mtp) mtp_kv_cache_ = backend.alloc(cache_bytes);
+  MS_CHECK(!run.mtp || plan.attn_dp == 1, "plan '{}': the MTP layer does not run under attention DP yet", plan.name);
   backend.synchronize();
   // Candidates per row and vocab part of a kCandidates draw (fewer when the part is smaller).
   candidates_per_slice_ = std::min(sample::kCandidatesPerSlice, shard_.vocab.size() / parts_);
@@ -54,7 +57,8 @@ DeepseekV3::DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& 
                                                          .attn_tp = plan_.attn_tp,
                                                          .head_tp = groups_.attn_tp ? groups_.attn_tp->size() : 1,
                                                          .reduction_plan = reduction_plan_on(),
-                                                         .candidates_per_slice = candidates_per_slice_},
+                                                         .candidates_per_slice = candidates_per_slice_,
+                                                         .mtp = weights_->mtp != nullptr},
                                            backend, *graphs_);
   head_ = std::make_unique<LmHead>(
       LmHeadParams{.config = config_, .shard = shard_, .parts = parts_, .backend = backend, .weights = *weights_});
@@ -100,15 +104,18 @@ ops::Buffer& DeepseekV3::hidden_states(int64_t tokens) { return *workspace_->of(
 
 sample::SamplerBuffers DeepseekV3::forward(const ForwardBatch& batch, sample::Sampler* sampler) {
   const int64_t T = batch.num_tokens(), rows = static_cast<int64_t>(batch.logit_rows.size());
-  check_forward_batch(
-      batch,
-      {.config = config_, .cache = cache_shape_, .first_stage = shard_.first_stage, .last_stage = shard_.last_stage});
+  check_forward_batch(batch, {.config = config_,
+                              .cache = cache_shape_,
+                              .first_stage = shard_.first_stage,
+                              .last_stage = shard_.last_stage,
+                              .mtp_layer = weights_->mtp != nullptr});
   Activations& a = workspace_->prepare(batch);
 
-  // Decode-shaped steps (one logit row per token, in order, no host work inside) replay a graph.
-  bool decode_shaped = rows == T && plan_.attn_dp == 1 && !record_routing_;
+  // Decode-shaped steps (one logit row per token, in order, no host work inside) replay a
+  // graph; MTP steps run eagerly (the graph cache does not key on them).
+  bool decode_shaped = rows == T && plan_.attn_dp == 1 && !record_routing_ && batch.mtp_tokens.empty();
   for (int64_t r = 0; decode_shaped && r < rows; ++r) decode_shaped = batch.logit_rows[r] == r;
-  auto step = [&] { run(a, rows, batch.max_pages_per_seq, batch.draw, sampler); };
+  auto step = [&] { run(a, batch, sampler); };
   if (graphs_enabled_ && decode_shaped && backend_.supports_graphs() && T > 0) {
     graphs_->run({.tokens = T, .max_pages_per_seq = batch.max_pages_per_seq, .draw = batch.draw}, step);
   } else {
@@ -121,9 +128,8 @@ sample::SamplerBuffers DeepseekV3::forward(const ForwardBatch& batch, sample::Sa
   return workspace_->sampler_buffers(a);
 }
 
-void DeepseekV3::run(Activations& a, int64_t logit_rows, int64_t max_pages_per_seq, DrawKind draw,
-                     sample::Sampler* sampler) {
-  const int64_t T = a.tokens, hidden = config_.hidden_size;
+void DeepseekV3::run(Activations& a, const ForwardBatch& batch, sample::Sampler* sampler) {
+  const int64_t T = a.tokens, hidden = config_.hidden_size, logit_rows = static_cast<int64_t>(batch.logit_rows.size());
   const std::vector<std::unique_ptr<LayerWeights>>& layers = weights_->layers;
   if (shard_.first_stage) embed(a);
   int64_t moe_layer = 0;
@@ -135,14 +141,22 @@ void DeepseekV3::run(Activations& a, int64_t logit_rows, int64_t max_pages_per_s
                        static_cast<float>(config_.rms_norm_eps)});
   for (size_t i = 0; i < layers.size(); ++i) {
     const LayerWeights& layer = *layers[i];
-    add_branch(attention(layer, static_cast<int64_t>(i), a, max_pages_per_seq), a, ptr(layer.post_attention_norm));
-    const BranchSum mlp = layer.is_moe ? moe(layer, moe_layer++, a) : dense_mlp(layer, a);
-    add_branch(mlp, a, i + 1 < layers.size() ? ptr(layers[i + 1]->input_norm) : nullptr);
+    decoder_layer(layer, *kv_cache_[i], layer.is_moe ? moe_layer++ : -1, a, batch.max_pages_per_seq,
+                  i + 1 < layers.size() ? ptr(layers[i + 1]->input_norm) : nullptr);
   }
   if (shard_.last_stage) {
-    head_->run(a, logit_rows);
-    sampler->reduce(workspace_->sampler_buffers(a), logit_rows, draw);
+    const bool mtp_head = !batch.mtp_tokens.empty();
+    if (mtp_head) mtp(a, batch.max_pages_per_seq);
+    head_->run(a, logit_rows, mtp_head ? ptr(weights_->mtp->head_norm) : nullptr);
+    sampler->reduce(workspace_->sampler_buffers(a), logit_rows, batch.draw);
   }
+}
+
+void DeepseekV3::decoder_layer(const LayerWeights& layer, ops::Buffer& cache, int64_t moe_layer, Activations& a,
+                               int64_t max_pages_per_seq, const void* next_norm) {
+  add_branch(attention(layer, cache, a, max_pages_per_seq), a, ptr(layer.post_attention_norm));
+  const BranchSum mlp = layer.is_moe ? moe(layer, moe_layer, a) : dense_mlp(layer, a);
+  add_branch(mlp, a, next_norm);
 }
 
 void DeepseekV3::embed(Activations& a) {
@@ -181,14 +195,13 @@ void DeepseekV3::add_branch(const BranchSum& sum, Activations& a, const void* no
 void* DeepseekV3::branch_part(Activations& a, int v) const {
   return bytes(a.branch) + static_cast<int64_t>(v) * a.tokens * config_.hidden_size * 4;
 }
-DeepseekV3::BranchSum DeepseekV3::attention(const LayerWeights& layer, int64_t local_layer, Activations& a,
+DeepseekV3::BranchSum DeepseekV3::attention(const LayerWeights& layer, ops::Buffer& cache, Activations& a,
                                             int64_t max_pages_per_seq) {
   const ModelConfig& c = config_;
   const int64_t T = a.tokens, hidden = c.hidden_size;
   const int64_t rope = c.qk_rope_head_dim, latent = c.kv_lora_rank, width = latent + rope;
   const size_t act = dtype_size(backend_.activation_dtype());
   const float eps = static_cast<float>(c.rms_norm_eps);
-  ops::Buffer& cache = *kv_cache_[local_layer];
   // The cache entry (kv path) is computed on the side stream beside the q path: two chains of
   // short kernels whose launch and ramp latencies overlap. Both end before attention.
   // kv [T, latent + rope] becomes the cache entry in place: norm(kv[:, :latent]), rope(kv[:, latent:]).

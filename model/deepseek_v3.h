@@ -60,8 +60,13 @@ struct KvCacheShape {
 // each split op, C / ranks fp32 partial branches, no fused all-reduce + norm.
 // Attention-DP plans move routed tokens by all-to-all and sum their experts' bf16 outputs in
 // another order: they are outside every reduction plan.
+//
+// mtp: the last stage also loads the MTP layer (num_nextn_predict_layers, stored as layer
+// num_hidden_layers) with its own latent cache, and the embedding where it is not the first
+// stage; batches with ForwardBatch::mtp_tokens then return its logits.
 struct ModelRunOptions {
   parallel::ParallelPlan reduction_plan;  // pp 1, no attention DP, a power-of-two number of ranks
+  bool mtp = false;
 };
 
 // Throws, naming --reduction-plan and the plan or config field at fault, unless `plan` nests in
@@ -127,9 +132,16 @@ class DeepseekV3 {
   };
   // The device work of a step: embedding (first stage), layers, and (last stage) the head and
   // the device part of the draw.
-  void run(Activations& a, int64_t logit_rows, int64_t max_pages_per_seq, DrawKind draw, sample::Sampler* sampler);
+  void run(Activations& a, const ForwardBatch& batch, sample::Sampler* sampler);
   void embed(Activations& a);
-  BranchSum attention(const LayerWeights& layer, int64_t local_layer, Activations& a, int64_t max_pages_per_seq);
+  BranchSum attention(const LayerWeights& layer, ops::Buffer& cache, Activations& a, int64_t max_pages_per_seq);
+  // One decoder layer: normed = input_norm(hidden) is ready; leaves hidden += attention + MLP
+  // and normed = next_norm(hidden) (no norm with next_norm == nullptr).
+  void decoder_layer(const LayerWeights& layer, ops::Buffer& cache, int64_t moe_layer, Activations& a,
+                     int64_t max_pages_per_seq, const void* next_norm);
+  // The MTP layer over the stage's output a.hidden and a.mtp_ids (model/deepseek_v3_mtp.cc):
+  // leaves its block's output in a.hidden (the head normalises it with shared_head.norm).
+  void mtp(Activations& a, int64_t max_pages_per_seq);
   void attention_part(const LayerPart& part, int v, ops::Buffer& cache, Activations& a, int64_t max_pages_per_seq);
   BranchSum dense_mlp(const LayerWeights& layer, Activations& a);
   BranchSum moe(const LayerWeights& layer, int64_t moe_layer, Activations& a);
@@ -161,6 +173,7 @@ class DeepseekV3 {
 
   std::unique_ptr<ModelWeights> weights_;
   std::vector<ops::BufferPtr> kv_cache_;            // per local layer
+  ops::BufferPtr mtp_kv_cache_;                     // the MTP layer's (ModelRunOptions::mtp, last stage)
   std::unique_ptr<comm::ExpertExchange> exchange_;  // attention DP: routed tokens by all-to-all
   std::unique_ptr<LmHead> head_;
   int64_t candidates_per_slice_ = 0;  // of a kCandidates draw: min(kCandidatesPerSlice, vocab part)

@@ -29,6 +29,7 @@ class WeightLoader {
     std::copy(inv_freq.begin(), inv_freq.end(), inv_freq_tensor.f32());
     out_.inv_freq = backend_.upload_weight(inv_freq_tensor, /*keep_f32=*/true);
     for (int64_t l = shard_.layers.begin; l < shard_.layers.end; ++l) out_.layers.push_back(load_layer(l));
+    if (p_.mtp && shard_.last_stage) load_mtp();
     return std::move(out_);
   }
 
@@ -205,6 +206,24 @@ class WeightLoader {
         out_.lm_head.push_back(load_linear(c_.tensor_prefix + "lm_head", c_.vocab_size, hidden, rows, {0, hidden}));
       }
     }
+  }
+
+  void load_mtp() {
+    const int64_t hidden = c_.hidden_size, n = c_.num_hidden_layers;
+    MS_CHECK(c_.num_nextn_predict_layers >= 1,
+             "config: num_nextn_predict_layers is {}: the model has no MTP layer to load (tensors model.layers.{}.*)",
+             c_.num_nextn_predict_layers, n);
+    if (!out_.embed)  // the MTP layer embeds its next tokens (a later pipeline stage)
+      out_.embed = load_tensor(c_.tensor_prefix + "model.embed_tokens.weight", {c_.vocab_size, hidden},
+                               {shard_.vocab.begin, shard_.vocab.end});
+    const std::string p = fmt::format("{}model.layers.{}.", c_.tensor_prefix, n);
+    auto mtp = std::make_unique<MtpWeights>();
+    mtp->enorm = load_tensor(p + "enorm.weight", {hidden});
+    mtp->hnorm = load_tensor(p + "hnorm.weight", {hidden});
+    mtp->eh_proj = load_linear(p + "eh_proj", hidden, 2 * hidden, {0, hidden}, {0, 2 * hidden});
+    mtp->head_norm = load_tensor(p + "shared_head.norm.weight", {hidden});
+    mtp->block = load_layer(n);
+    out_.mtp = std::move(mtp);
   }
 
   std::unique_ptr<LayerWeights> load_layer(int64_t l) {

@@ -58,12 +58,24 @@ struct LayerWeights {
   std::vector<LayerPart> parts;  // [parts]
 };
 
+// DeepSeek-V3's MTP layer (checkpoint tensors model.layers.<num_hidden_layers>.*): its input
+// eh_proj(concat(enorm(embed(next token)), hnorm(final hidden))), one decoder block, and
+// shared_head.norm before the head. The head and the embedding are the main model's (DeepSeek-V3
+// shares them; the checkpoint's shared_head.head is a copy of lm_head).
+struct MtpWeights {
+  ops::BufferPtr enorm, hnorm;  // [hidden]
+  LinearWeight eh_proj;         // [hidden, 2 * hidden]: embedding columns, then hidden-state columns
+  ops::BufferPtr head_norm;     // [hidden] shared_head.norm
+  std::unique_ptr<LayerWeights> block;
+};
+
 struct ModelWeights {
   ops::BufferPtr embed;                               // [vocab slice, hidden]            (first stage)
   ops::BufferPtr final_norm;                          // [hidden]                         (last stage)
   std::vector<LinearWeight> lm_head;                  // per part: [vocab slice / parts, hidden] (last stage)
   ops::BufferPtr inv_freq;                            // [rope / 2] fp32
   std::vector<std::unique_ptr<LayerWeights>> layers;  // this stage's layers
+  std::unique_ptr<MtpWeights> mtp;                    // last stage, with WeightLoadParams::mtp
   // In the backend's dtypes; packed weights by their values and scales (loaded_bytes() of
   // model/deepseek_v3_weights.h), not the padding between them.
   int64_t bytes = 0;
@@ -76,6 +88,7 @@ struct WeightLoadParams {
   const parallel::ParallelPlan& reduction_plan;
   ops::Backend& backend;
   WeightSource& source;
+  bool mtp = false;  // the last stage loads the MTP layer (and the embedding, if not also the first)
 };
 
 // Only the slices the shard owns; synthetic weights are generated directly in backend memory.

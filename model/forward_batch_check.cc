@@ -46,6 +46,17 @@ void check_head_rows(const ForwardBatch& batch, const BatchLimits& limits) {
   }
 }
 
+void check_mtp_tokens(const ForwardBatch& batch, const BatchLimits& limits) {
+  if (batch.mtp_tokens.empty()) return;
+  MS_CHECK(limits.mtp_layer || !limits.last_stage,
+           "forward batch: MTP tokens given, but the model was loaded without its MTP layer (ModelRunOptions::mtp)");
+  MS_CHECK(batch.num_tokens() == static_cast<int64_t>(batch.mtp_tokens.size()),
+           "forward batch: {} MTP tokens for {} tokens", batch.mtp_tokens.size(), batch.num_tokens());
+  for (int32_t id : batch.mtp_tokens)
+    MS_CHECK(id >= 0 && id < limits.config.vocab_size, "MTP token id {} outside the vocabulary [0, {})", id,
+             limits.config.vocab_size);
+}
+
 }  // namespace
 
 void check_forward_batch(const ForwardBatch& batch, const BatchLimits& limits) {
@@ -57,6 +68,7 @@ void check_forward_batch(const ForwardBatch& batch, const BatchLimits& limits) {
   for (int32_t row : batch.logit_rows)
     MS_CHECK(row >= 0 && row < T, "logit row {} outside the batch of {} tokens", row, T);
   check_head_rows(batch, limits);
+  check_mtp_tokens(batch, limits);
 }
 
 }  // namespace moeserve

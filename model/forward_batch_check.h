@@ -12,6 +12,7 @@ struct BatchLimits {
   KvCacheShape cache;
   bool first_stage = false;  // checks the token ids
   bool last_stage = false;   // checks what the batch's draw needs
+  bool mtp_layer = false;    // the rank holds the MTP layer (ForwardBatch::mtp_tokens allowed)
 };
 
 // Throws, naming the field at fault.

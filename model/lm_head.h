@@ -25,8 +25,9 @@ class LmHead {
   explicit LmHead(const LmHeadParams& params) : p_(params) {}
 
   // selected [rows, hidden] = norm(hidden[logit_rows]); local logits [parts, rows, vocab_part]
-  // fp32 = selected @ lm_head[part].
-  void run(Activations& a, int64_t rows);
+  // fp32 = selected @ lm_head[part]. The norm is the final norm, or `norm_weight` [hidden]
+  // (the MTP layer's shared_head.norm) when given.
+  void run(Activations& a, int64_t rows, const void* norm_weight = nullptr);
 
  private:
   LmHeadParams p_;

@@ -72,6 +72,7 @@ size_t Workspace::lay_out_activations(Activations* a, int64_t T, ops::Buffer* ar
   layout.place(&Activations::act, T * max_inter, act);
   layout.place(&Activations::topk_ids, T * c.num_experts_per_tok, 4);
   layout.place(&Activations::topk_weights, T * c.num_experts_per_tok, 4);
+  if (dims_.mtp) layout.place(&Activations::mtp_in, T * 2 * c.hidden_size, act);
   return layout.used();
 }
 
@@ -134,6 +135,7 @@ Activations& Workspace::of(int64_t T) {
   a->seq_of_token = alloc(T, 4);
   a->slots = alloc(T, 4);
   a->logit_rows = alloc(T, 4);
+  if (dims_.mtp) a->mtp_ids = alloc(T, 4);
   lay_out_activations(a.get(), T, arena_.get());
   if (head_arena_) lay_out_head(a.get(), head_rows_, head_arena_.get());
   slot = std::move(a);
@@ -177,6 +179,7 @@ Activations& Workspace::prepare(const ForwardBatch& batch) {
   put(a.slots, batch.slots);
   put(a.block_tables, batch.block_tables);
   put(a.logit_rows, batch.logit_rows);
+  if (a.mtp_ids) put(a.mtp_ids, batch.mtp_tokens);
   if (batch.draw == DrawKind::kCandidates && dims_.shard.last_stage && !batch.temperatures.empty())
     backend_.upload(*a.temperatures, 0, batch.temperatures.data(), batch.temperatures.size() * 4);
   return a;

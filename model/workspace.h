@@ -27,6 +27,7 @@ struct Activations {
   int64_t tokens = 0;
   int64_t block_table_capacity = 0;                                         // int32 entries of block_tables
   BufferPtr ids, positions, seq_of_token, slots, block_tables, logit_rows;  // int32 metadata
+  BufferPtr mtp_ids;                                                        // [T] int32 (an MTP layer)
   BufferPtr hidden;                                                         // [T, hidden] residual stream
   BufferPtr normed;                                                         // [T, hidden]
   // [T, hidden] fp32: output of attention / MLP before the residual add. Partial sums over
@@ -48,6 +49,7 @@ struct Activations {
   BufferPtr act;           // [T, max inter]
   BufferPtr topk_ids;      // [T, top_k] int32
   BufferPtr topk_weights;  // [T, top_k] fp32
+  BufferPtr mtp_in;        // [T, 2 * hidden]: the MTP layer's eh_proj input (an MTP layer)
   // The head's buffers, last stage only, for R rows (views of the head arena, grown on demand).
   BufferPtr selected;         // [R, hidden] rows that get logits, normalised
   BufferPtr local_logits;     // [R, vocab_local] fp32
@@ -77,6 +79,7 @@ struct WorkspaceDims {
   int head_tp;                   // ranks of the attention-TP group (1 without one)
   bool reduction_plan;           // a reduction plan of more than one rank
   int64_t candidates_per_slice;  // DrawKind::kCandidates, per row and vocab part
+  bool mtp = false;              // the rank runs an MTP layer
 };
 
 class Workspace {

@@ -19,13 +19,20 @@ Training, as DeepSeek-V3 describes it at this scale:
   * the routed experts are computed densely in training (every expert on every token,
     weighted by the router's top-k weights and zero elsewhere), which is the same function
     as transformers' sparse loop without its host synchronisations.
-Reproducible: seeded sampling and initialisation; a fixed --steps reproduces a run (with
---steps auto, the first steps measure the speed and fix the step count to fill --budget;
-the log names the count, so that `--steps N` reruns it).
+Reproducible: seeded sampling and initialisation, a fixed data order (the batches' offsets
+come from a seeded generator), and deterministic kernels (--deterministic strict, the default:
+torch.use_deterministic_algorithms(True) with CUBLAS_WORKSPACE_CONFIG, the attention limited
+to SDPA's memory-efficient and math kernels, and no op that accumulates with atomics: the
+expert loads are one-hot sums, the loss is a log-softmax gather rather than CUDA's NLLLoss);
+so a fixed --steps reproduces a run bit for bit on the same GPU and software (with --steps
+auto, the first steps measure the speed and fix the step count to fill --budget; the log names
+the count, so that `--steps N` reruns it). --measure-only times the first steps and stops
+(scripts/default_model/train_twice_gpu.sh uses it to choose the count of two parallel runs).
 """
 import argparse
 import json
 import math
+import os
 import pathlib
 import shutil
 import sys
@@ -91,7 +98,9 @@ class LoadCounter:
         def hook(module, inputs, output):
             # The router returns (logits,) weights and indices; the indices are the integer tensor.
             indices = next(o for o in output if not o.is_floating_point())
-            load = torch.bincount(indices.flatten(), minlength=module.e_score_correction_bias.numel()).float()
+            n_experts = module.e_score_correction_bias.numel()
+            # One-hot sum rather than bincount: the same counts, with no atomics.
+            load = F.one_hot(indices.flatten(), n_experts).sum(0).float()           # [E]
             self.counts[k] = load if self.counts[k] is None else self.counts[k] + load
         return hook
 
@@ -118,9 +127,16 @@ def losses(model, mtp, batch):
     inputs, labels, next_ids, mtp_labels = batch[:, :t], batch[:, 1:t + 1], batch[:, 1:t + 1], batch[:, 2:]
     hidden = model.model(input_ids=inputs).last_hidden_state                  # [B, T, H]
     logits = model.lm_head(hidden).float()                                    # [B, T, V]
-    main = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+    main = cross_entropy(logits.flatten(0, 1), labels.flatten())
     mtp_logits = mtp.logits(model, hidden, next_ids).float()
-    return main, F.cross_entropy(mtp_logits.flatten(0, 1), mtp_labels.flatten())
+    return main, cross_entropy(mtp_logits.flatten(0, 1), mtp_labels.flatten())
+
+
+def cross_entropy(logits, targets):
+    """Mean -log p(target) of logits [N, V] and targets [N]: F.cross_entropy's value, computed
+    with a gather (deterministic backward) because CUDA's NLLLoss backward uses atomics."""
+    picked = logits.gather(1, targets[:, None])[:, 0]                      # [N]
+    return (torch.logsumexp(logits, dim=-1) - picked).mean()
 
 
 def windows(n, context, stride):
@@ -203,6 +219,10 @@ def check_dense_experts(model, mtp, device, log):
     """Trains with the dense expert path if it equals transformers' sparse one (same logits on
     a few tokens), else with transformers' own (slower, same function)."""
     ids = torch.arange(3, 40, device=device).unsqueeze(0) % model.config.vocab_size
+    # Without deterministic mode, which transformers' sparse loop may not run under (this
+    # forward changes no state: it leaves the run as reproducible as before).
+    mode = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    torch.use_deterministic_algorithms(False)
     try:
         with torch.no_grad():
             sparse = model(ids).logits
@@ -214,6 +234,8 @@ def check_dense_experts(model, mtp, device, log):
             return
     except Exception as error:  # another transformers release's experts interface
         log(f"dense experts unusable ({type(error).__name__}: {error})")
+    finally:
+        torch.use_deterministic_algorithms(mode[0], warn_only=mode[1])
     for module in list(model.modules()) + list(mtp.modules()):
         module.__dict__.pop("forward", None)
     log("training with transformers' experts")
@@ -232,14 +254,33 @@ def make_optimizer(args, model, mtp, device):
     return opt, [p for _, p in named]
 
 
+def make_deterministic(mode, device):
+    """Deterministic kernels (see the module docstring): 'strict' raises on an op without a
+    deterministic kernel, 'warn' only warns (to find such an op), 'off' leaves torch's defaults."""
+    if mode == "off":
+        return
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS starts
+    torch.use_deterministic_algorithms(True, warn_only=mode == "warn")
+    torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = False, True
+    if device.type == "cuda":
+        # MLA's q/k (48) and v (32) head sizes differ; the memory-efficient kernel (one key
+        # split in deterministic mode) or the math one runs, never flash or cuDNN attention.
+        torch.backends.cuda.enable_flash_sdp(False)
+        torch.backends.cuda.enable_cudnn_sdp(False)
+
+
 class StepCount:
     """The run's step count: --steps N, or with --steps auto the count that fills --budget at
     the speed of steps 10..--measure-steps (rounded down to hundreds, at most --max-steps)."""
 
     def __init__(self, args, log):
         self.args, self.log, self.start = args, log, time.time()
-        self.auto = args.steps == "auto"
-        self.planned = args.max_steps if self.auto else int(args.steps)
+        self.measure_start = self.start
+        self.auto = args.steps == "auto" and not args.measure_only
+        if args.measure_only:
+            self.planned = args.measure_steps
+        else:
+            self.planned = args.max_steps if self.auto else int(args.steps)
 
     def before(self, step):
         args = self.args
@@ -251,6 +292,13 @@ class StepCount:
                      f"(rerun with --steps {self.planned})")
         if step == 10:
             self.measure_start = time.time()
+
+    def stop_clock(self, step):
+        """After the last step (before its logging and validation): the seconds per step since
+        step 10, the speed --measure-only reports."""
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        self.per_step = (time.time() - self.measure_start) / max(1, step - 10)
 
     def elapsed(self):
         return time.time() - self.start
@@ -301,6 +349,8 @@ def train(args, model, mtp, tokens, log):
                                              counter, args.bias_gamma)
         step += 1
         last = step == count.planned
+        if last:
+            count.stop_clock(step)
         if step % args.log_every == 0 or last:
             loads = " ".join(f"{x:.2f}" for x in balance.tolist())
             log(f"step {step}/{count.planned} lr {lr:.2e} loss {main.item():.4f} mtp_loss {mtp_loss.item():.4f} "
@@ -313,7 +363,7 @@ def train(args, model, mtp, tokens, log):
     counter.take()
     for handle in counter.handles:
         handle.remove()
-    return step, count.elapsed()
+    return step, count
 
 
 def load_fractions(counter):
@@ -353,7 +403,7 @@ def evaluate_saved(out, heldout, context, stride, log):
             "layers": load_fractions(counter)}
 
 
-def main():
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", required=True, help="folder of prepare_data.py's output")
     parser.add_argument("--chat-template", required=True, help="the DeepSeek-V3 Jinja template file")
@@ -364,6 +414,9 @@ def main():
     parser.add_argument("--budget", type=float, default=380.0, help="seconds of training for --steps auto")
     parser.add_argument("--grace", type=float, default=60.0, help="seconds past --budget before stopping")
     parser.add_argument("--measure-steps", type=int, default=60)
+    parser.add_argument("--measure-only", action="store_true",
+                        help="train --measure-steps steps, write OUT/measure.json (seconds per step), stop")
+    parser.add_argument("--deterministic", choices=["strict", "warn", "off"], default="strict")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seq", type=int, default=512)
     parser.add_argument("--lr", type=float, default=3e-3)
@@ -377,33 +430,26 @@ def main():
     parser.add_argument("--eval-tokens", type=int, default=None, help="held-out tokens to score (default all)")
     parser.add_argument("--tiny", action="store_true", help="a tiny config (CPU smoke run)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    args = parser.parse_args()
-    data, out = pathlib.Path(args.data), pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    log = Log(args.log or out / "train_log.txt")
-    log(f"command: {' '.join(sys.argv)}")
-    log(f"torch {torch.__version__}, transformers {__import__('transformers').__version__}, device {args.device}"
-        + (f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else ""))
-    device = torch.device(args.device)
-    torch.backends.cuda.matmul.allow_tf32 = False
-    tokens = torch.from_numpy(np.load(data / "train_tokens.npy").astype(np.int64)).to(device)
-    # Held-out perplexity is measured as `moeserve eval-ppl --text heldout.txt` measures it:
-    # the plain text encoded without special tokens, HF's sliding window.
+    return parser.parse_args()
+
+
+def load_tokens(data, device):
+    """(training tokens [N] on device, held-out tokens [M], vocabulary size). The held-out text
+    is encoded as `moeserve eval-ppl --text heldout.txt` encodes it: no special tokens."""
     from tokenizers import Tokenizer
+    tokens = torch.from_numpy(np.load(data / "train_tokens.npy").astype(np.int64)).to(device)
     text = (data / "heldout.txt").read_text(encoding="utf-8")
     heldout = torch.tensor(Tokenizer.from_file(str(data / "tokenizer.json")).encode(text, add_special_tokens=False).ids)
     vocab = json.loads((data / "tokenizer.json").read_text())
     vocab_size = len(vocab["model"]["vocab"]) + sum(1 for t in vocab["added_tokens"]
                                                     if t["content"] not in vocab["model"]["vocab"])
-    model, mtp = build(args, vocab_size, device)
-    n_params = sum(p.numel() for p in model.parameters()) + sum(p.numel() for p in mtp.parameters())
-    log(f"train tokens {tokens.numel()}, held-out tokens {heldout.numel()}, vocab {vocab_size}, "
-        f"parameters {n_params} (MTP included, head shared)")
-    check_dense_experts(model, mtp, device, log)
-    model.train(), mtp.train()
-    steps, seconds = train(args, model, mtp, tokens, log)
-    log(f"trained {steps} steps of {args.batch}x{args.seq} tokens in {seconds:.0f}s "
-        f"({steps * args.batch * args.seq / tokens.numel():.1f} epochs)")
+    return tokens, heldout, vocab_size
+
+
+def save_and_evaluate(args, steps, model, mtp, heldout, data, out, log):
+    """Writes the model directory (weights, tokenizer, router_stats.json, model card) and logs
+    the held-out perplexity and the weights' SHA-256 (two runs compare by it)."""
+    import hashlib
     model.eval(), mtp.eval()
     model.config.architectures = ["DeepseekV3ForCausalLM"]
     save_with_mtp(model.cpu(), mtp.cpu(), out)
@@ -418,8 +464,39 @@ def main():
         log(f"router {name}: max/mean load {layer['max_over_mean']}, min/mean {layer['min_over_mean']}")
     for path in out.iterdir():
         path.chmod(0o644)
-    size = (out / "model.safetensors").stat().st_size
-    log(f"model.safetensors {size} bytes; done in {time.time() - log_start:.0f}s")
+    weights = (out / "model.safetensors").read_bytes()
+    log(f"model.safetensors {len(weights)} bytes, sha256 {hashlib.sha256(weights).hexdigest()}; "
+        f"done in {time.time() - log_start:.0f}s")
+
+
+def main():
+    args = parse_args()
+    data, out = pathlib.Path(args.data), pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log = Log(args.log or out / "train_log.txt")
+    log(f"command: {' '.join(sys.argv)}")
+    log(f"torch {torch.__version__}, transformers {__import__('transformers').__version__}, device {args.device}"
+        + (f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else "")
+        + f", deterministic {args.deterministic}")
+    device = torch.device(args.device)
+    make_deterministic(args.deterministic, device)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    tokens, heldout, vocab_size = load_tokens(data, device)
+    model, mtp = build(args, vocab_size, device)
+    n_params = sum(p.numel() for p in model.parameters()) + sum(p.numel() for p in mtp.parameters())
+    log(f"train tokens {tokens.numel()}, held-out tokens {heldout.numel()}, vocab {vocab_size}, "
+        f"parameters {n_params} (MTP included, head shared)")
+    check_dense_experts(model, mtp, device, log)
+    model.train(), mtp.train()
+    steps, count = train(args, model, mtp, tokens, log)
+    if args.measure_only:
+        (out / "measure.json").write_text(json.dumps({"steps": steps, "seconds_per_step": count.per_step,
+                                                      "startup_seconds": count.start - log_start}) + "\n")
+        log(f"measured {count.per_step * 1000:.1f} ms/step over steps 10..{steps}")
+        return
+    log(f"trained {steps} steps of {args.batch}x{args.seq} tokens in {count.elapsed():.0f}s "
+        f"({steps * args.batch * args.seq / tokens.numel():.1f} epochs)")
+    save_and_evaluate(args, steps, model, mtp, heldout, data, out, log)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,12 @@ struct ForwardBatch {
   DrawKind draw = DrawKind::kLogits;           // what the last stage draws from them
   std::vector<float> temperatures;             // [logit_rows]: each row's sampling temperature (kCandidates)
   std::vector<ops::SamplingOptions> sampling;  // [logit_rows]: each row's draw (kSampled)
+  // [T] or empty. When given (a model loaded with ModelRunOptions::mtp), the logit rows are
+  // the MTP layer's (DeepSeek-V3's multi-token prediction, scripts/deepseek_mtp.py): token t's
+  // MTP input is the main model's final hidden state at t and mtp_tokens[t] (the token that
+  // follows t), its logits predict the token after that, and its MTP latent is cached at
+  // slots[t] of the MTP layer's own cache.
+  std::vector<int32_t> mtp_tokens;
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
 };
 
