@@ -14,6 +14,7 @@
 #include "apps/plan_cli.h"
 #include "apps/spec_cli.h"
 #include "core/error.h"
+#include "grammar/grammar_engine.h"
 #include "model/model_source.h"
 #include "runtime/engine.h"
 #include "serve/api_error.h"
@@ -114,6 +115,12 @@ serve::ServedModel served_model(const ServeArgs& args, const ModelSource& model,
   }
   served.special_tokens_in_content = args.special_tokens_in_content;
   served.tokenizer = &tok;
+  // Structured output: the vocabulary as the logits see it; a grammar ends on the end ids.
+  std::vector<int32_t> stop_ids;
+  for (const auto& id : {served.eos_id, served.end_of_turn_id})
+    if (id) stop_ids.push_back(*id);
+  served.grammar = std::make_shared<grammar::GrammarEngine>(
+      grammar::make_vocabulary(tok, {.model_vocab_size = model.config.vocab_size, .stop_ids = stop_ids}));
   return served;
 }
 

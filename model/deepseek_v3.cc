@@ -108,9 +108,11 @@ sample::SamplerBuffers DeepseekV3::forward(const ForwardBatch& batch, sample::Sa
   // Decode-shaped steps (one logit row per token, in order, no host work inside) replay a graph.
   bool decode_shaped = rows == T && plan_.attn_dp == 1 && !record_routing_;
   for (int64_t r = 0; decode_shaped && r < rows; ++r) decode_shaped = batch.logit_rows[r] == r;
-  auto step = [&] { run(a, rows, batch.max_pages_per_seq, batch.draw, sampler); };
+  const bool masked = !batch.token_bitmask.empty();
+  auto step = [&] { run(a, rows, batch.max_pages_per_seq, batch.draw, masked, sampler); };
   if (graphs_enabled_ && decode_shaped && backend_.supports_graphs() && T > 0) {
-    graphs_->run({.tokens = T, .max_pages_per_seq = batch.max_pages_per_seq, .draw = batch.draw}, step);
+    graphs_->run({.tokens = T, .max_pages_per_seq = batch.max_pages_per_seq, .draw = batch.draw, .masked = masked},
+                 step);
   } else {
     step();
   }
@@ -121,7 +123,7 @@ sample::SamplerBuffers DeepseekV3::forward(const ForwardBatch& batch, sample::Sa
   return workspace_->sampler_buffers(a);
 }
 
-void DeepseekV3::run(Activations& a, int64_t logit_rows, int64_t max_pages_per_seq, DrawKind draw,
+void DeepseekV3::run(Activations& a, int64_t logit_rows, int64_t max_pages_per_seq, DrawKind draw, bool masked,
                      sample::Sampler* sampler) {
   const int64_t T = a.tokens, hidden = config_.hidden_size;
   const std::vector<std::unique_ptr<LayerWeights>>& layers = weights_->layers;
@@ -141,6 +143,7 @@ void DeepseekV3::run(Activations& a, int64_t logit_rows, int64_t max_pages_per_s
   }
   if (shard_.last_stage) {
     head_->run(a, logit_rows);
+    if (masked) sampler->apply_token_bitmask(workspace_->sampler_buffers(a), logit_rows);
     sampler->reduce(workspace_->sampler_buffers(a), logit_rows, draw);
   }
 }

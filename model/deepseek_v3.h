@@ -127,7 +127,8 @@ class DeepseekV3 {
   };
   // The device work of a step: embedding (first stage), layers, and (last stage) the head and
   // the device part of the draw.
-  void run(Activations& a, int64_t logit_rows, int64_t max_pages_per_seq, DrawKind draw, sample::Sampler* sampler);
+  void run(Activations& a, int64_t logit_rows, int64_t max_pages_per_seq, DrawKind draw, bool masked,
+           sample::Sampler* sampler);
   void embed(Activations& a);
   BranchSum attention(const LayerWeights& layer, int64_t local_layer, Activations& a, int64_t max_pages_per_seq);
   void attention_part(const LayerPart& part, int v, ops::Buffer& cache, Activations& a, int64_t max_pages_per_seq);

@@ -227,7 +227,8 @@ void EngineLoop::admit(std::vector<std::pair<uint64_t, std::unique_ptr<Active>>>
       loop_->add(id, {.prompt = request.prompt,
                       .sampling = request.sampling,
                       .top_logprobs = request.top_logprobs,
-                      .max_new_tokens = request.limits.max_tokens});
+                      .max_new_tokens = request.limits.max_tokens,
+                      .constraint = request.constraint});
     } catch (const std::exception& e) {  // the HTTP side checks sizes first; never take the loop down
       OutputEvent event;
       event.error_status = 400;
@@ -458,7 +459,9 @@ void EngineLoop::complete(runtime::StepResult& result) {
     (first ? ttft_ : inter_token_).observe(seconds_between(first ? a.arrival : a.last_token, stream_start));
     a.last_token = stream_start;
     ++generation_tokens_;
-    const OutputProcessor::Update update = a.output.push(drawn.token);
+    // A complete grammar ends the request (its last token was one of its stop tokens).
+    const OutputProcessor::Update update =
+        a.output.push(drawn.token, a.request.constraint && a.request.constraint->terminated());
     OutputEvent event;
     event.text = update.text;
     event.token_ids.push_back(drawn.token);

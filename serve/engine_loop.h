@@ -32,7 +32,8 @@ struct EngineRequest {
   std::vector<int32_t> prompt;
   ops::SamplingOptions sampling;
   OutputLimits limits;
-  int top_logprobs = -1;  // -1: none
+  int top_logprobs = -1;                        // -1: none
+  std::shared_ptr<TokenConstraint> constraint;  // structured output (null: none)
 };
 
 // What a re-plan switches to: the plan's name, the scheduler's options under it (DP replicas,

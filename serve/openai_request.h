@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "grammar/grammar_engine.h"
 #include "ops/ops.h"
 #include "tokenizer/tokenizer.h"
 
@@ -29,6 +31,7 @@ struct ServedModel {
   // cannot forge a turn of another role (--allow-special-tokens-in-content).
   bool special_tokens_in_content = false;
   const tokenizer::Tokenizer* tokenizer = nullptr;
+  std::shared_ptr<grammar::GrammarEngine> grammar;  // structured output (null: refused)
 };
 
 struct GenerationParams {
@@ -43,6 +46,7 @@ struct GenerationParams {
   bool return_token_ids = false;
   bool echo = false;  // completions: the prompt text precedes the completion
   int n = 1;
+  std::optional<grammar::GrammarSpec> grammar;  // structured output (serve/response_format.h)
 };
 
 struct CompletionRequest {

@@ -32,6 +32,9 @@ struct ForwardBatch {
   DrawKind draw = DrawKind::kLogits;           // what the last stage draws from them
   std::vector<float> temperatures;             // [logit_rows]: each row's sampling temperature (kCandidates)
   std::vector<ops::SamplingOptions> sampling;  // [logit_rows]: each row's draw (kSampled)
+  // [logit_rows, ceil(vocab / 32)]: the tokens each row's grammar allows (ops::TokenBitmaskParams;
+  // unconstrained rows allow all); empty when no row is constrained.
+  std::vector<int32_t> token_bitmask;
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
 };
 

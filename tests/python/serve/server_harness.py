@@ -20,8 +20,9 @@ MODEL = "synthetic:tiny"
 
 
 class Server:
-    def __init__(self, *args, startup_timeout=120):
-        self.args = ["serve", "--model", MODEL, "--port", "0", *map(str, args)]
+    def __init__(self, *args, startup_timeout=120, model=MODEL):
+        # model=None: the shipped default model (models/default), as `moeserve serve` runs it.
+        self.args = ["serve", *(["--model", model] if model else []), "--port", "0", *map(str, args)]
         self.proc = subprocess.Popen([moeserve_bin(), *self.args], stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
         self.lines = queue.Queue()
