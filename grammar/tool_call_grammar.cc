@@ -25,25 +25,28 @@ Json one_call(const std::string& format, const std::string& name, const Json& pa
                                arguments, const_string("}\n</tool_call>")}));
 }
 
+// The "function" object of a tool or a named choice, and its name (Error naming `what`).
+const Json& function_of(const Json& holder, const char* what) {
+  const Json* function = holder.is_object() && holder.contains("function") ? &holder["function"] : nullptr;
+  MS_CHECK(function && function->is_object() && function->contains("name") && (*function)["name"].is_string(),
+           "{}: expected {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}", what);
+  return *function;
+}
+
 // The tools a choice allows: every tool for "required", the named one otherwise.
 std::vector<const Json*> allowed_tools(const Json& tools, const Json& choice) {
   MS_CHECK(tools.is_array() && !tools.empty(), "tool_choice: a constraining choice needs a non-empty \"tools\" array");
   std::string named;
   if (choice.is_object()) {
-    const Json* function = choice.contains("function") ? &choice["function"] : nullptr;
-    MS_CHECK(function && function->is_object() && function->contains("name") && (*function)["name"].is_string(),
-             "tool_choice: expected {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}");
-    named = (*function)["name"].get<std::string>();
+    named = function_of(choice, "tool_choice")["name"].get<std::string>();
   } else {
     MS_CHECK(choice.is_string() && choice.get<std::string>() == "required",
              "tool_choice: only \"required\" or a named function constrain the output, got {}", choice.dump());
   }
   std::vector<const Json*> out;
   for (const Json& tool : tools) {
-    const Json* function = tool.is_object() && tool.contains("function") ? &tool["function"] : nullptr;
-    MS_CHECK(function && function->is_object() && function->contains("name") && (*function)["name"].is_string(),
-             "tools: each tool needs \"function\": {{\"name\": ...}}");
-    if (named.empty() || (*function)["name"].get<std::string>() == named) out.push_back(function);
+    const Json& function = function_of(tool, "tools");
+    if (named.empty() || function["name"].get<std::string>() == named) out.push_back(&function);
   }
   MS_CHECK(!out.empty(), "tool_choice: function \"{}\" is not among the request's tools", named);
   return out;

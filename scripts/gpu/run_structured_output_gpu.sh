@@ -6,6 +6,7 @@
 # Usage: scripts/gpu/run_structured_output_gpu.sh BIN_DIR TESTS_DIR OUT
 set -uo pipefail
 bin=${1:?moeserve dir}; tests=${2:?tests dir}; out=${3:?out dir}
+here=$(cd "$(dirname "$0")" && pwd)  # serve_load.py and structured_output_check.py sit beside it
 mkdir -p "$out"
 "$tests/cuda_backend_tests" --gtest_filter='CudaTokenBitmask*' > "$out/kernel_test.txt" 2>&1
 echo "kernel test rc=$?" | tee -a "$out/summary.txt"
@@ -18,12 +19,12 @@ schema='{"type":"json_schema","json_schema":{"name":"values","strict":true,"sche
 for round in 1 2; do
   for mode in plain schema; do
     extra=(); [[ $mode == schema ]] && extra=(--response-format "$schema")
-    python3 scripts/gpu/serve_load.py --port $port --concurrency 64 --requests 128 --input-len 128 \
+    python3 "$here/serve_load.py" --port $port --concurrency 64 --requests 128 --input-len 128 \
       --output-len 256 "${extra[@]}" > "$out/load_${mode}_$round.json" 2>&1
     echo "$mode round $round: $(cat "$out/load_${mode}_$round.json")" | tee -a "$out/summary.txt"
   done
 done
-python3 scripts/gpu/structured_output_check.py --port $port > "$out/check.txt" 2>&1
+python3 "$here/structured_output_check.py" --port $port > "$out/check.txt" 2>&1
 echo "parse check rc=$? $(tail -n 1 "$out/check.txt")" | tee -a "$out/summary.txt"
 kill -TERM $server; wait $server
 echo "server exit $?" | tee -a "$out/summary.txt"
