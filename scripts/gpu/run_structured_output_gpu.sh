@@ -14,7 +14,11 @@ port=30411
 "$bin/moeserve" serve --model synthetic:kimi-k2.6:layers=3 --backend cuda --max-running-requests 64 \
   --context-length 1024 --port $port > "$out/server.txt" 2>&1 &
 server=$!
-for _ in $(seq 1 240); do curl -sf "http://127.0.0.1:$port/v1/models" > /dev/null && break; sleep 0.5; done
+for _ in $(seq 1 240); do
+  python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$port/v1/models', timeout=2)" \
+    2> /dev/null && break
+  sleep 0.5
+done
 schema='{"type":"json_schema","json_schema":{"name":"values","strict":true,"schema":{"type":"object","properties":{"values":{"type":"array","items":{"type":"integer"},"minItems":1000}},"required":["values"]}}}'
 for round in 1 2; do
   for mode in plain schema; do
