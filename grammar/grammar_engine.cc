@@ -4,6 +4,7 @@
 
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "core/error.h"
@@ -30,6 +31,30 @@ const char* kind_name(GrammarKind kind) {
       return "ebnf";
   }
   return "?";
+}
+
+// xgrammar 0.1.27 matches a string with minLength / maxLength by [^"\\\r\n]{m,n}, which lets
+// raw control characters through (JSON forbids them). The same bound as a pattern excludes them.
+void bound_strings(nlohmann::json& node) {
+  if (node.is_array())
+    for (auto& item : node) bound_strings(item);
+  if (!node.is_object()) return;
+  for (auto& item : node.items()) bound_strings(item.value());
+  const bool bounded = node.contains("minLength") || node.contains("maxLength");
+  if (!bounded || node.value("type", nlohmann::json()) != "string" || node.contains("pattern") ||
+      node.contains("format"))
+    return;
+  const std::string max = node.contains("maxLength") ? node["maxLength"].dump() : "";
+  node["pattern"] = fmt::format("[^\"\\\\\\x00-\\x1f]{{{},{}}}", node.value("minLength", 0), max);
+  node.erase("minLength");
+  node.erase("maxLength");
+}
+
+std::string with_bounded_strings(const std::string& schema) {
+  nlohmann::json parsed = nlohmann::json::parse(schema, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return schema;  // xgrammar names the error
+  bound_strings(parsed);
+  return parsed.dump();
 }
 
 xgrammar::TokenizerInfo tokenizer_info(const GrammarVocabulary& v) {
@@ -68,8 +93,8 @@ struct GrammarEngine::Impl {
         return compiler.CompileJSONSchema(R"({"type": "object"})", /*any_whitespace=*/true, std::nullopt, std::nullopt,
                                           /*strict_mode=*/false, kMaxWhitespace);
       case GrammarKind::kJsonSchema:
-        return compiler.CompileJSONSchema(spec.text, /*any_whitespace=*/true, std::nullopt, std::nullopt, spec.strict,
-                                          kMaxWhitespace);
+        return compiler.CompileJSONSchema(with_bounded_strings(spec.text), /*any_whitespace=*/true, std::nullopt,
+                                          std::nullopt, spec.strict, kMaxWhitespace);
       case GrammarKind::kStructuralTag:
         return compiler.CompileStructuralTag(spec.text);
       case GrammarKind::kEbnf:

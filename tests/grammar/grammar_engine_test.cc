@@ -87,6 +87,16 @@ TEST(GrammarEngine, CompiledGrammarsAreCachedByKeyAndBadSchemasNamed) {
   EXPECT_THROW(engine.compile({GrammarKind::kEbnf, "root ::= undefined_rule"}), Error);
 }
 
+TEST(GrammarEngine, LengthBoundedStringsTakeNoControlCharacters) {
+  const std::string schema =
+      R"({"type": "object", "properties": {"s": {"type": "string", "maxLength": 5}}, "required": ["s"]})";
+  auto m = byte_engine().matcher({GrammarKind::kJsonSchema, schema});
+  EXPECT_EQ(feed(*m, "{\"s\": \"a\x13"), 8u);  // all but the control character
+  const std::string five = R"({"s": "abcde"})";
+  EXPECT_EQ(feed(*byte_engine().matcher({GrammarKind::kJsonSchema, schema}), five), five.size());
+  EXPECT_EQ(feed(*byte_engine().matcher({GrammarKind::kJsonSchema, schema}), R"({"s": "abcdef)"), 12u);
+}
+
 TEST(GrammarEngine, EbnfGrammarsConstrainToTheirLanguage) {
   auto m = byte_engine().matcher({GrammarKind::kEbnf, R"(root ::= "yes" | "no")"});
   EXPECT_EQ(feed(*m, "nope"), 2u);
