@@ -15,6 +15,7 @@
 #include "apps/spec_cli.h"
 #include "chatout/chat_output_parser.h"
 #include "core/error.h"
+#include "grammar/grammar_engine.h"
 #include "model/model_source.h"
 #include "runtime/engine.h"
 #include "serve/api_error.h"
@@ -130,6 +131,12 @@ serve::ServedModel served_model(const ServeArgs& args, const ModelSource& model,
   served.reasoning_parser = args.reasoning_parser;
   served.scripted_output = args.test_scripted_output;
   served.tokenizer = &tok;
+  // Structured output: the vocabulary as the logits see it; a grammar ends on the end ids.
+  std::vector<int32_t> stop_ids;
+  for (const auto& id : {served.eos_id, served.end_of_turn_id})
+    if (id) stop_ids.push_back(*id);
+  served.grammar = std::make_shared<grammar::GrammarEngine>(
+      grammar::make_vocabulary(tok, {.model_vocab_size = model.config.vocab_size, .stop_ids = stop_ids}));
   return served;
 }
 

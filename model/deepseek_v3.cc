@@ -115,9 +115,11 @@ sample::SamplerBuffers DeepseekV3::forward(const ForwardBatch& batch, sample::Sa
   // graph; MTP steps run eagerly (the graph cache does not key on them).
   bool decode_shaped = rows == T && plan_.attn_dp == 1 && !record_routing_ && batch.mtp_tokens.empty();
   for (int64_t r = 0; decode_shaped && r < rows; ++r) decode_shaped = batch.logit_rows[r] == r;
+  const bool masked = !batch.token_bitmask.empty();
   auto step = [&] { run(a, batch, sampler); };
   if (graphs_enabled_ && decode_shaped && backend_.supports_graphs() && T > 0) {
-    graphs_->run({.tokens = T, .max_pages_per_seq = batch.max_pages_per_seq, .draw = batch.draw}, step);
+    graphs_->run({.tokens = T, .max_pages_per_seq = batch.max_pages_per_seq, .draw = batch.draw, .masked = masked},
+                 step);
   } else {
     step();
   }
@@ -148,6 +150,7 @@ void DeepseekV3::run(Activations& a, const ForwardBatch& batch, sample::Sampler*
     const bool mtp_head = !batch.mtp_tokens.empty();
     if (mtp_head) mtp(a, batch.max_pages_per_seq);
     head_->run(a, logit_rows, mtp_head ? ptr(weights_->mtp->head_norm) : nullptr);
+    if (!batch.token_bitmask.empty()) sampler->apply_token_bitmask(workspace_->sampler_buffers(a), logit_rows);
     sampler->reduce(workspace_->sampler_buffers(a), logit_rows, batch.draw);
   }
 }

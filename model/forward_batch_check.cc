@@ -39,6 +39,12 @@ void check_head_rows(const ForwardBatch& batch, const BatchLimits& limits) {
     for (float t : batch.temperatures)
       MS_CHECK(std::isfinite(t) && t >= 0.0f, "forward batch: temperature {} is not a finite value >= 0", t);
   }
+  if (!batch.token_bitmask.empty()) {
+    const int64_t words = (limits.config.vocab_size + 31) / 32;
+    MS_CHECK(static_cast<int64_t>(batch.token_bitmask.size()) == rows * words,
+             "forward batch: token_bitmask of {} words for {} logit rows of {} words each", batch.token_bitmask.size(),
+             rows, words);
+  }
   if (batch.draw == DrawKind::kSampled && limits.last_stage) {
     MS_CHECK(static_cast<int64_t>(batch.sampling.size()) == rows,
              "forward batch: {} sampling options for {} logit rows (a sampled draw needs one per row)",

@@ -86,6 +86,7 @@ size_t Workspace::lay_out_head(Activations* a, int64_t rows, ops::Buffer* arena)
   layout.place(&Activations::greedy_pairs, parts * 2 * n, 4);    // [parts, 2R]
   const int64_t c = dims_.candidates_per_slice;
   layout.place(&Activations::temperatures, n, 4);
+  layout.place(&Activations::token_bitmask, n * ((dims_.config.vocab_size + 31) / 32), 4);
   layout.place(&Activations::cand_values, parts * n * c, 4);  // [parts, R, C]
   layout.place(&Activations::cand_ids, parts * n * c, 4);
   layout.place(&Activations::cand_normaliser, parts * n, 8);  // [parts, R]
@@ -103,6 +104,7 @@ sample::SamplerBuffers Workspace::sampler_buffers(const Activations& a) const {
   return {.logits = a.local_logits.get(),
           .gathered_logits = a.gathered_logits.get(),
           .temperatures = a.temperatures.get(),
+          .token_bitmask = a.token_bitmask.get(),
           .greedy_pairs = a.greedy_pairs.get(),
           .gathered_pairs = a.gathered_pairs.get(),
           .cand_values = a.cand_values.get(),
@@ -182,6 +184,8 @@ Activations& Workspace::prepare(const ForwardBatch& batch) {
   if (a.mtp_ids) put(a.mtp_ids, batch.mtp_tokens);
   if (batch.draw == DrawKind::kCandidates && dims_.shard.last_stage && !batch.temperatures.empty())
     backend_.upload(*a.temperatures, 0, batch.temperatures.data(), batch.temperatures.size() * 4);
+  if (dims_.shard.last_stage && !batch.token_bitmask.empty())
+    backend_.upload(*a.token_bitmask, 0, batch.token_bitmask.data(), batch.token_bitmask.size() * 4);
   return a;
 }
 

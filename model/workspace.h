@@ -60,6 +60,7 @@ struct Activations {
   BufferPtr gathered_pairs;
   // Candidate draws: C = candidates_per_slice per row of this rank's vocab slice.
   BufferPtr temperatures;                             // [R] fp32, uploaded with the step
+  BufferPtr token_bitmask;                            // [R, ceil(vocab / 32)] int32, uploaded with the step
   BufferPtr cand_values, cand_ids;                    // [R, C]: a row's first value is its slice's maximum
   BufferPtr cand_normaliser;                          // [R] fp64
   BufferPtr gathered_cand_values, gathered_cand_ids;  // [attn_tp, R, C]

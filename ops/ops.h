@@ -250,6 +250,16 @@ struct TopCandidatesParams {
   int64_t rows, vocab, count, id_offset;
 };
 
+// Structured output: a grammar's allowed tokens as a bitmask (bit id % 32 of word id / 32 set:
+// allowed, xgrammar's layout) applied to a vocab part's logits in place: a disallowed id's
+// logit becomes -inf. Rows whose mask allows every id are left as they are. With a vocab split
+// each rank masks its own ids [id_offset, id_offset + vocab).
+struct TokenBitmaskParams {
+  float* logits;           // [rows, vocab] fp32, this part's slice of each row
+  const int32_t* bitmask;  // [rows, words] over the whole vocabulary, backend memory
+  int64_t rows, vocab, words, id_offset;
+};
+
 // Draws one token per row over its full fp32 logits, exactly as cpu::sample_row does (on a
 // device up to the summation order of the fp64 probability sums). Row r reads logit row
 // `row_ids[r]` (r when null) of a [slices, logit_rows, vocab / slices] array: a vocabulary split
@@ -317,6 +327,7 @@ class Backend {
   virtual void sample(const SampleParams& p) = 0;
   virtual void argmax_rows(const ArgmaxRowsParams& p) = 0;
   virtual void top_candidates(const TopCandidatesParams& p) = 0;
+  virtual void apply_token_bitmask(const TokenBitmaskParams& p) = 0;
   virtual void fill_uniform(const FillUniformParams& p) = 0;
   virtual void fill_random_words(const FillRandomWordsParams& p) = 0;
   virtual void gather_rows(const GatherRowsParams& p) = 0;

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/thread_pool.h"
+#include "runtime/token_masks.h"
 #include "sample/sampler.h"
 
 namespace moeserve::runtime {
@@ -106,6 +107,13 @@ DrawKind StepLoop::choose_draw(sched::ScheduledStep& step) const {
 
 void StepLoop::set_row_options(sched::ScheduledStep& step, DrawKind draw) const {
   step::set_draw(step.plan, draw);
+  fill_token_masks(
+      step,
+      [this](sched::RequestId id) -> TokenConstraint* {
+        auto it = requests_.find(id);
+        return it == requests_.end() ? nullptr : it->second.constraint.get();
+      },
+      engine_.config().vocab_size);
   if (draw != DrawKind::kSampled && draw != DrawKind::kCandidates) return;
   for (auto& micro_batch : step.plan.micro_batches)
     for (auto& replica : micro_batch.replicas) {
@@ -162,6 +170,7 @@ StepResult StepLoop::step() {
   expand_accepted(oldest, accepted, result);
   // Tokens of requests that ended while the step ran were drawn as placeholders: drop them.
   std::erase_if(result.tokens, [&](const DrawnToken& t) { return !requests_.count(t.id); });
+  accept_constrained(result);
   result.scheduled = oldest.scheduled;
   result.prefill_tokens = oldest.step.prefill_tokens;
   // Not the time the step spent in flight behind other groups' steps.
@@ -188,7 +197,19 @@ std::vector<int32_t> StepLoop::drafts_for(sched::RequestId id, std::span<const i
   // No drafts past the request's last token or the model's context (the next token is always drawn).
   int64_t room = engine_.config().max_position_embeddings - static_cast<int64_t>(tokens.size());
   if (r.max_new_tokens > 0) room = std::min(room, r.max_new_tokens - scheduler_.generated_tokens(id) - 1);
-  return drafter_->propose(tokens, std::min(room, options_.speculative.max_drafts()));
+  std::vector<int32_t> drafts = drafter_->propose(tokens, std::min(room, options_.speculative.max_drafts()));
+  if (r.constraint) drafts.resize(allowed_drafts(*r.constraint, drafts));  // cut at the first the grammar rejects
+  return drafts;
+}
+
+void StepLoop::accept_constrained(const StepResult& result) {
+  for (const DrawnToken& t : result.tokens) {
+    const std::shared_ptr<TokenConstraint>& constraint = requests_.at(t.id).constraint;
+    // A masked draw only yields allowed tokens (a grammar that allowed none would leave the
+    // matcher where it was rather than take the server down); a terminated grammar's request
+    // is being stopped by its caller.
+    if (constraint && !constraint->terminated()) constraint->accept(t.token);
+  }
 }
 
 spec::Verdict StepLoop::verify(const Flight& flight, const StepOutputs& outputs, const sched::ScheduledChunk& chunk,
@@ -281,7 +302,9 @@ void StepLoop::check_first_logits(const Flight& flight, const StepOutputs& outpu
   if (logits_checked_ || rows.chunks.empty() || flight.draw == DrawKind::kSampled) return;
   logits_checked_ = true;
   const int64_t vocab = engine_.config().vocab_size;
-  for (const sched::ScheduledChunk* chunk : rows.chunks) {
+  for (size_t i = 0; i < rows.chunks.size(); ++i) {
+    const sched::ScheduledChunk* chunk = rows.chunks[i];
+    if (rows.owners[i] != nullptr && rows.owners[i]->constraint) continue;  // masked ids are -inf by design
     const int64_t r = chunk->logit_row;
     bool finite = true;
     if (flight.draw == DrawKind::kGreedy) {

@@ -24,6 +24,7 @@
 #include "sched/scheduler.h"
 #include "spec/drafter.h"
 #include "spec/verify.h"
+#include "step/token_constraint.h"
 
 namespace moeserve::runtime {
 
@@ -38,6 +39,9 @@ struct LoopRequest {
   // it asks for logprobs or prompt logits.
   bool speculative = true;
   int64_t max_new_tokens = 0;  // > 0: no drafts past this many generated tokens
+  // Structured output: the request's grammar state (null: unconstrained). Each row it draws
+  // is masked to the tokens it allows (runtime/token_masks.h), each token drawn is accepted.
+  std::shared_ptr<TokenConstraint> constraint = nullptr;
 };
 
 // One token drawn for a request.
@@ -153,6 +157,8 @@ class StepLoop {
   void check_first_logits(const Flight& flight, const StepOutputs& outputs, const Rows& rows);
   // Draws that reached past their row's candidates, over the rows' whole logits on the devices.
   void draw_fallbacks(const Rows& rows, std::vector<DrawnToken>& drawn, StepResult& result);
+  // Structured output: every token of `result` through its request's constraint.
+  void accept_constrained(const StepResult& result);
   void collect_prompt_logits(const sched::ScheduledStep& step, const StepOutputs& outputs, StepResult& result) const;
   // Runs an engine call; an exception from it stops the loop and becomes an EngineFailure.
   template <typename Fn>

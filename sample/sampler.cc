@@ -28,6 +28,15 @@ void Sampler::reduce(const SamplerBuffers& b, int64_t rows, DrawKind draw) {
   }
 }
 
+void Sampler::apply_token_bitmask(const SamplerBuffers& b, int64_t rows) {
+  MS_CHECK(b.token_bitmask != nullptr, "sampler: a constrained step without a token_bitmask buffer");
+  const int64_t vocab_part = this->vocab_part(), words = (p_.vocab_size + 31) / 32;
+  for (int v = 0; v < p_.parts; ++v)
+    p_.backend.apply_token_bitmask({static_cast<float*>(logits_of(b, rows, v)),
+                                    static_cast<const int32_t*>(data(b.token_bitmask)), rows, vocab_part, words,
+                                    p_.vocab_begin + v * vocab_part});
+}
+
 void Sampler::top_candidates(const SamplerBuffers& b, int64_t rows) {
   // Each row's top candidates of each vocab part, then (vocab split) every part's on every rank.
   const int64_t n = p_.candidates_per_slice, vocab_part = this->vocab_part();

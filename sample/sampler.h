@@ -43,6 +43,7 @@ struct SamplerBuffers {
   ops::Buffer* logits = nullptr;           // [parts, rows, vocab_part] fp32: the forward's logits
   ops::Buffer* gathered_logits = nullptr;  // [attn_tp * parts, rows, vocab_part]
   ops::Buffer* temperatures = nullptr;     // [R] fp32, uploaded with a kCandidates batch
+  ops::Buffer* token_bitmask = nullptr;    // [R, ceil(vocab / 32)] int32, uploaded with a constrained batch
   // Per part its rows' maxima, values [R] then ids [R], so one all-gather moves both.
   ops::Buffer* greedy_pairs = nullptr;    // [parts, 2R]
   ops::Buffer* gathered_pairs = nullptr;  // [attn_tp * parts, 2R]
@@ -74,6 +75,9 @@ class Sampler {
   // The device work of a draw on `rows` logit rows: enqueued only (no host work, so it can be
   // captured in a graph), every rank of the vocab split at once (collectives).
   void reduce(const SamplerBuffers& b, int64_t rows, DrawKind draw);
+  // Structured output, enqueued before reduce(): each part's logits masked by the rows'
+  // token bitmasks (ops::TokenBitmaskParams), so every draw kind sees only allowed tokens.
+  void apply_token_bitmask(const SamplerBuffers& b, int64_t rows);
   // The host side of the draw that reduce() enqueued for `batch` (its logit rows, temperatures
   // and options). kLogits brings the logits unless set_return_logits(false); then it only
   // waits for the step.

@@ -34,6 +34,17 @@ if (( ${#missing[@]} )); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# xgrammar's C++ core (structured output), from its PyPI source distribution, pinned; unpacked
+# into .deps/ (git-ignored) and built statically by cmake/Xgrammar.cmake.
+xgrammar_version=$(sed -n 's/^set(MOESERVE_XGRAMMAR_VERSION \([0-9.]*\))$/\1/p' cmake/Xgrammar.cmake)
+if [[ ! -f .deps/xgrammar-$xgrammar_version/include/xgrammar/xgrammar.h ]]; then
+  echo "[install-deps] xgrammar $xgrammar_version source distribution -> .deps/"
+  mkdir -p .deps
+  python3 -m pip download -q --disable-pip-version-check --no-binary :all: --no-deps \
+    -d .deps "xgrammar==$xgrammar_version"
+  tar -xzf ".deps/xgrammar-$xgrammar_version.tar.gz" -C .deps
+fi
+
 if (( with_tests )); then
   if ! python3 -m pip install -q --disable-pip-version-check -r requirements-test.txt; then
     echo "[install-deps] pip install of requirements-test.txt failed" >&2

@@ -35,7 +35,7 @@ struct Submission {
   }
 };
 
-Submission submit_all(EngineLoop& loop, const CompletionRequest& request) {
+Submission submit_all(EngineLoop& loop, const CompletionRequest& request, grammar::GrammarEngine* grammar) {
   Submission sub;
   sub.loop = &loop;
   const GenerationParams& p = request.params;
@@ -49,6 +49,7 @@ Submission submit_all(EngineLoop& loop, const CompletionRequest& request) {
         er.limits = {p.max_tokens, p.stop_token_ids, p.stop, p.skip_special_tokens};
         er.top_logprobs = p.top_logprobs;
         er.scripted_output = p.scripted_output;
+        if (p.grammar) er.constraint = grammar->matcher(*p.grammar, p.stop_token_ids);
         sub.streams.push_back(loop.submit(std::move(er)));
         sub.prompt_ids.push_back(prompt);
         sub.done.push_back(false);
@@ -327,7 +328,7 @@ void ApiServer::completions(const HttpRequest& request, HttpExchange& exchange, 
   ctx.model = model_.name;
   ctx.return_token_ids = parsed.params.return_token_ids;
   ctx.tokenizer = model_.tokenizer;
-  Completion completion(parsed, std::move(ctx), submit_all(loop_, parsed));
+  Completion completion(parsed, std::move(ctx), submit_all(loop_, parsed, model_.grammar.get()));
   if (parsed.params.stream)
     stream_choices(completion, exchange);
   else

@@ -227,7 +227,8 @@ void EngineLoop::admit(std::vector<std::pair<uint64_t, std::unique_ptr<Active>>>
       loop_->add(id, {.prompt = request.prompt,
                       .sampling = request.sampling,
                       .top_logprobs = request.top_logprobs,
-                      .max_new_tokens = request.limits.max_tokens});
+                      .max_new_tokens = request.limits.max_tokens,
+                      .constraint = request.constraint});
     } catch (const std::exception& e) {  // the HTTP side checks sizes first; never take the loop down
       OutputEvent event;
       event.error_status = 400;
@@ -450,6 +451,10 @@ void EngineLoop::complete(runtime::StepResult& result) {
       it->second->spec_accepted_tokens += v.accepted;
     }
   }
+  // Structured output: a request's matcher has taken all its tokens of the step; the grammar
+  // completed with its last one.
+  std::unordered_map<uint64_t, const runtime::DrawnToken*> last_of;
+  for (const runtime::DrawnToken& drawn : result.tokens) last_of[drawn.id] = &drawn;
   for (runtime::DrawnToken& drawn : result.tokens) {
     auto it = active_.find(drawn.id);
     if (it == active_.end()) continue;  // ended while its step was in flight
@@ -460,7 +465,8 @@ void EngineLoop::complete(runtime::StepResult& result) {
     (first ? ttft_ : inter_token_).observe(seconds_between(first ? a.arrival : a.last_token, stream_start));
     a.last_token = stream_start;
     ++generation_tokens_;
-    const OutputProcessor::Update update = a.output.push(drawn.token);
+    const bool grammar_done = a.request.constraint && a.request.constraint->terminated() && last_of[drawn.id] == &drawn;
+    const OutputProcessor::Update update = a.output.push(drawn.token, grammar_done);
     OutputEvent event;
     event.text = update.text;
     event.token_ids.push_back(drawn.token);

@@ -37,6 +37,7 @@ struct EngineRequest {
   // model's, through the whole output path (detokenizer, stop checks, streams); the model's own
   // follow once they run out. The KV cache keeps the model's tokens: nothing reads them back.
   std::vector<int32_t> scripted_output;
+  std::shared_ptr<TokenConstraint> constraint;  // structured output (null: none)
 };
 
 // What a re-plan switches to: the plan's name, the scheduler's options under it (DP replicas,

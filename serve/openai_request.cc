@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "serve/api_error.h"
+#include "serve/response_format.h"
 #include "tokenizer/chat_template.h"
 
 namespace moeserve::serve {
@@ -212,9 +213,6 @@ void reject_unsupported(const Fields& f) {
   if (auto best_of = f.integer("best_of", 1, kMaxN); best_of && *best_of != 1)
     bad("best_of", "best_of: not supported (only 1)");
   if (const Json* suffix = f.get("suffix"); suffix) bad("suffix", "suffix: not supported");
-  if (const Json* format = f.get("response_format");
-      format && !(format->is_object() && format->contains("type") && (*format)["type"] == "text"))
-    bad("response_format", "response_format: only {\"type\": \"text\"} is supported");
 }
 
 void parse_stop(const Fields& f, const ServedModel& model, GenerationParams& p) {
@@ -407,6 +405,8 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat, c
   parse_stop(f, model, p);
   if (!ignore_eos && model.eos_id) p.stop_token_ids.push_back(*model.eos_id);
   if (!ignore_eos && chat && model.end_of_turn_id) p.stop_token_ids.push_back(*model.end_of_turn_id);
+  p.grammar = parse_response_format(json);
+  if (p.grammar) check_grammar(model.grammar.get(), *p.grammar);
   const MaxTokens max_tokens = parse_endpoint_fields(json, f, model, out);
   if (chat) parse_output_parsing(json, model, p.parsing);
   // The parsers' markers are special tokens (Kimi's, DeepSeek's): they must reach the parser

@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "grammar/grammar_engine.h"
 #include "ops/ops.h"
 #include "serve/tool_request.h"
 #include "tokenizer/tokenizer.h"
@@ -33,6 +35,7 @@ struct ServedModel {
   std::string reasoning_parser;  // --reasoning-parser ("": none)
   bool scripted_output = false;  // --test-scripted-output (tests only): moeserve_test_script is accepted
   const tokenizer::Tokenizer* tokenizer = nullptr;
+  std::shared_ptr<grammar::GrammarEngine> grammar;  // structured output (null: refused)
 };
 
 struct GenerationParams {
@@ -49,6 +52,7 @@ struct GenerationParams {
   int n = 1;
   OutputParsing parsing;                 // chat: reasoning and tool calls (serve/tool_request.h)
   std::vector<int32_t> scripted_output;  // tests only: the tokens the model is made to emit
+  std::optional<grammar::GrammarSpec> grammar;  // structured output (serve/response_format.h)
 };
 
 struct CompletionRequest {

@@ -20,13 +20,13 @@ size_t OutputProcessor::held_back_length() const {
   return keep;
 }
 
-OutputProcessor::Update OutputProcessor::push(int32_t token) {
+OutputProcessor::Update OutputProcessor::push(int32_t token, bool stops) {
   MS_CHECK(!finished_, "output processor: token after the request finished");
   Update update;
   update.text_offset = decoded_bytes_;
   ++generated_;
-  const bool stop_token =
-      std::find(limits_.stop_token_ids.begin(), limits_.stop_token_ids.end(), token) != limits_.stop_token_ids.end();
+  const bool stop_token = stops || std::find(limits_.stop_token_ids.begin(), limits_.stop_token_ids.end(), token) !=
+                                       limits_.stop_token_ids.end();
   if (!stop_token) {
     const std::string piece = detokenizer_.push(token);
     decoded_bytes_ += static_cast<int64_t>(piece.size());

@@ -28,8 +28,9 @@ class OutputProcessor {
     int64_t text_offset = 0;    // where this token's text starts in the whole output
     std::string finish_reason;  // "" while running, else "stop" or "length"
   };
-  // Adds the next generated token.
-  Update push(int32_t token);
+  // Adds the next generated token; `stops` (structured output: the grammar is complete) ends
+  // the output there as a stop token does.
+  Update push(int32_t token, bool stops = false);
 
   int64_t generated() const { return generated_; }
   bool finished() const { return finished_; }

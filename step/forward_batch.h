@@ -38,6 +38,9 @@ struct ForwardBatch {
   // follows t), its logits predict the token after that, and its MTP latent is cached at
   // slots[t] of the MTP layer's own cache.
   std::vector<int32_t> mtp_tokens;
+  // [logit_rows, ceil(vocab / 32)]: the tokens each row's grammar allows (ops::TokenBitmaskParams;
+  // unconstrained rows allow all); empty when no row is constrained.
+  std::vector<int32_t> token_bitmask;
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
 };
 

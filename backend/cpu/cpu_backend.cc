@@ -376,6 +376,18 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void apply_token_bitmask(const TokenBitmaskParams& p) override {
+    for (int64_t r = 0; r < p.rows; ++r) {
+      const int32_t* mask = p.bitmask + r * p.words;
+      if (std::all_of(mask, mask + p.words, [](int32_t w) { return w == -1; })) continue;  // unconstrained
+      float* row = p.logits + r * p.vocab;
+      for (int64_t i = 0; i < p.vocab; ++i) {
+        const int64_t id = i + p.id_offset;
+        if (!((static_cast<uint32_t>(mask[id / 32]) >> (id % 32)) & 1u)) row[i] = -INFINITY;
+      }
+    }
+  }
+
   void top_candidates(const TopCandidatesParams& p) override {
     pool().parallel_for(static_cast<size_t>(p.rows), 1, [&](size_t begin, size_t end) {
       for (size_t r = begin; r < end; ++r) {

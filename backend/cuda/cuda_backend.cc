@@ -387,6 +387,7 @@ class CudaBackend final : public Backend {
     synchronize();  // the host vectors above are the copies' sources
   }
   void argmax_rows(const ArgmaxRowsParams& p) override { launch_argmax_rows(p, cur_); }
+  void apply_token_bitmask(const TokenBitmaskParams& p) override { launch_apply_token_bitmask(p, cur_); }
 
   void top_candidates(const TopCandidatesParams& p) override {
     if (p.rows == 0) return;

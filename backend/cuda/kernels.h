@@ -112,6 +112,8 @@ void launch_moe_quant_expert_kernels(const MoeExpertsLaunch& m, cudaStream_t str
 
 // Sampling (sample.cu). Greedy rows: argmax per row (values may be null).
 void launch_argmax_rows(const ops::ArgmaxRowsParams& p, cudaStream_t stream);
+// Structured output (token_bitmask.cu): disallowed ids' logits to -inf, in place.
+void launch_apply_token_bitmask(const ops::TokenBitmaskParams& p, cudaStream_t stream);
 // Sampled rows: candidates (ops::TopCandidatesParams), in two launches through `workspace`.
 int64_t top_candidates_workspace_bytes(const ops::TopCandidatesParams& p);
 void launch_top_candidates(const ops::TopCandidatesParams& p, void* workspace, cudaStream_t stream);

@@ -103,6 +103,9 @@ class OpTimingBackend final : public ops::Backend {
   void top_candidates(const ops::TopCandidatesParams& p) override {
     timed("top_candidates", [&] { inner_.top_candidates(p); });
   }
+  void apply_token_bitmask(const ops::TokenBitmaskParams& p) override {
+    timed("apply_token_bitmask", [&] { inner_.apply_token_bitmask(p); });
+  }
   void fill_uniform(const ops::FillUniformParams& p) override { inner_.fill_uniform(p); }
   void fill_random_words(const ops::FillRandomWordsParams& p) override { inner_.fill_random_words(p); }
   void gather_rows(const ops::GatherRowsParams& p) override {

@@ -74,8 +74,11 @@ def main():
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--prompt-seed", type=int, default=0, help="another seed: prompts the prefix cache has not seen")
+    p.add_argument("--response-format", default=None, help="a response_format as JSON (structured output)")
     a = p.parse_args()
     sampling = {"temperature": a.temperature, "top_k": a.top_k, "top_p": a.top_p}
+    if a.response_format:
+        sampling["response_format"] = json.loads(a.response_format)
     rng = random.Random(a.prompt_seed)
     prompts = [[rng.randrange(min(1000, a.vocab // 2), a.vocab) for _ in range(a.input_len)] for _ in range(a.requests)]
     results, lock, next_index = [], threading.Lock(), [0]
