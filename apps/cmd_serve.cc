@@ -276,7 +276,8 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--idle-timeout", args->idle_timeout_s, "Seconds a keep-alive connection may wait for a request")
       ->capture_default_str();
-  cmd->add_option("--chat-template", args->chat_template, "Chat template: a built-in name or a .jinja file (default: the tokenizer's)");
+  cmd->add_option("--chat-template", args->chat_template,
+                  "Chat template: a built-in name or a .jinja file (default: the tokenizer's)");
   cmd->add_flag("--allow-special-tokens-in-content", args->special_tokens_in_content,
                 "Special-token text in chat messages becomes those tokens (by default it is plain text, so that "
                 "a message cannot forge another role's turn)");

@@ -41,7 +41,8 @@ from conftest import moeserve_bin
 
 CORPUS = oracle.REPO / "tests" / "tokenizer" / "data" / "jinja_corpus"
 TEMPLATE_FILES = sorted(CORPUS.glob("*.jinja")) + sorted(oracle.TEMPLATES.glob("*.jinja"))
-CONVERSATIONS = 60
+MAX_CONVERSATIONS = 200  # conversations tried per template, until TARGET_RENDERED render
+TARGET_RENDERED = 30
 MIN_RENDERED = 20
 SPECIALS = {"bos_token": "<｜begin▁of▁sentence｜>", "eos_token": "<｜end▁of▁sentence｜>"}
 
@@ -82,22 +83,26 @@ def render(tokenizer_dir, path, messages, tools, kwargs, add_generation_prompt, 
 def test_renders_like_jinja2(tokenizer_dir, path):
     text = path.read_text(encoding="utf-8")
     rendered = 0
-    for i, case in enumerate(chat_conversations.conversations(seed=1234 + i_of(path),
-                                                              count=CONVERSATIONS)):
+    for i, case in enumerate(chat_conversations.conversations(seed=1234 + i_of(path), count=MAX_CONVERSATIONS)):
+        if rendered >= TARGET_RENDERED:
+            break
         want, error = reference(text, *case)
         proc = render(tokenizer_dir, path, *case)
         where = f"{path.stem} conversation {i}: {json.dumps(case, ensure_ascii=False)}"
         if error is not None:
             err = proc.stderr.decode()
             assert proc.returncode != 0, f"{where}: jinja2 failed ({error}) but moeserve rendered"
-            assert err.count("\n") == 1 and str(path) in err, f"{where}: {err}"
+            # The template's errors name it and the line; continue_final_message's own checks
+            # (transformers' ValueErrors) name that field.
+            named = "continue_final_message" if isinstance(error, ValueError) else str(path)
+            assert err.count("\n") == 1 and named in err, f"{where}: {err}"
             if isinstance(error, jinja2.TemplateError) and "raise_exception" in text and str(error) in text:
                 assert str(error) in err, f"{where}: {err} does not say {error}"
             continue
         assert proc.returncode == 0, f"{where}: {proc.stderr.decode()}"
         assert proc.stdout.decode("utf-8") == want, where
         rendered += 1
-    assert rendered >= MIN_RENDERED, f"{path.stem}: only {rendered} of {CONVERSATIONS} conversations render"
+    assert rendered >= MIN_RENDERED, f"{path.stem}: only {rendered} of {MAX_CONVERSATIONS} conversations render"
 
 
 def i_of(path):

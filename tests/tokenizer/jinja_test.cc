@@ -13,7 +13,8 @@ namespace {
 std::string render(const std::string& text, const std::string& context_json = "{}") {
   const Template t(text, "t");
   std::vector<std::pair<std::string, Value>> context;
-  for (const auto& [k, v] : nlohmann::ordered_json::parse(context_json).items()) context.emplace_back(k, from_json(v, false));
+  const auto json = nlohmann::ordered_json::parse(context_json);  // kept: items() refers to it
+  for (const auto& [k, v] : json.items()) context.emplace_back(k, from_json(v, false));
   return t.render(context).text;
 }
 
@@ -51,8 +52,9 @@ TEST(JinjaLexer, WhitespaceControlAsTransformersConfiguresIt) {
 
 TEST(JinjaParser, ErrorsNameTheLineAndColumn) {
   EXPECT_EQ(error_of("ok\n{{ x | nosuch }}"), "t:2:8: No filter named 'nosuch'.");
-  EXPECT_EQ(error_of("{% if x %}\n\nabc"),
-            "t:3:4: Unexpected end of template. Jinja was looking for the following tags: 'elif' or 'else' or 'endif'.");
+  EXPECT_EQ(
+      error_of("{% if x %}\n\nabc"),
+      "t:3:4: Unexpected end of template. Jinja was looking for the following tags: 'elif' or 'else' or 'endif'.");
   EXPECT_EQ(error_of("{{ x is bogus }}"), "t:1:9: No test named 'bogus'.");
   EXPECT_EQ(error_of("\n{% for x in y %}{% endif %}"),
             "t:2:20: Encountered unknown tag 'endif'. Jinja was looking for the following tags: 'endfor' or 'else'.");
@@ -65,11 +67,13 @@ TEST(JinjaEval, PythonSemantics) {
             "3 -4 2 3.5 256 3.5 abab");
   EXPECT_EQ(render("{{ [1, 'a', none, true, {'k': 1.0}] }} {{ ('x',) }} {{ \"it's\" ~ 1 }}"),
             "[1, 'a', None, True, {'k': 1.0}] ('x',) it's1");
-  EXPECT_EQ(render("{{ 1 < 2 < 3 }} {{ 1 == 1.0 }} {{ 'a' in 'cat' }} {{ 2 not in [1, 3] }} {{ 0 or 'x' }} {{ 1 and 0 }}"),
-            "True True True True x 0");
+  EXPECT_EQ(
+      render("{{ 1 < 2 < 3 }} {{ 1 == 1.0 }} {{ 'a' in 'cat' }} {{ 2 not in [1, 3] }} {{ 0 or 'x' }} {{ 1 and 0 }}"),
+      "True True True True x 0");
   EXPECT_EQ(render("{{ 'héllo'[1:4] }} {{ 'abcdef'[::-2] }} {{ [1, 2, 3, 4][1:] }} {{ 'héllo' | length }}"),
             "éll fdb [2, 3, 4] 5");
-  EXPECT_EQ(render("{{ 'a' if false }}|{{ 'a' if true else 'b' }}|{{ x is defined }}|{{ none is none }}"), "|a|False|True");
+  EXPECT_EQ(render("{{ 'a' if false }}|{{ 'a' if true else 'b' }}|{{ x is defined }}|{{ none is none }}"),
+            "|a|False|True");
 }
 
 TEST(JinjaEval, UndefinedBehavesAsJinja2Default) {
@@ -93,8 +97,11 @@ TEST(JinjaEval, ScopesLoopsAndMacros) {
                    "{% continue %}{% endif %}{{ i }}{% else %}none{% endfor %}"),
             "15");
   EXPECT_EQ(render("{% for i in [] %}x{% else %}empty{% endfor %}"), "empty");
-  EXPECT_EQ(render("{% macro m(a, b='B') %}{{ a }}{{ b }}{{ c }}{% endmacro %}{% set c = 'C' %}{{ m(1) }}{{ m(2, b=3) }}"),
-            "1BC23C");
+  EXPECT_EQ(error_of("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"),
+            "t:1: maximum recursion depth exceeded in macro 'f'");
+  EXPECT_EQ(
+      render("{% macro m(a, b='B') %}{{ a }}{{ b }}{{ c }}{% endmacro %}{% set c = 'C' %}{{ m(1) }}{{ m(2, b=3) }}"),
+      "1BC23C");
 }
 
 TEST(JinjaEval, FiltersAndMethods) {

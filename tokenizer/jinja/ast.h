@@ -50,13 +50,13 @@ using Body = std::vector<std::unique_ptr<Stmt>>;
 struct Stmt {
   StmtKind kind;
   int line = 0;
-  std::string text;                 // Text
-  std::vector<std::string> names;   // For / Set targets; Macro: name then parameters
-  std::string attribute;            // Set: `ns.attribute = ...`
-  std::vector<ExprPtr> exprs;       // Print: value; If: conditions; For: iterable, filter; Set: value;
-                                    // Macro: parameter defaults (null where none); FilterBlock: the filter
-                                    // applied to a placeholder
-  std::vector<Body> bodies;         // If: one per condition, then else; For: body, else; others: body
+  std::string text;                // Text
+  std::vector<std::string> names;  // For / Set targets; Macro: name then parameters
+  std::string attribute;           // Set: `ns.attribute = ...`
+  std::vector<ExprPtr> exprs;      // Print: value; If: conditions; For: iterable, filter; Set: value;
+                                   // Macro: parameter defaults (null where none); FilterBlock: the filter
+                                   // applied to a placeholder
+  std::vector<Body> bodies;        // If: one per condition, then else; For: body, else; others: body
   bool recursive = false;
 };
 

@@ -278,7 +278,8 @@ Value safe(const Value& in, CallArgs&, Interpreter&) { return in; }
 
 Value escape(const Value& in, CallArgs&, Interpreter&) {
   Str s = to_str(in);
-  for (const auto& [from, to] : {std::pair{"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"}, {"\"", "&#34;"}, {"'", "&#39;"}})
+  for (const auto& [from, to] :
+       {std::pair{"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"}, {"\"", "&#34;"}, {"'", "&#39;"}})
     s = str_replace(s, from, Str{to, {}}, -1);
   return str_value(std::move(s));
 }
@@ -326,15 +327,42 @@ Value sum_filter(const Value& in, CallArgs& a, Interpreter&) {
 
 const std::map<std::string, Filter, std::less<>>& filters() {
   static const std::map<std::string, Filter, std::less<>> table = {
-      {"tojson", tojson},         {"trim", trim},       {"length", length_filter}, {"count", length_filter},
-      {"first", first},           {"last", last},       {"join", join},           {"upper", upper},
-      {"lower", lower},           {"title", title},     {"capitalize", capitalize}, {"replace", replace},
-      {"default", default_filter}, {"d", default_filter}, {"list", list_filter},  {"map", map_filter},
-      {"select", select},         {"reject", reject},   {"selectattr", selectattr}, {"rejectattr", rejectattr},
-      {"items", items},           {"dictsort", dictsort}, {"sort", sort},         {"string", string_filter},
-      {"int", int_filter},        {"float", float_filter}, {"abs", abs_filter},   {"round", round_filter},
-      {"unique", unique},         {"indent", indent},   {"safe", safe},           {"e", escape},
-      {"escape", escape},         {"reverse", reverse}, {"max", max_filter},      {"min", min_filter},
+      {"tojson", tojson},
+      {"trim", trim},
+      {"length", length_filter},
+      {"count", length_filter},
+      {"first", first},
+      {"last", last},
+      {"join", join},
+      {"upper", upper},
+      {"lower", lower},
+      {"title", title},
+      {"capitalize", capitalize},
+      {"replace", replace},
+      {"default", default_filter},
+      {"d", default_filter},
+      {"list", list_filter},
+      {"map", map_filter},
+      {"select", select},
+      {"reject", reject},
+      {"selectattr", selectattr},
+      {"rejectattr", rejectattr},
+      {"items", items},
+      {"dictsort", dictsort},
+      {"sort", sort},
+      {"string", string_filter},
+      {"int", int_filter},
+      {"float", float_filter},
+      {"abs", abs_filter},
+      {"round", round_filter},
+      {"unique", unique},
+      {"indent", indent},
+      {"safe", safe},
+      {"e", escape},
+      {"escape", escape},
+      {"reverse", reverse},
+      {"max", max_filter},
+      {"min", min_filter},
       {"sum", sum_filter},
   };
   return table;
@@ -347,13 +375,13 @@ bool known_filter(std::string_view name) { return filters().count(name) > 0; }
 Value apply_filter(const std::string& name, const Value& input, CallArgs& args, Interpreter& interpreter) {
   const auto it = filters().find(name);
   MS_CHECK(it != filters().end(), "No filter named '{}'.", name);
-  const bool tolerant = name == "default" || name == "d" || name == "length" || name == "count" ||
-                        name == "string" || name == "list" || name == "items" || name == "first" || name == "last" ||
-                        name == "join" || name == "trim" || name == "safe" || name == "e" || name == "escape" ||
-                        name == "upper" || name == "lower" || name == "int" || name == "float" || name == "map" ||
-                        name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr" ||
-                        name == "unique" || name == "sort" || name == "reverse" || name == "title" ||
-                        name == "capitalize" || name == "replace" || name == "indent";
+  const bool tolerant = name == "default" || name == "d" || name == "length" || name == "count" || name == "string" ||
+                        name == "list" || name == "items" || name == "first" || name == "last" || name == "join" ||
+                        name == "trim" || name == "safe" || name == "e" || name == "escape" || name == "upper" ||
+                        name == "lower" || name == "int" || name == "float" || name == "map" || name == "select" ||
+                        name == "reject" || name == "selectattr" || name == "rejectattr" || name == "unique" ||
+                        name == "sort" || name == "reverse" || name == "title" || name == "capitalize" ||
+                        name == "replace" || name == "indent";
   if (input.is_undefined() && !tolerant) undefined_error(input);
   Value v = it->second(input, args, interpreter);
   args.check_consumed();

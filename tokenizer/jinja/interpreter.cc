@@ -85,10 +85,10 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
   const int64_t i = as_int(a), j = as_int(b);
   if (op == "-") return number_result(x - y, real, i - j);
   if (op == "*") return number_result(x * y, real, i * j);
-  if ((op == "/" || op == "//" || op == "%") && y == 0)
-    fail("{} by zero", op == "%" ? "integer modulo" : "division");
+  if ((op == "/" || op == "//" || op == "%") && y == 0) fail("{} by zero", op == "%" ? "integer modulo" : "division");
   if (op == "/") return Value::real_number(x / y);
-  if (op == "//") return number_result(std::floor(x / y), real, static_cast<int64_t>(std::floor(double(i) / double(j))));
+  if (op == "//")
+    return number_result(std::floor(x / y), real, static_cast<int64_t>(std::floor(double(i) / double(j))));
   if (op == "%") return number_result(floor_mod(x, y), real, static_cast<int64_t>(floor_mod(double(i), double(j))));
   // **
   if (!real && j >= 0) {
@@ -141,9 +141,7 @@ const Value* Frame::find(const std::string& name) const {
   return nullptr;
 }
 
-void Interpreter::exec(const Body& body, const std::shared_ptr<Frame>& frame, Str& out) {
-  exec_body(body, frame, out);
-}
+void Interpreter::exec(const Body& body, const std::shared_ptr<Frame>& frame, Str& out) { exec_body(body, frame, out); }
 
 Interpreter::Flow Interpreter::exec_body(const Body& body, const std::shared_ptr<Frame>& frame, Str& out) {
   for (const auto& s : body) {
@@ -287,16 +285,27 @@ void Interpreter::define_macro(const Stmt& s, const std::shared_ptr<Frame>& fram
     auto scope = std::make_shared<Frame>();
     scope->parent = closure.lock();
     const size_t params = macro->names.size() - 1;
-    MS_CHECK(args.positional.size() <= params, "macro '{}' takes not more than {} argument(s)", macro->names[0], params);
+    MS_CHECK(args.positional.size() <= params, "macro '{}' takes not more than {} argument(s)", macro->names[0],
+             params);
     for (size_t i = 0; i < params; ++i) {
       const std::string& name = macro->names[i + 1];
       Value v = args.take(i, name, Value::undefined(fmt::format("parameter '{}' was not provided", name)));
       if (v.is_undefined() && macro->exprs[i]) v = in.eval(*macro->exprs[i], scope);
       scope->vars[name] = std::move(v);
     }
-    MS_CHECK(args.keyword.empty(), "macro '{}' takes no keyword argument '{}'", macro->names[0], args.keyword.front().first);
+    MS_CHECK(args.keyword.empty(), "macro '{}' takes no keyword argument '{}'", macro->names[0],
+             args.keyword.front().first);
+    MS_CHECK(in.call_depth < Interpreter::kMaxCallDepth, "maximum recursion depth exceeded in macro '{}'",
+             macro->names[0]);
+    ++in.call_depth;
     Str out;
-    in.exec(macro->bodies[0], scope, out);
+    try {
+      in.exec(macro->bodies[0], scope, out);
+    } catch (...) {
+      --in.call_depth;
+      throw;
+    }
+    --in.call_depth;
     return Value::string(std::move(out));
   });
 }
@@ -325,7 +334,8 @@ Value Interpreter::eval_call(const Expr& e, const std::shared_ptr<Frame>& frame)
       return call(callee, args);
     }
     const Value input = eval(*e.items[0], frame);
-    CallArgs args = eval_args(e, 1, frame, fmt::format("{} '{}'", e.kind == ExprKind::Filter ? "filter" : "test", e.name));
+    CallArgs args =
+        eval_args(e, 1, frame, fmt::format("{} '{}'", e.kind == ExprKind::Filter ? "filter" : "test", e.name));
     if (e.kind == ExprKind::Filter) return apply_filter(e.name, input, args, *this);
     return Value::from(apply_test(e.name, input, args, *this) != e.negated);
   });

@@ -125,7 +125,8 @@ class Dumper {
     }
     std::vector<std::pair<std::string, const Value*>> items;
     for (const auto& [k, v] : d.items) items.emplace_back(key_text(k), &v);
-    if (options_.sort_keys) std::stable_sort(items.begin(), items.end(), [](auto& a, auto& b) { return a.first < b.first; });
+    if (options_.sort_keys)
+      std::stable_sort(items.begin(), items.end(), [](auto& a, auto& b) { return a.first < b.first; });
     out += '{';
     newline(level + 1);
     for (size_t i = 0; i < items.size(); ++i) {

@@ -57,14 +57,14 @@ class Lexer {
       const size_t tag = next_tag(pos_);
       std::string text = src_.substr(pos_, tag - pos_);
       if (tag == src_.size()) {
-        emit_data(std::move(text), pos_);
+        emit_data(std::move(text));
         advance_to(tag);
         break;
       }
       const char kind = src_[tag + 1];
       const char sign = tag + 2 < src_.size() ? src_[tag + 2] : '\0';
       strip_before_tag(text, kind, sign, line_starting);
-      emit_data(std::move(text), pos_);
+      emit_data(std::move(text));
       advance_to(tag);
       line_starting = kind == '#' ? comment() : tag_body(kind, sign);
     }
@@ -73,9 +73,7 @@ class Lexer {
   }
 
  private:
-  [[noreturn]] void error(const std::string& message) const {
-    fail("{}:{}:{}: {}", origin_, line_, column_, message);
-  }
+  [[noreturn]] void error(const std::string& message) const { fail("{}:{}:{}: {}", origin_, line_, column_, message); }
 
   size_t next_tag(size_t from) const {
     for (size_t i = from; i + 1 < src_.size(); ++i) {
@@ -114,10 +112,9 @@ class Lexer {
     text.resize(line_begin);
   }
 
-  void emit_data(std::string text, size_t at) {
+  void emit_data(std::string text) {
     if (text.empty()) return;
     tokens_.push_back({TokenKind::Data, std::move(text), line_, column_});
-    (void)at;
   }
 
   // After a tag's end: `-` strips the whitespace that follows; trim_blocks drops one newline
@@ -151,7 +148,8 @@ class Lexer {
     std::string depth;  // the closing brackets expected, innermost last
     while (true) {
       skip_spaces();
-      if (pos_ >= src_.size()) error(block ? "unexpected end of template, expected '%}'" : "unexpected end of template, expected '}}'");
+      if (pos_ >= src_.size())
+        error(block ? "unexpected end of template, expected '%}'" : "unexpected end of template, expected '}}'");
       if (depth.empty()) {
         if (const int end = tag_end(block)) {
           const bool minus = src_[pos_] == '-', plus = src_[pos_] == '+';
@@ -305,7 +303,7 @@ class Lexer {
       }
       std::string text = src_.substr(pos_, tag - pos_);
       strip_before_tag(text, '%', sign, false);
-      emit_data(std::move(text), pos_);
+      emit_data(std::move(text));
       q += 6;
       while (q < src_.size() && is_space(src_[q])) ++q;
       advance_to(q);

@@ -18,11 +18,7 @@ struct Token {
   int column = 1;
 };
 
-// Where a template came from, for errors: "origin:line:column: message".
-struct SourceName {
-  std::string origin;
-};
-
+// Errors are "origin:line:column: message".
 std::vector<Token> lex(std::string_view source, const std::string& origin);
 
 }  // namespace moeserve::tokenizer::jinja

@@ -11,7 +11,9 @@
 
 namespace moeserve::tokenizer::jinja {
 
-void undefined_error(const Value& undefined) { fail("{}", undefined.hint.empty() ? "undefined value" : undefined.hint); }
+void undefined_error(const Value& undefined) {
+  fail("{}", undefined.hint.empty() ? "undefined value" : undefined.hint);
+}
 
 namespace {
 
@@ -109,7 +111,8 @@ Value str_method(const std::string& name, const Value& self, CallArgs& a) {
     MS_CHECK(!sep || !sep->empty(), "empty separator");
     return strings(str_split(s, sep, int_arg(a.take(1, "maxsplit"), -1, "maxsplit"), name == "rsplit"));
   }
-  if (name == "startswith" || name == "endswith") return Value::from(affix_matches(s.text, a.take(0, "prefix"), name == "startswith"));
+  if (name == "startswith" || name == "endswith")
+    return Value::from(affix_matches(s.text, a.take(0, "prefix"), name == "startswith"));
   if (name == "replace") {
     const Value replacement = a.take(1, "new");
     string_arg(replacement, "replace's new");
@@ -124,7 +127,8 @@ Value str_method(const std::string& name, const Value& self, CallArgs& a) {
     const std::string& sub = string_arg(a.take(0, "sub"), "the substring");
     if (name == "count") {
       int64_t n = 0;
-      for (size_t p = s.text.find(sub); p != std::string::npos && !sub.empty(); p = s.text.find(sub, p + sub.size())) ++n;
+      for (size_t p = s.text.find(sub); p != std::string::npos && !sub.empty(); p = s.text.find(sub, p + sub.size()))
+        ++n;
       return Value::from(n);
     }
     const size_t p = name == "rfind" ? s.text.rfind(sub) : s.text.find(sub);
@@ -151,9 +155,9 @@ Value str_method(const std::string& name, const Value& self, CallArgs& a) {
 }
 
 bool is_str_method(const std::string& name) {
-  static const char* names[] = {"strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith",
-                                "replace", "upper", "lower", "title", "capitalize", "find", "rfind", "index",
-                                "count", "join", "format", "splitlines"};
+  static const char* names[] = {"strip",   "lstrip", "rstrip", "split",  "rsplit",     "startswith", "endswith",
+                                "replace", "upper",  "lower",  "title",  "capitalize", "find",       "rfind",
+                                "index",   "count",  "join",   "format", "splitlines"};
   for (const char* n : names)
     if (name == n) return true;
   return false;
@@ -197,8 +201,8 @@ Value bound_method(const Value& self, const std::string& name) {
     method = dict_method;
   if (self.is_sequence() && (name == "index" || name == "count")) method = list_method;
   if (self.is_sequence() || self.kind == Kind::Dict) {
-    static const char* unsafe[] = {"append", "pop", "extend", "insert", "remove", "clear", "update", "setdefault",
-                                   "popitem", "sort", "reverse"};
+    static const char* unsafe[] = {"append", "pop",        "extend",  "insert", "remove", "clear",
+                                   "update", "setdefault", "popitem", "sort",   "reverse"};
     for (const char* n : unsafe)
       if (name == n) fail("access to attribute '{}' of '{}' object is unsafe.", name, type_name(self));
   }
@@ -237,7 +241,8 @@ Value get_item(const Value& object, const Value& key) {
   }
   const bool int_key = key.kind == Kind::Int || key.kind == Kind::Bool;
   if (object.is_sequence() && int_key) {
-    if (auto i = index_in(key.kind == Kind::Bool ? key.boolean : key.integer, object.list->size())) return (*object.list)[*i];
+    if (auto i = index_in(key.kind == Kind::Bool ? key.boolean : key.integer, object.list->size()))
+      return (*object.list)[*i];
     return Value::undefined(fmt::format("{} object has no element {}", type_name(object), repr(key)));
   }
   if (object.is_string() && int_key) {
@@ -303,7 +308,8 @@ Value range_function(CallArgs& a, Interpreter&) {
 Value mapping_function(CallArgs& a, Kind kind) {
   Dict d;
   for (const Value& p : a.positional) {
-    MS_CHECK(p.kind == Kind::Dict, "{}() takes a mapping, not {}", kind == Kind::Dict ? "dict" : "namespace", type_name(p));
+    MS_CHECK(p.kind == Kind::Dict, "{}() takes a mapping, not {}", kind == Kind::Dict ? "dict" : "namespace",
+             type_name(p));
     for (const auto& [k, v] : p.dict->items) d.set(k, v);
   }
   for (const auto& [k, v] : a.keyword) {

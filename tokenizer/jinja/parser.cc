@@ -38,7 +38,7 @@ ExprPtr Parser::primary() {
   }
   if (is_op("(")) {
     next();
-    ExprPtr e = tuple(true, true, true);
+    ExprPtr e = tuple(true, true);
     expect_op(")");
     return e;
   }

@@ -15,7 +15,6 @@
 
 namespace moeserve::tokenizer::jinja::parsing {
 
-
 inline ExprPtr node(ExprKind kind, int line) {
   auto e = std::make_unique<Expr>();
   e->kind = kind;
@@ -71,7 +70,8 @@ class Parser {
     return next().text;
   }
   void expect_block_end() {
-    if (cur().kind != TokenKind::BlockEnd) error(fmt::format("expected the end of the statement block, got {}", describe(cur())));
+    if (cur().kind != TokenKind::BlockEnd)
+      error(fmt::format("expected the end of the statement block, got {}", describe(cur())));
     next();
   }
 
@@ -114,7 +114,8 @@ class Parser {
     const int line = next().line;
     auto s = stmt(StmtKind::Print, line);
     s->exprs.push_back(tuple(true));
-    if (cur().kind != TokenKind::VarEnd) error(fmt::format("expected the end of the print statement, got {}", describe(cur())));
+    if (cur().kind != TokenKind::VarEnd)
+      error(fmt::format("expected the end of the print statement, got {}", describe(cur())));
     next();
     return s;
   }
@@ -178,7 +179,7 @@ class Parser {
     s->names = assign_targets();
     if (!is_name("in")) error(fmt::format("expected 'in', got {}", describe(cur())));
     next();
-    s->exprs.push_back(tuple(false, false));
+    s->exprs.push_back(tuple(false));
     s->exprs.emplace_back();
     if (is_name("if")) {
       next();
@@ -271,8 +272,9 @@ class Parser {
   }
 
   // Expressions, lowest precedence first (jinja2's parse_tuple ... parse_primary).
-  ExprPtr tuple(bool with_condition, bool allow_empty = false, bool explicit_parens = false) {
-    (void)allow_empty;
+  // with_condition: `a if b else c` allowed (not in an if's test or a for's iterable);
+  // explicit_parens: inside "(...)", where "()" is the empty tuple.
+  ExprPtr tuple(bool with_condition, bool explicit_parens = false) {
     const int line = cur().line;
     std::vector<ExprPtr> items;
     bool comma = false;

@@ -31,6 +31,11 @@ class Interpreter {
   Value call(const Value& callable, CallArgs& args);
   const std::string& origin() const { return origin_; }
 
+  // Macro calls nest at most this deep (Python's recursion limit, in spirit): a template that
+  // recurses on request data cannot exhaust the stack.
+  static constexpr int kMaxCallDepth = 256;
+  int call_depth = 0;
+
  private:
   enum class Flow { Normal, Break, Continue };
   Flow exec_body(const Body& body, const std::shared_ptr<Frame>& frame, Str& out);

@@ -4,11 +4,10 @@
 // so that the rendered prompt can mark exactly those bytes as plain text.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
