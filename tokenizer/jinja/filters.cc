@@ -276,6 +276,37 @@ Value indent(const Value& in, CallArgs& a, Interpreter&) {
 
 Value safe(const Value& in, CallArgs&, Interpreter&) { return in; }
 
+// jinja2's format filter: printf-style `%s`, `%d`, `%r` and `%%` (Python's str % args).
+Value format_filter(const Value& in, CallArgs& a, Interpreter&) {
+  const Str f = to_str(in);
+  Str out;
+  size_t next = 0;
+  for (size_t i = 0; i < f.text.size(); ++i) {
+    if (f.text[i] != '%') {
+      out.append(f.substr(i, i + 1));
+      continue;
+    }
+    MS_CHECK(i + 1 < f.text.size(), "incomplete format");
+    const char spec = f.text[++i];
+    if (spec == '%') {
+      out.append("%");
+      continue;
+    }
+    MS_CHECK(spec == 's' || spec == 'd' || spec == 'r', "unsupported format character '{}'", spec);
+    MS_CHECK(next < a.positional.size(), "not enough arguments for format string");
+    const Value& v = a.positional[next++];
+    if (spec == 'd') {
+      MS_CHECK(v.is_number(), "%d format: a real number is required, not {}", type_name(v));
+      out.append(std::to_string(v.kind == Kind::Float ? static_cast<int64_t>(v.real) : v.integer));
+    } else {
+      out.append(spec == 'r' ? Str{repr(v), {}} : to_str(v));
+    }
+  }
+  MS_CHECK(next == a.positional.size(), "not all arguments converted during string formatting");
+  a.consumed = a.positional.size();
+  return str_value(std::move(out));
+}
+
 Value escape(const Value& in, CallArgs&, Interpreter&) {
   Str s = to_str(in);
   for (const auto& [from, to] :
@@ -364,6 +395,7 @@ const std::map<std::string, Filter, std::less<>>& filters() {
       {"max", max_filter},
       {"min", min_filter},
       {"sum", sum_filter},
+      {"format", format_filter},
   };
   return table;
 }
