@@ -1,5 +1,5 @@
 """Chat templates: `moeserve chat-template` against transformers' Jinja rendering of the real
-template texts (tests/tokenizer/data/chat_templates), byte for byte, for conversations that
+template texts (tokenizer/chat_templates), byte for byte, for conversations that
 cover every role, tool calls and results, list contents and the generation prompt."""
 import json
 import shutil
