@@ -134,8 +134,8 @@ void run_generate(const GenerateArgs& args) {
       }
       MS_CHECK(chat.messages.is_array() && !chat.messages.empty(), "--chat: expected a non-empty array of messages");
       // As serve encodes a chat: the template's markers are special tokens, the messages' text is text.
-      const tokenizer::RenderedChat rendered = tokenizer::render_chat_parts(
-          tokenizer::chat_template_name_for(*tok, args.chat_template), chat, {tok->bos_token(), tok->eos_token()});
+      const tokenizer::RenderedChat rendered =
+          tokenizer::chat_template_for(*tok, args.chat_template)->render(chat, {tok->bos_token(), tok->eos_token()});
       prompts.push_back(tok->encode(rendered.text, rendered.request_text));
     }
     // Chat turns end with the template's end-of-turn token.
@@ -186,7 +186,8 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--prompt", args->prompts, "Prompt text (the model's tokenizer); repeat for a batch");
   cmd->add_option("--chat", args->chat, "A conversation as OpenAI-style messages JSON, rendered by the chat template");
   cmd->add_option("--chat-template", args->chat_template,
-                  "Chat template name (kimi-k2, kimi-k2-thinking, deepseek-v3)");
+                  "Chat template: a built-in name (kimi-k2, kimi-k2-thinking, deepseek-v3) or a .jinja file "
+                  "(default: the tokenizer's)");
   cmd->add_option("--backend", args->backend,
                   "Where ranks run: cpu (fp32 reference), cpu-bf16 (the CUDA backend's bf16 rounding on the host) or "
                   "cuda (rank r on GPU r)")

@@ -121,7 +121,7 @@ serve::ServedModel served_model(const ServeArgs& args, const ModelSource& model,
   if (model.config.eos_token_id >= 0) served.eos_id = static_cast<int32_t>(model.config.eos_token_id);
   served.end_of_turn_id = tok.added_token_id("<|im_end|>");
   try {
-    served.chat_template = tokenizer::chat_template_name_for(tok, args.chat_template);
+    served.chat_template = tokenizer::chat_template_for(tok, args.chat_template);
   } catch (const Error& e) {
     MS_CHECK(args.chat_template.empty(), "--chat-template: {}", e.what());
     std::fprintf(stderr, "moeserve: no chat template (%s); /v1/chat/completions is off\n", e.what());
@@ -300,7 +300,8 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--idle-timeout", args->idle_timeout_s, "Seconds a keep-alive connection may wait for a request")
       ->capture_default_str();
-  cmd->add_option("--chat-template", args->chat_template, "Chat template name (default: the tokenizer's)");
+  cmd->add_option("--chat-template", args->chat_template,
+                  "Chat template: a built-in name or a .jinja file (default: the tokenizer's)");
   cmd->add_flag("--allow-special-tokens-in-content", args->special_tokens_in_content,
                 "Special-token text in chat messages becomes those tokens (by default it is plain text, so that "
                 "a message cannot forge another role's turn)");

@@ -135,25 +135,29 @@ void add_detokenize(CLI::App& app) {
 
 void add_chat_template(CLI::App& app) {
   struct Options {
-    std::string tokenizer, template_name, messages, tools;
-    bool add_generation_prompt = false;
+    std::string tokenizer, template_name, messages, tools, kwargs;
+    bool add_generation_prompt = false, continue_final_message = false;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
       "chat-template", "Render a conversation with the model's chat template (printed exactly, no newline added)");
   cmd->add_option("--tokenizer", opt->tokenizer, kTokenizerHelp)->required();
   cmd->add_option("--chat-template", opt->template_name,
-                  "template name, instead of the model's own (" +
-                      fmt::format("{}", fmt::join(tokenizer::chat_template_names(), ", ")) + ")");
+                  "a built-in template name (" + fmt::format("{}", fmt::join(tokenizer::chat_template_names(), ", ")) +
+                      ") or a .jinja file, instead of the model's own template");
   cmd->add_option("--messages", opt->messages, "the conversation as a JSON list of {role, content, ...}")->required();
   cmd->add_option("--tools", opt->tools, "the tools as a JSON list (OpenAI format)");
   cmd->add_flag("--add-generation-prompt", opt->add_generation_prompt, "end with the assistant's turn opening");
+  cmd->add_flag("--continue-final-message", opt->continue_final_message, "end inside the final message (vLLM's)");
+  cmd->add_option("--chat-template-kwargs", opt->kwargs, "a JSON object of extra template variables");
   cmd->callback([opt] {
     const auto tok = load_tokenizer(opt->tokenizer);
     tokenizer::ChatRequest request;
     request.messages = parse_json_option(opt->messages, "--messages");
     if (!opt->tools.empty()) request.tools = parse_json_option(opt->tools, "--tools");
     request.add_generation_prompt = opt->add_generation_prompt;
+    request.continue_final_message = opt->continue_final_message;
+    if (!opt->kwargs.empty()) request.template_kwargs = parse_json_option(opt->kwargs, "--chat-template-kwargs");
     write_exactly(tokenizer::render_chat(*tok, request, opt->template_name));
   });
 }

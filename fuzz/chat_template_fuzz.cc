@@ -6,6 +6,8 @@
 // sorted, disjoint, non-empty and inside the text; and encoded as the server does (the ranges as
 // plain text) the prompt decodes to itself and holds no more special tokens than the template's
 // own text does: request content cannot forge a marker.
+#include <algorithm>
+
 #include "core/error.h"
 #include "fuzz/fuzz_input.h"
 #include "serve/api_error.h"
@@ -70,6 +72,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t eol = input.find('\n');
   if (eol == std::string_view::npos) return 0;
   const std::string name(input.substr(0, eol));
+  // Built-in names only: render_chat_parts also reads template files by path.
+  const auto& names = tk::chat_template_names();
+  if (std::find(names.begin(), names.end(), name) == names.end()) return 0;
   const std::optional<tk::ChatRequest> request = chat_request(input.substr(eol + 1));
   if (!request) return 0;
   const tk::ChatSpecialTokens special{builtin_tokenizer().bos_token(), builtin_tokenizer().eos_token()};

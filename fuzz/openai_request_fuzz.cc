@@ -28,7 +28,7 @@ ServedModel served_model(size_t variant) {
   m.max_request_tokens = variant % 2 ? 300 : 200;  // the KV room below or above the context
   m.eos_id = 257;
   m.end_of_turn_id = 258;
-  m.chat_template = templates[variant % templates.size()];
+  m.chat_template = moeserve::tokenizer::load_chat_template(templates[variant % templates.size()]);
   m.special_tokens_in_content = variant % 2 == 1;
   m.tokenizer = &builtin_tokenizer();
   return m;

@@ -143,25 +143,16 @@ void check_message_fields(const Json& m, const std::string& where) {
     for (const char* key : {"type", "text"})
       if (auto v = part.find(key); v != part.end() && !v->is_string())
         bad("messages", fmt::format("{}.{}: expected a string, got {}", part_where, key, v->type_name()));
+    // The served models read text only: an image or audio part is refused rather than dropped.
+    const auto type = part.find("type");
+    if (type == part.end() || *type != "text")
+      bad("messages", fmt::format("{}.type: only \"text\" parts are supported, got {}", part_where,
+                                  type == part.end() ? std::string("none") : type->dump()));
+    if (!part.contains("text")) bad("messages", part_where + ".text: required string");
   }
 }
 
-// The messages as the templates read them.
-Json template_messages(const Json& messages, const ServedModel& model) {
-  Json out = messages;
-  for (auto& m : out) {
-    // OpenAI's "developer" role is the system role of older models.
-    if (m["role"] == "developer") m["role"] = "system";
-    // The SDK sends back an assistant turn that only called tools with content null, which
-    // Kimi's templates cannot iterate; absent, it renders as empty (the chat-template
-    // interpreter's own handling of null content replaces this).
-    if (model.chat_template.rfind("kimi", 0) == 0 && m.contains("content") && m["content"].is_null())
-      m.erase("content");
-  }
-  return out;
-}
-
-void parse_messages(const Json& body, const ServedModel& model, CompletionRequest& out) {
+void check_messages(const Json& body) {
   auto it = body.find("messages");
   if (it == body.end() || it->is_null()) bad("messages", "messages: required");
   const Json& messages = *it;
@@ -178,21 +169,44 @@ void parse_messages(const Json& body, const ServedModel& model, CompletionReques
       bad("messages", fmt::format("{}.role: '{}' is not one of system, user, assistant, tool, developer", where, r));
     check_message_fields(m, where);
   }
-  if (model.chat_template.empty())
-    throw ApiError(400, "this model's tokenizer has no chat template; use /v1/completions", "messages");
+}
+
+// The chat request's template inputs: messages, tools, chat_template_kwargs,
+// add_generation_prompt and continue_final_message (vLLM's fields and defaults).
+tokenizer::ChatRequest chat_request(const Json& body) {
+  const Fields f(body);
   tokenizer::ChatRequest chat;
-  chat.messages = template_messages(messages, model);
-  if (auto tools = body.find("tools"); tools != body.end() && !tools->is_null()) {
+  chat.messages = body["messages"];
+  // OpenAI's "developer" role is the system role of older models.
+  for (auto& m : chat.messages)
+    if (m["role"] == "developer") m["role"] = "system";
+  if (const Json* tools = f.get("tools")) {
     if (!tools->is_array()) bad("tools", fmt::format("tools: expected an array, got {}", tools->type_name()));
     for (size_t i = 0; i < tools->size(); ++i)
       if (!(*tools)[i].is_object())
         bad("tools", fmt::format("tools[{}]: expected an object, got {}", i, (*tools)[i].type_name()));
     chat.tools = *tools;
   }
+  if (const Json* kwargs = f.get("chat_template_kwargs")) {
+    if (!kwargs->is_object())
+      bad("chat_template_kwargs", fmt::format("chat_template_kwargs: expected an object, got {}", kwargs->type_name()));
+    chat.template_kwargs = *kwargs;
+  }
+  chat.continue_final_message = f.boolean("continue_final_message").value_or(false);
+  chat.add_generation_prompt = f.boolean("add_generation_prompt").value_or(!chat.continue_final_message);
+  if (chat.continue_final_message && chat.add_generation_prompt)
+    bad("continue_final_message", "continue_final_message: cannot be true with add_generation_prompt: true");
+  return chat;
+}
+
+void parse_messages(const Json& body, const ServedModel& model, CompletionRequest& out) {
+  check_messages(body);
+  if (!model.chat_template)
+    throw ApiError(400, "this model's tokenizer has no chat template; use /v1/completions", "messages");
+  const tokenizer::ChatRequest chat = chat_request(body);
   tokenizer::RenderedChat rendered;
   try {
-    rendered = tokenizer::render_chat_parts(model.chat_template, chat,
-                                            {model.tokenizer->bos_token(), model.tokenizer->eos_token()});
+    rendered = model.chat_template->render(chat, {model.tokenizer->bos_token(), model.tokenizer->eos_token()});
     // The template's markers are special tokens; what the request wrote is plain text unless
     // the server allows otherwise.
     const std::span<const tokenizer::TextRange> plain =

@@ -14,6 +14,7 @@
 #include "grammar/grammar_engine.h"
 #include "ops/ops.h"
 #include "serve/tool_request.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace moeserve::serve {
@@ -26,7 +27,8 @@ struct ServedModel {
   int64_t max_request_tokens = 0;  // what one request can hold in a KV cache replica
   std::optional<int32_t> eos_id;
   std::optional<int32_t> end_of_turn_id;  // "<|im_end|>": chat completions also stop there
-  std::string chat_template;              // the template name ("" if the tokenizer has none)
+  // Parsed once at start-up (null if the tokenizer has none).
+  std::shared_ptr<const tokenizer::ChatTemplate> chat_template;
   // Special-token text in chat messages ("<|im_end|><|im_system|>" in a user's content) becomes
   // those tokens, as the template's own markers do. Off: it is plain text, so that a message
   // cannot forge a turn of another role (--allow-special-tokens-in-content).

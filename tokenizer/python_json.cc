@@ -7,7 +7,6 @@
 #include "core/error.h"
 
 namespace moeserve::tokenizer {
-namespace {
 
 // Python's repr(float): shortest round-trip digits, exponent form outside [1e-4, 1e16),
 // always a '.' or an exponent. fmt's "{}" follows the same rules except that it drops ".0".
@@ -18,6 +17,8 @@ std::string python_float(double v) {
   if (s.find_first_of(".en") == std::string::npos) s += ".0";
   return s;
 }
+
+namespace {
 
 void append_string(const std::string& s, std::string& out) {
   out += '"';
@@ -106,6 +107,8 @@ void append_value(const nlohmann::ordered_json& v, std::string& out) {
 }
 
 }  // namespace
+
+void append_python_json_string(const std::string& s, std::string& out) { append_string(s, out); }
 
 std::string python_json_dumps(const nlohmann::ordered_json& value) {
   std::string out;

@@ -1,5 +1,5 @@
 """Chat templates: `moeserve chat-template` against transformers' Jinja rendering of the real
-template texts (tests/tokenizer/data/chat_templates), byte for byte, for conversations that
+template texts (tokenizer/chat_templates), byte for byte, for conversations that
 cover every role, tool calls and results, list contents and the generation prompt."""
 import json
 import shutil
@@ -113,10 +113,10 @@ def test_renders_like_jinja(deepseek_dir, template, case, add_generation_prompt,
         want = reference(template, messages, tools, add_generation_prompt)
     except TypeError:
         # The Jinja cannot render this conversation (kimi-k2 iterates a null content):
-        # moeserve refuses it too, in one line that names the message.
+        # moeserve refuses it too, in one line that names the template and its line.
         proc = render(deepseek_dir, template, messages, tools, add_generation_prompt, check=False)
         err = proc.stderr.decode()
-        assert proc.returncode != 0 and err.count("\n") == 1 and "messages[" in err, err
+        assert proc.returncode != 0 and err.count("\n") == 1 and f"chat template {template}:" in err, err
         return
     got = render(deepseek_dir, template, messages, tools, add_generation_prompt).stdout.decode("utf-8")
     assert got == want
@@ -144,17 +144,26 @@ def test_kimi_tokenizer_uses_its_template(tmp_path):
     assert render(tmp_path, None, messages, None, True).stdout.decode() == reference("kimi-k2", messages, None, True)
 
 
-def test_unknown_template_is_an_error(tmp_path):
+def test_any_template_renders_and_unknown_names_are_errors(tmp_path):
+    """A one-character revision of a shipped template is rendered like any other (no
+    fingerprints); an unknown --chat-template name is an error listing the known ones; a
+    malformed template in tokenizer_config.json names that file and the line."""
     oracle.deepseek_like(tmp_path)
     config = json.loads((tmp_path / "tokenizer_config.json").read_text(encoding="utf-8"))
-    config["chat_template"] = TEMPLATES["deepseek-v3"].replace("<｜User｜>", "<|user|>")
+    revised = TEMPLATES["deepseek-v3"].replace("<｜User｜>", "<|user|>")
+    config["chat_template"] = revised
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False), encoding="utf-8")
+    messages = COMMON["system_user_assistant"]
+    want, _ = render_jinja_template(conversations=[messages], chat_template=revised, add_generation_prompt=True,
+                                    **SPECIALS)
+    assert render(tmp_path, None, messages, None, True).stdout.decode() == want[0]
+    proc = render(tmp_path, "chatml", COMMON["user_only"], None, True, check=False)
+    assert proc.returncode != 0 and 'unknown chat template "chatml"' in proc.stderr.decode()
+    config["chat_template"] = "ok\n{% if %}"
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False), encoding="utf-8")
     proc = render(tmp_path, None, COMMON["user_only"], None, True, check=False)
     err = proc.stderr.decode()
-    assert proc.returncode != 0 and err.count("\n") == 1
-    assert "tokenizer_config.json: chat_template" in err and "--chat-template" in err
-    proc = render(tmp_path, "chatml", COMMON["user_only"], None, True, check=False)
-    assert proc.returncode != 0 and 'unknown chat template "chatml"' in proc.stderr.decode()
+    assert proc.returncode != 0 and err.count("\n") == 1 and "tokenizer_config.json: chat_template:2:" in err, err
 
 
 def test_builtin_tokenizer_renders_kimi_k2():

@@ -17,7 +17,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, train
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "tokenizer" / "data"
-TEMPLATES = DATA / "chat_templates"
+TEMPLATES = REPO / "tokenizer" / "chat_templates"  # the built-in templates moeserve ships
 
 # DeepSeek-V3's tokenizer.json pre-tokenizer regexes.
 DEEPSEEK_SPLITS = [

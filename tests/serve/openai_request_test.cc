@@ -19,7 +19,7 @@ const ServedModel& model() {
     m.context_length = 256;
     m.max_request_tokens = 200;
     m.eos_id = 257;
-    m.chat_template = tokenizer::chat_template_name_for(*tok);
+    m.chat_template = tokenizer::chat_template_for(*tok);
     m.tokenizer = tok.get();
     return m;
   }();

@@ -17,7 +17,7 @@ ServedModel served(const std::string& tool_parser, const std::string& reasoning_
   m.vocab_size = 512;
   m.context_length = 256;
   m.max_request_tokens = 200;
-  m.chat_template = tokenizer::chat_template_name_for(*tok);
+  m.chat_template = tokenizer::chat_template_for(*tok);
   m.tokenizer = tok.get();
   m.tool_call_parser = tool_parser;
   m.reasoning_parser = reasoning_parser;

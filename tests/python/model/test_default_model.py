@@ -109,6 +109,6 @@ def test_mtp_layer_is_stored_as_deepseek_v3_stores_it(tokenizer):
 def test_model_directory_is_within_budget():
     assert (MODEL / "model.safetensors").stat().st_size <= 16_000_000
     tokenizer_config = json.loads((MODEL / "tokenizer_config.json").read_text())
-    template = (ROOT / "tests" / "tokenizer" / "data" / "chat_templates" / "deepseek-v3.jinja").read_text()
+    template = (ROOT / "tokenizer" / "chat_templates" / "deepseek-v3.jinja").read_text()
     assert tokenizer_config["chat_template"] == template
     assert tokenizer_config["eos_token"] == "<｜end▁of▁sentence｜>"
