@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "model/model_source.h"
 #include "runtime/engine.h"
+#include "runtime/reshard_fit.h"
 #include "serve/api_error.h"
 #include "serve/api_server.h"
 #include "serve/engine_loop.h"
@@ -91,6 +92,9 @@ serve::ReplanTarget replan_target(const ModelSource& model, const ServeArgs& arg
   so.chunked_prefill_size = args.chunked_prefill_size;
   so.prefix_cache = !args.disable_radix_cache;
   target.build_engine = [&model, engine_options] { return std::make_unique<runtime::Engine>(model, engine_options); };
+  target.reshard_engine = [&model, engine_options](runtime::Engine& from) {
+    return std::make_unique<runtime::Engine>(model, engine_options, from);
+  };
   return target;
 }
 
@@ -209,7 +213,18 @@ void run_serve(ServeArgs args) {
     PlanCliArgs plan_args = args.plan;
     plan_args.preset = spec;
     plan_args.flags = {};
-    return target_for(plan_for_model(plan_args, model.config, bytes_per_element));
+    const parallel::ParallelPlan to = plan_for_model(plan_args, model.config, bytes_per_element);
+    serve::ReplanTarget target = target_for(to);
+    // Both plans' weights must fit each rank while one is copied from the other (--mem-per-rank).
+    if (args.plan.mem_per_rank.empty()) return target;
+    const parallel::ParallelPlan from = parallel::parse_plan(loop.plan_name());
+    target.in_place_refusal =
+        runtime::reshard_fit({.config = model.config,
+                              .from = from,
+                              .to = to,
+                              .element_bytes = bytes_per_element,
+                              .bytes_per_rank = parallel::parse_byte_size(args.plan.mem_per_rank, "--mem-per-rank")});
+    return target;
   });
 
   serve::HttpServer http(http_options, [&api](const serve::HttpRequest& request, serve::HttpExchange& exchange) {

@@ -38,6 +38,9 @@ struct LoopRequest {
   // it asks for logprobs or prompt logits.
   bool speculative = true;
   int64_t max_new_tokens = 0;  // > 0: no drafts past this many generated tokens
+  // Tokens the request generated before it came here (a re-plan recomputes a running sequence
+  // from its prompt and those tokens): its draws continue at that step, as they would have.
+  int64_t first_step = 0;
 };
 
 // One token drawn for a request.
