@@ -101,15 +101,19 @@ serve::ReplanTarget replan_target(const ModelSource& model, const ServeArgs& arg
 
 // Cold start: the weights the ranks loaded and how fast (from a checkpoint directory: its
 // bytes as stored over the load's time, page cache cold or warm as the machine has it).
-void print_load(const ModelSource& model, runtime::Engine& engine, double seconds) {
+std::unique_ptr<runtime::Engine> load_engine(const ModelSource& model, const serve::ReplanTarget& start) {
+  const auto load_start = std::chrono::steady_clock::now();
+  std::unique_ptr<runtime::Engine> engine = start.build_engine();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   int64_t held = 0;
-  for (int64_t b : engine.stats().weight_bytes) held += b;
+  for (int64_t b : engine->stats().weight_bytes) held += b;
   const double stored_gb = static_cast<double>(stored_model_bytes(model.config)) / 1e9;
   std::printf("moeserve: loaded the weights (%.3f GB stored, %.3f GB held by the ranks) from %s in %.3f s: %.2f GB/s\n",
               stored_gb, static_cast<double>(held) / 1e9,
               model.synthetic ? "the synthetic generator" : model.spec.c_str(), seconds,
               seconds > 0 ? stored_gb / seconds : 0.0);
   std::fflush(stdout);
+  return engine;
 }
 
 // The model as the API shows it: name, limits, end ids, chat template.
@@ -211,9 +215,7 @@ void run_serve(ServeArgs args) {
   loop_options.rebuild_engine = start.build_engine;
   loop_options.max_queued_requests = args.max_queued_requests;
   loop_options.warmup = !args.skip_warmup;
-  const auto load_start = std::chrono::steady_clock::now();
-  std::unique_ptr<runtime::Engine> engine = start.build_engine();
-  print_load(model, *engine, std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count());
+  std::unique_ptr<runtime::Engine> engine = load_engine(model, start);
   const auto warmup_start = std::chrono::steady_clock::now();
   serve::EngineLoop loop(std::move(engine), *tok, loop_options);
   if (!args.skip_warmup)

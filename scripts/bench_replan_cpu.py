@@ -101,10 +101,10 @@ def write_checkpoint(directory):
 
 
 class Server:
-    def __init__(self, moeserve, directory, plan):
+    def __init__(self, moeserve, directory, plan, extra=()):
         self.start = time.time()
         self.proc = subprocess.Popen([moeserve, "serve", "--model", str(directory), "--plan", plan, "--port", "0",
-                                      "--admin-api-key", "bench", "--backend", "cpu"],
+                                      "--admin-api-key", "bench", "--backend", "cpu", *extra],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines, self.port, self.load = [], None, None
         while self.port is None:
@@ -143,6 +143,8 @@ def main():
     ap.add_argument("--moeserve", default=str(ROOT / "build/bin/moeserve"))
     ap.add_argument("--dir", default="/tmp/moeserve_replan_ckpt")
     ap.add_argument("--plans", default="tp2,ep2,pp2,ep2-dp")
+    ap.add_argument("--skip-warmup", action="store_true",
+                    help="start the servers with --skip-warmup (the cold start is then the load alone)")
     args = ap.parse_args()
     directory = pathlib.Path(args.dir)
     if not (directory / "model.safetensors").exists():
@@ -153,13 +155,14 @@ def main():
     print(f"checkpoint: {size / 1e9:.3f} GB bf16 in {directory}")
     plans = args.plans.split(",")
     cold = {}
+    extra = ["--skip-warmup"] if args.skip_warmup else []
     for plan in plans:
-        server = Server(args.moeserve, directory, plan)
+        server = Server(args.moeserve, directory, plan, extra)
         server.stop()
         cold[plan] = server.ready_s
         load_s, gbps = server.load
         print(f"cold start {plan}: ready in {server.ready_s:.3f} s (weights loaded in {load_s:.3f} s, {gbps:.2f} GB/s)")
-    server = Server(args.moeserve, directory, plans[0])
+    server = Server(args.moeserve, directory, plans[0], extra)
     worst = 0.0
     for plan in plans[1:] + plans[:1]:
         r = server.replan(plan)

@@ -41,7 +41,7 @@ EngineLoop::EngineLoop(runtime::Engine& engine, const tokenizer::Tokenizer& toke
 EngineLoop::~EngineLoop() { stop(); }
 
 std::unique_ptr<runtime::StepLoop> EngineLoop::make_loop(runtime::Engine& engine,
-                                                         const sched::SchedulerOptions& options) {
+                                                         const sched::SchedulerOptions& options, bool warm) {
   auto loop = std::make_unique<runtime::StepLoop>(
       engine,
       runtime::StepLoopOptions{.scheduler = options,
@@ -49,7 +49,7 @@ std::unique_ptr<runtime::StepLoop> EngineLoop::make_loop(runtime::Engine& engine
                                .on_scheduled = [this](const sched::ScheduledStep& step, Clock::time_point start) {
                                  note_admissions(step, start);
                                }});
-  if (options_.warmup) loop->warm_up();
+  if (options_.warmup && warm) loop->warm_up();
   return loop;
 }
 

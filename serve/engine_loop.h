@@ -51,7 +51,8 @@ struct ReplanTarget {
 
 // How a re-plan went, in seconds. Phases: pause (from the call until the step running then
 // completed), move (the new plan's weights: resharded from the resident ones, or loaded from
-// the model's source), graphs (warm-up: every padded step size run, graphs captured), resume
+// the model's source), graphs (the step loop made; no warm-up: the step sizes in use are
+// captured by the resume's first step, the rest lazily when first run), resume
 // (the requests that were running re-admitted under the new plan and their first step, which
 // recomputes their KV from their tokens); ready is their sum. drain_s, build_s and warmup_s
 // are the older names of pause, move and graphs.
@@ -143,8 +144,10 @@ class EngineLoop {
   void cancel_now(const std::vector<uint64_t>& cancels);
   // Runs one step loop step and streams its tokens (runtime::StepLoop::step).
   void step();
-  // A step loop over `engine` with the metrics hooks, warmed up when options_.warmup.
-  std::unique_ptr<runtime::StepLoop> make_loop(runtime::Engine& engine, const sched::SchedulerOptions& options);
+  // A step loop over `engine` with the metrics hooks, warmed up when options_.warmup and `warm`
+  // (a re-plan does not: the carried requests' steps capture the sizes in use, the rest lazily).
+  std::unique_ptr<runtime::StepLoop> make_loop(runtime::Engine& engine, const sched::SchedulerOptions& options,
+                                               bool warm = true);
   bool busy() const { return loop_ && !loop_->idle(); }
   bool idle() const { return !loop_ || loop_->idle(); }
   // Observes the queue time of the step's first-scheduled requests.

@@ -74,7 +74,7 @@ void EngineLoop::install(const ReplanTarget& target, ReplanReport& report) {
   MS_CHECK(engine != nullptr, "replan: building the engine for plan '{}' gave nothing", target.plan_name);
   const auto graphs_start = Clock::now();
   report.move_s = seconds_between(move_start, graphs_start);
-  std::unique_ptr<runtime::StepLoop> loop = make_loop(*engine, target.scheduler);
+  std::unique_ptr<runtime::StepLoop> loop = make_loop(*engine, target.scheduler, /*warm=*/false);
   report.graphs_s = seconds_between(graphs_start, Clock::now());
   owned_engine_ = std::move(engine);
   loop_ = std::move(loop);
