@@ -12,8 +12,11 @@
 #include "apps/cli_util.h"
 #include "apps/plan_advise.h"
 #include "core/error.h"
+#include "model/deepseek_v3_weights.h"
 #include "model/model_source.h"
+#include "parallel/plan_parse.h"
 #include "perf/advisor_report.h"
+#include "perf/replan_cost.h"
 
 namespace moeserve::apps {
 
@@ -28,6 +31,7 @@ struct AdviseArgs {
   perf::AdviseWorkload workload;
   std::string expert_loads;
   std::string json_out;
+  std::string replans;  // "FROM:TO,..."
 };
 
 std::vector<double> read_expert_loads(const std::string& path) {
@@ -56,6 +60,19 @@ std::vector<std::string> split_names(const std::string& text) {
   return out;
 }
 
+// --replan FROM:TO,...: each re-plan's bytes to move and predicted time (perf/replan_cost.h).
+void print_replans(const ModelConfig& config, const perf::HardwareProfile& profile, const std::string& replans) {
+  for (const std::string& pair : split_names(replans)) {
+    const size_t colon = pair.find(':');
+    MS_CHECK(colon != std::string::npos, "--replan '{}': expected FROM:TO (e.g. tp8:ep8)", pair);
+    const parallel::ParallelPlan from = parallel::parse_plan(pair.substr(0, colon));
+    const parallel::ParallelPlan to = parallel::parse_plan(pair.substr(colon + 1));
+    parallel::validate_plan(from, shard_dims(config));
+    parallel::validate_plan(to, shard_dims(config));
+    std::printf("%s", perf::replan_markdown(perf::predict_replan(config, from, to, profile), profile).c_str());
+  }
+}
+
 void run_advise(AdviseArgs args) {
   const ModelSource model = open_model(args.model);
   const perf::HardwareProfile profile = perf::load_profile(perf::resolve_profile_path(args.hardware, profiles_dir()));
@@ -76,6 +93,7 @@ void run_advise(AdviseArgs args) {
   const int gpus = args.gpus > 0 ? args.gpus : profile.devices;
   const perf::Advice advice = perf::advise(model.config, args.model, profile, gpus, split_names(args.plans), w);
   std::printf("%s", perf::advice_markdown(advice).c_str());
+  print_replans(model.config, profile, args.replans);
   if (!args.json_out.empty()) {
     std::ofstream out(args.json_out, std::ios::trunc);
     out << perf::advice_json(advice).dump(2) << "\n";
@@ -115,6 +133,8 @@ void add_plan_advise_command(CLI::App& plan) {
                   "Sequences whose KV cache must fit (0: the largest concurrency)")
       ->capture_default_str();
   cmd->add_option("--json", args->json_out, "Also write the advice as JSON to this file");
+  cmd->add_option("--replan", args->replans,
+                  "Also predict re-plans from resident weights, FROM:TO comma-separated (e.g. tp8:ep8)");
   cmd->callback([args] { run_advise(*args); });
 }
 

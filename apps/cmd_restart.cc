@@ -1,6 +1,7 @@
 // moeserve restart --plan P [--url URL]: moves a running server to another parallel plan
-// without losing a request (POST /admin/replan): it stops admitting, finishes what runs,
-// rebuilds the engine under P and resumes; prints the time to ready. A plan the server
+// without losing a request (POST /admin/replan): between two steps it reshards the weights
+// the ranks hold into P's shards, carries the running requests over and resumes; prints the
+// time to ready by phase. A plan the server
 // refuses (invalid, does not fit) leaves it serving on the old plan, and this exits 1.
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -39,11 +40,17 @@ void run_restart(const RestartArgs& args) {
     MS_CHECK(false, "restart --plan {}: HTTP {}: {}", args.plan, response.status, message);
   }
   MS_CHECK(body.is_object(), "restart: the server's reply is not JSON: {}", response.body);
+  const nlohmann::json phases = body.value("phases_s", nlohmann::json::object());
   std::printf(
-      "moeserve: %s -> %s: ready in %.3f s (drain %.3f s, build %.3f s, warm-up %.3f s; %lld requests waited)\n",
+      "moeserve: %s -> %s: ready in %.3f s (pause %.3f s, move %.3f s, graphs %.3f s, resume %.3f s; weights from "
+      "%s; %lld requests carried, %lld waited)\n",
       body.value("previous_plan", std::string("?")).c_str(), body.value("plan", std::string("?")).c_str(),
-      body.value("time_to_ready_s", 0.0), body.value("drain_s", 0.0), body.value("build_s", 0.0),
-      body.value("warmup_s", 0.0), static_cast<long long>(body.value("requests_waited", int64_t{0})));
+      body.value("time_to_ready_s", 0.0), phases.value("pause", 0.0), phases.value("move", 0.0),
+      phases.value("graphs", 0.0), phases.value("resume", 0.0), body.value("weights_from", std::string("?")).c_str(),
+      static_cast<long long>(body.value("requests_carried", int64_t{0})),
+      static_cast<long long>(body.value("requests_waited", int64_t{0})));
+  if (const std::string why = body.value("fallback_reason", std::string()); !why.empty())
+    std::printf("moeserve: the weights were not resharded in place: %s\n", why.c_str());
   std::fflush(stdout);
 }
 

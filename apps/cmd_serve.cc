@@ -16,8 +16,10 @@
 #include "chatout/chat_output_parser.h"
 #include "core/error.h"
 #include "grammar/grammar_engine.h"
+#include "model/deepseek_v3_weights.h"
 #include "model/model_source.h"
 #include "runtime/engine.h"
+#include "runtime/reshard_fit.h"
 #include "serve/api_error.h"
 #include "serve/api_server.h"
 #include "serve/engine_loop.h"
@@ -105,7 +107,27 @@ serve::ReplanTarget replan_target(const ModelSource& model, const ServeArgs& arg
   so.chunked_prefill_size = args.chunked_prefill_size;
   so.prefix_cache = !args.disable_radix_cache;
   target.build_engine = [&model, engine_options] { return std::make_unique<runtime::Engine>(model, engine_options); };
+  target.reshard_engine = [&model, engine_options](runtime::Engine& from) {
+    return std::make_unique<runtime::Engine>(model, engine_options, from);
+  };
   return target;
+}
+
+// Cold start: the weights the ranks loaded and how fast (from a checkpoint directory: its
+// bytes as stored over the load's time, page cache cold or warm as the machine has it).
+std::unique_ptr<runtime::Engine> load_engine(const ModelSource& model, const serve::ReplanTarget& start) {
+  const auto load_start = std::chrono::steady_clock::now();
+  std::unique_ptr<runtime::Engine> engine = start.build_engine();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+  int64_t held = 0;
+  for (int64_t b : engine->stats().weight_bytes) held += b;
+  const double stored_gb = static_cast<double>(stored_model_bytes(model.config)) / 1e9;
+  std::printf("moeserve: loaded the weights (%.3f GB stored, %.3f GB held by the ranks) from %s in %.3f s: %.2f GB/s\n",
+              stored_gb, static_cast<double>(held) / 1e9,
+              model.synthetic ? "the synthetic generator" : model.spec.c_str(), seconds,
+              seconds > 0 ? stored_gb / seconds : 0.0);
+  std::fflush(stdout);
+  return engine;
 }
 
 // The model as the API shows it: name, limits, end ids, chat template.
@@ -217,8 +239,9 @@ void run_serve(ServeArgs args) {
   loop_options.rebuild_engine = start.build_engine;
   loop_options.max_queued_requests = args.max_queued_requests;
   loop_options.warmup = !args.skip_warmup;
+  std::unique_ptr<runtime::Engine> engine = load_engine(model, start);
   const auto warmup_start = std::chrono::steady_clock::now();
-  serve::EngineLoop loop(start.build_engine(), *tok, loop_options);
+  serve::EngineLoop loop(std::move(engine), *tok, loop_options);
   if (!args.skip_warmup)
     std::printf("moeserve: warmed up the %lld-token step and decode steps 1..%lld in %.2f s\n",
                 static_cast<long long>(args.chunked_prefill_size + args.plan.max_running_requests),
@@ -233,7 +256,18 @@ void run_serve(ServeArgs args) {
     PlanCliArgs plan_args = args.plan;
     plan_args.preset = spec;
     plan_args.flags = {};
-    return target_for(plan_for_model(plan_args, model.config, bytes_per_element));
+    const parallel::ParallelPlan to = plan_for_model(plan_args, model.config, bytes_per_element);
+    serve::ReplanTarget target = target_for(to);
+    // Both plans' weights must fit each rank while one is copied from the other (--mem-per-rank).
+    if (args.plan.mem_per_rank.empty()) return target;
+    const parallel::ParallelPlan from = parallel::parse_plan(loop.plan_name());
+    target.in_place_refusal =
+        runtime::reshard_fit({.config = model.config,
+                              .from = from,
+                              .to = to,
+                              .element_bytes = bytes_per_element,
+                              .bytes_per_rank = parallel::parse_byte_size(args.plan.mem_per_rank, "--mem-per-rank")});
+    return target;
   });
 
   serve::HttpServer http(http_options, [&api](const serve::HttpRequest& request, serve::HttpExchange& exchange) {

@@ -76,6 +76,8 @@ DeepseekV3::DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& 
 
 DeepseekV3::~DeepseekV3() = default;
 
+const WeightIndex& DeepseekV3::weight_index() const { return weights_->index; }
+
 int64_t DeepseekV3::graphs_captured() const { return graphs_->size(); }
 
 sample::SamplerParams DeepseekV3::sampler_params() const {

@@ -28,6 +28,7 @@ struct LayerPart;
 struct LinearWeight;
 struct LayerWeights;
 struct ModelWeights;
+class WeightIndex;
 class GraphCache;
 class LmHead;
 class Workspace;
@@ -121,6 +122,8 @@ class DeepseekV3 {
 
   // Bytes of weights this rank holds (in the backend's dtypes).
   int64_t weight_bytes() const { return weight_bytes_; }
+  // Where this rank's weights lie (model/weight_index.h), for a re-plan from resident weights.
+  const WeightIndex& weight_index() const;
 
  private:
   // A branch (attention, dense MLP, MoE) leaves this rank's partial [T, hidden] fp32 sum in

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "model/deepseek_v3_weights.h"
+#include "model/resident_weights.h"
 #include "model/rope.h"
 
 namespace moeserve {
@@ -41,7 +42,14 @@ class WeightLoader {
     const int64_t full_rows = shape[0], full_cols = shape.size() == 2 ? shape[1] : 1;
     const Range r{rows.begin, rows.end < 0 ? full_rows : rows.end};
     const Range k{cols.begin, cols.end < 0 ? full_cols : cols.end};
-    const size_t elem = keep_f32 ? 4 : dtype_size(weight_dtype_);
+    const int64_t elem = keep_f32 ? 4 : static_cast<int64_t>(dtype_size(weight_dtype_));
+    if (index_and_copy({name,
+                        r,
+                        {k.begin * elem, k.end * elem},
+                        full_cols * elem,
+                        static_cast<std::byte*>(dst.data()) + offset * elem,
+                        shard_.coord.rank}))
+      return;
     SyntheticRecipe recipe;
     if (p_.source.synthetic_recipe(name, shape, &recipe)) {
       ops::FillUniformParams fill{static_cast<std::byte*>(dst.data()) + offset * elem,
@@ -57,8 +65,37 @@ class WeightLoader {
       backend_.fill_uniform(fill);
       return;
     }
-    backend_.upload_weight_into(dst, static_cast<size_t>(offset) * elem, p_.source.read(name, shape, rows, cols),
+    backend_.upload_weight_into(dst, static_cast<size_t>(offset * elem), p_.source.read(name, shape, rows, cols),
                                 keep_f32);
+  }
+  // Records `p` in the rank's index; true when the source is resident weights and `p` was
+  // copied from them (the caller then reads nothing).
+  bool index_and_copy(const Placement& p) {
+    out_.index.add(p);
+    ResidentWeightSource* resident = p_.source.resident();
+    if (resident) resident->assemble(p);
+    return resident != nullptr;
+  }
+  // The values and scales of packed slice `s` in dst (values at byte values_at, scales at
+  // scales_at) as placements: int4 [n, k/8] words and [n, k/group] bf16 scales, fp8 [n, k]
+  // bytes and the [ceil(n/bn), ceil(k/bk)] fp32 grid. True when copied from resident weights.
+  bool index_and_copy_packed(ops::Buffer& dst, const PackedSlice& s, int64_t values_at, int64_t scales_at) {
+    const bool int4 = s.layout.quant == ops::WeightQuant::int4_group;
+    auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+    std::byte* base = static_cast<std::byte*>(dst.data());
+    const int rank = shard_.coord.rank;
+    const int64_t vb = int4 ? 2 : 1;  // int4: two weights per byte; fp8: one
+    const bool values = index_and_copy(
+        {s.module + ".values", s.rows, {s.cols.begin / vb, s.cols.end / vb}, s.k / vb, base + values_at, rank});
+    const int64_t bn = int4 ? 1 : s.layout.block_n, bk = int4 ? s.layout.group_size : s.layout.block_k;
+    const int64_t sb = int4 ? 2 : 4;  // bf16 or fp32 scales
+    const bool scales = index_and_copy({s.module + ".scales",
+                                        {s.rows.begin / bn, ceil_div(s.rows.end, bn)},
+                                        {s.cols.begin / bk * sb, ceil_div(s.cols.end, bk) * sb},
+                                        ceil_div(s.k, bk) * sb,
+                                        base + scales_at,
+                                        rank});
+    return values && scales;
   }
   // A new buffer holding rows x cols of tensor `name`.
   BufferPtr load_tensor(const std::string& name, const Shape& shape, Slice rows = Slice::all(),
@@ -81,6 +118,7 @@ class WeightLoader {
     check_packed_slice(s, shard_.coord.rank);
     out_.bytes += ops::quant_value_bytes(s.rows.size(), s.cols.size(), s.layout) +
                   ops::quant_scale_bytes(s.rows.size(), s.cols.size(), s.layout);
+    if (index_and_copy_packed(dst, s, values_at, scales_at)) return;
     SyntheticPackedRecipe recipe;
     if (p_.source.synthetic_packed_recipe(s.module, s.n, s.k, s.layout, &recipe)) {
       generate_packed(dst, s, recipe, values_at, scales_at);
@@ -138,13 +176,23 @@ class WeightLoader {
     MS_CHECK(dequantized_at_load(module), "tensor '{}': not a weight that is dequantized at load", module);
     const ops::QuantLayout layout = layout_of(module);
     SyntheticRecipe recipe;
-    if (!layout.quantized() || p_.source.synthetic_recipe(module + ".weight", {n, k}, &recipe))
+    // Resident weights hold it dequantized already: copied as the unquantized tensor it is.
+    if (!layout.quantized() || p_.source.resident() != nullptr ||
+        p_.source.synthetic_recipe(module + ".weight", {n, k}, &recipe))
       return load_tensor(module + ".weight", {n, k}, {rows.begin, rows.end});
     const PackedSlice slice{module, n, k, rows, {0, k}, layout};
     check_packed_slice(slice, shard_.coord.rank);
     const Tensor w = dequantize(p_.source.read_packed(slice), layout);
-    out_.bytes += w.numel() * static_cast<int64_t>(dtype_size(weight_dtype_));
-    return backend_.upload_weight(w, /*keep_f32=*/false);
+    const int64_t elem = static_cast<int64_t>(dtype_size(weight_dtype_));
+    out_.bytes += w.numel() * elem;
+    BufferPtr buffer = backend_.upload_weight(w, /*keep_f32=*/false);
+    out_.index.add({module + ".weight",
+                    rows,
+                    {0, k * elem},
+                    k * elem,
+                    static_cast<std::byte*>(buffer->data()),
+                    shard_.coord.rank});
+    return buffer;
   }
   // gate and up rows `cols` of an MLP stacked into one [2 * n, hidden] matrix (packed: gate's
   // values then up's, gate's scales then up's, which is the layout of the stacked matrix when

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/weight_index.h"
 #include "model/weight_source.h"
 #include "ops/ops.h"
 #include "parallel/plan.h"
@@ -79,6 +80,8 @@ struct ModelWeights {
   // In the backend's dtypes; packed weights by their values and scales (loaded_bytes() of
   // model/deepseek_v3_weights.h), not the padding between them.
   int64_t bytes = 0;
+  // Where every weight lies (a later re-plan assembles its shards from it).
+  WeightIndex index;
 };
 
 struct WeightLoadParams {

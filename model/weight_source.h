@@ -14,6 +14,8 @@
 
 namespace moeserve {
 
+class ResidentWeightSource;  // model/resident_weights.h
+
 // How a synthetic tensor is generated: element (r, c) of the full tensor is
 // offset + amplitude * uniform_pm1(seed, r * cols + c).
 struct SyntheticRecipe {
@@ -52,6 +54,9 @@ class WeightSource {
                                        SyntheticPackedRecipe* recipe) {
     return false;
   }
+
+  // Non-null when every weight is copied from resident shards instead (a re-plan).
+  virtual ResidentWeightSource* resident() { return nullptr; }
 
   // Every tensor name read so far (tests prove a rank touched only what it owns).
   std::set<std::string> touched() const {

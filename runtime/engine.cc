@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "backend/cpu/cpu_backend.h"
 #include "comm/in_process.h"
@@ -171,6 +172,33 @@ void Engine::Impl::quiesce(const char* what) {
 
 Engine::Engine(const ModelSource& model, EngineOptions options)
     : config_(model.config), model_name_(model.spec), options_(std::move(options)), impl_(std::make_unique<Impl>()) {
+  build(model, nullptr);
+}
+
+Engine::Engine(const ModelSource& model, EngineOptions options, Engine& reshard_from)
+    : config_(model.config), model_name_(model.spec), options_(std::move(options)), impl_(std::make_unique<Impl>()) {
+  MS_CHECK(reshard_from.model_name_ == model_name_,
+           "re-plan from resident weights: the engine holds model '{}', not '{}'", reshard_from.model_name_,
+           model_name_);
+  MS_CHECK(reshard_from.options_.backend == options_.backend,
+           "re-plan from resident weights: the engine runs on backend '{}', the new plan on '{}'",
+           reshard_from.options_.backend, options_.backend);
+  MS_CHECK(options_.backend != "cuda",
+           "re-plan from resident weights: copies between GPU ranks (cudaMemcpyPeer / NCCL) are not implemented yet");
+  build(model, &reshard_from);
+}
+
+ResidentWeights Engine::resident_weights() {
+  impl_->quiesce("re-plan from resident weights");
+  static InProcessMover mover;  // stateless: CPU ranks share one address space
+  ResidentWeights out{.ranks = {},
+                      .mover = &mover,
+                      .describe = fmt::format("model '{}' under plan '{}'", model_name_, options_.plan.name)};
+  for (const Rank& rank : impl_->ranks) out.ranks.push_back(&rank.model->weight_index());
+  return out;
+}
+
+void Engine::build(const ModelSource& model, Engine* reshard_from) {
   const parallel::ParallelPlan& plan = options_.plan;
   MS_CHECK(options_.page_size > 0 && options_.num_pages > 0, "page size and page count must be positive");
   MS_CHECK(options_.pp_max_micro_batch_size >= 0 && options_.pp_async_batch_depth >= 0,
@@ -181,12 +209,14 @@ Engine::Engine(const ModelSource& model, EngineOptions options)
   comm::InProcessOptions comm_options;
   comm_options.send_capacity = static_cast<size_t>(options_.pp_async_batch_depth + 1);
   impl_->world = std::make_unique<comm::InProcessWorld>(world, comm_options);
+  std::optional<ResidentWeights> resident;
+  if (reshard_from) resident = reshard_from->resident_weights();
   impl_->ranks.resize(world);
   for (int r = 0; r < world; ++r) {
     Rank& rank = impl_->ranks[r];
     rank.coord = parallel::rank_coord(plan, r);
     rank.backend = make_rank_backend(options_.backend, r, options_.batch_invariant);
-    rank.weights = model.weights();
+    rank.weights = resident ? std::make_unique<ResidentWeightSource>(*resident) : model.weights();
   }
   const bool on_gpus = options_.backend == "cuda";
   if (on_gpus && world > 1) {
@@ -237,6 +267,8 @@ EngineStats Engine::stats() const {
     out.weight_bytes.push_back(r.model->weight_bytes());
     out.forward_passes.push_back(r.forward_passes);
     out.shards.push_back(r.model->shard());
+    const ResidentWeightSource* resident = r.weights->resident();
+    out.reshard.push_back(resident ? resident->stats() : ReshardStats{});
   }
   return out;
 }

@@ -14,6 +14,7 @@
 #include "comm/communicator.h"
 #include "model/deepseek_v3.h"
 #include "model/model_source.h"
+#include "model/resident_weights.h"
 #include "ops/ops.h"
 #include "parallel/plan.h"
 #include "runtime/rank_comms.h"
@@ -54,11 +55,18 @@ struct EngineStats {
   std::vector<int64_t> weight_bytes;        // weights held, in the backend's dtypes (fp32 on CPU)
   std::vector<int64_t> forward_passes;      // since construction, one per micro-batch
   std::vector<parallel::RankShard> shards;  // what it owns
+  std::vector<ReshardStats> reshard;        // what a re-plan from resident weights moved onto it (zeros otherwise)
 };
 
 class Engine {
  public:
   Engine(const ModelSource& model, EngineOptions options);
+  // The same model under another plan, its weights assembled from the shards `reshard_from`'s
+  // ranks hold (model/resident_weights.h) instead of read from the model's source; the two
+  // engines exist together while it loads (reshard_fit() says whether they fit). Throws,
+  // before anything loads, when the model or backend differ or the backend cannot copy
+  // between ranks in place yet (GPU ranks).
+  Engine(const ModelSource& model, EngineOptions options, Engine& reshard_from);
   ~Engine();
 
   const ModelConfig& config() const { return config_; }
@@ -107,6 +115,9 @@ class Engine {
 
  private:
   struct Impl;
+  // What this engine's ranks hold, for the next plan's engine to copy from (no step in flight).
+  ResidentWeights resident_weights();
+  void build(const ModelSource& model, Engine* reshard_from);
   ModelConfig config_;
   std::string model_name_;
   EngineOptions options_;

@@ -74,7 +74,7 @@ void StepLoop::finish(sched::RequestId id) {
 
 ops::SamplingOptions StepLoop::next_draw(sched::RequestId id, const LoopRequest& request) const {
   ops::SamplingOptions options = request.sampling;
-  options.step = static_cast<uint64_t>(scheduler_.generated_tokens(id));
+  options.step = static_cast<uint64_t>(request.first_step + scheduler_.generated_tokens(id));
   return options;
 }
 

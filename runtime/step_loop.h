@@ -42,6 +42,9 @@ struct LoopRequest {
   // Structured output: the request's grammar state (null: unconstrained). Each row it draws
   // is masked to the tokens it allows (runtime/token_masks.h), each token drawn is accepted.
   std::shared_ptr<TokenConstraint> constraint = nullptr;
+  // Tokens the request generated before it came here (a re-plan recomputes a running sequence
+  // from its prompt and those tokens): its draws continue at that step, as they would have.
+  int64_t first_step = 0;
 };
 
 // One token drawn for a request.

@@ -295,14 +295,23 @@ void ApiServer::replan(const HttpRequest& request, HttpExchange& exchange) {
     throw ApiError(400, "plan '" + plan + "' refused: " + e.what(), "plan");
   }
   const ReplanReport report = loop_.replan(std::move(target));
-  send_json(exchange, {{"plan", report.plan},
-                       {"previous_plan", report.previous_plan},
-                       {"time_to_ready_s", report.ready_s},
-                       {"drain_s", report.drain_s},
-                       {"build_s", report.build_s},
-                       {"warmup_s", report.warmup_s},
-                       {"requests_waited", report.requests_waited},
-                       {"replans", loop_.replans()}});
+  send_json(
+      exchange,
+      {{"plan", report.plan},
+       {"previous_plan", report.previous_plan},
+       {"time_to_ready_s", report.ready_s},
+       {"drain_s", report.drain_s},
+       {"build_s", report.build_s},
+       {"warmup_s", report.warmup_s},
+       {"phases_s",
+        {{"pause", report.pause_s}, {"move", report.move_s}, {"graphs", report.graphs_s}, {"resume", report.resume_s}}},
+       {"weights_from", report.weights_from},
+       {"fallback_reason", report.fallback_reason},
+       {"moved_bytes", {{"local", report.moved_local_bytes}, {"peer", report.moved_peer_bytes}}},
+       {"requests_carried", report.requests_carried},
+       {"tokens_recomputed", report.tokens_recomputed},
+       {"requests_waited", report.requests_waited},
+       {"replans", loop_.replans()}});
 }
 
 void ApiServer::models(const HttpRequest& request, HttpExchange& exchange) {

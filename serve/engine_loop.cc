@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "serve/api_error.h"
+#include "serve/engine_loop_active.h"
 
 namespace moeserve::serve {
 
@@ -13,18 +14,6 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 }  // namespace
-
-struct EngineLoop::Active {
-  Active(std::shared_ptr<RequestStream> s, EngineRequest r, const tokenizer::Tokenizer& tokenizer)
-      : stream(std::move(s)), request(std::move(r)), output(tokenizer, request.limits) {}
-  std::shared_ptr<RequestStream> stream;
-  EngineRequest request;
-  OutputProcessor output;
-  Clock::time_point arrival = Clock::now();
-  Clock::time_point last_token;
-  bool admitted = false;
-  int64_t spec_verify_ct = 0, spec_accepted_tokens = 0;
-};
 
 EngineLoop::EngineLoop(std::unique_ptr<runtime::Engine> engine, const tokenizer::Tokenizer& tokenizer,
                        EngineLoopOptions options)
@@ -52,7 +41,7 @@ EngineLoop::EngineLoop(runtime::Engine& engine, const tokenizer::Tokenizer& toke
 EngineLoop::~EngineLoop() { stop(); }
 
 std::unique_ptr<runtime::StepLoop> EngineLoop::make_loop(runtime::Engine& engine,
-                                                         const sched::SchedulerOptions& options) {
+                                                         const sched::SchedulerOptions& options, bool warm) {
   auto loop = std::make_unique<runtime::StepLoop>(
       engine,
       runtime::StepLoopOptions{.scheduler = options,
@@ -60,7 +49,7 @@ std::unique_ptr<runtime::StepLoop> EngineLoop::make_loop(runtime::Engine& engine
                                .on_scheduled = [this](const sched::ScheduledStep& step, Clock::time_point start) {
                                  note_admissions(step, start);
                                }});
-  if (options_.warmup) loop->warm_up();
+  if (options_.warmup && warm) loop->warm_up();
   return loop;
 }
 
@@ -205,7 +194,7 @@ bool EngineLoop::wait_for_work(std::vector<std::pair<uint64_t, std::unique_ptr<A
   std::unique_lock<std::mutex> lock(mutex_);
   wake_.wait(lock, [&] {
     return stop_ || (!incoming_.empty() && !pending_replan_) || !cancels_.empty() || !controls_.empty() ||
-           (busy() && failure_.empty()) || (pending_replan_ && idle());
+           (busy() && failure_.empty()) || pending_replan_;
   });
   if (stop_) {
     incoming = std::move(incoming_);
@@ -281,7 +270,7 @@ void EngineLoop::run() {
     bool switch_now;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      switch_now = pending_replan_ && idle();
+      switch_now = pending_replan_ != nullptr;  // between steps: no request waits for another
     }
     if (switch_now) {
       switch_plan();
@@ -306,103 +295,9 @@ void EngineLoop::run() {
   abandon_replan("the server is shutting down");
 }
 
-void EngineLoop::abandon_replan(const std::string& reason) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!pending_replan_) return;
-  pending_replan_.reset();
-  replan_error_ = reason;
-  replan_error_status_ = 503;
-  replan_finished_ = true;
-  replan_done_.notify_all();
-}
-
-ReplanReport EngineLoop::replan(ReplanTarget target) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (!options_.rebuild_engine) throw ApiError(400, "this server cannot re-plan (no engine factory)", "plan");
-  if (!failure_.empty()) throw ApiError(503, "the engine failed: " + failure_);
-  if (draining_.load() || stop_) throw ApiError(503, "the server is shutting down");
-  if (pending_replan_) throw ApiError(409, "a re-plan is already in progress", "plan");
-  MS_CHECK(target.build_engine, "replan: the target plan '{}' has no engine factory", target.plan_name);
-  pending_replan_ = std::make_unique<ReplanTarget>(std::move(target));
-  replan_requested_ = Clock::now();
-  replan_finished_ = false;
-  replan_error_.clear();
-  wake_.notify_one();
-  replan_done_.wait(lock, [&] { return replan_finished_; });
-  if (!replan_error_.empty()) throw ApiError(replan_error_status_, replan_error_, "plan");
-  return replan_report_;
-}
-
 std::string EngineLoop::plan_name() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return options_.plan_name;
-}
-
-void EngineLoop::install(const ReplanTarget& target, double& build_s, double& warmup_s) {
-  // Free the old engine first: on GPUs both would not fit.
-  loop_.reset();
-  owned_engine_.reset();
-  const auto build_start = Clock::now();
-  std::unique_ptr<runtime::Engine> engine = target.build_engine();
-  MS_CHECK(engine != nullptr, "replan: building the engine for plan '{}' gave nothing", target.plan_name);
-  const auto warmup_start = Clock::now();
-  build_s = seconds_between(build_start, warmup_start);
-  std::unique_ptr<runtime::StepLoop> loop = make_loop(*engine, target.scheduler);
-  warmup_s = seconds_between(warmup_start, Clock::now());
-  owned_engine_ = std::move(engine);
-  loop_ = std::move(loop);
-  std::lock_guard<std::mutex> lock(mutex_);
-  options_.scheduler = target.scheduler;
-  options_.plan_name = target.plan_name;
-}
-
-void EngineLoop::switch_plan() {
-  // pending_replan_ stays set until the end: it is what keeps new requests in incoming_.
-  std::unique_ptr<ReplanTarget> target;
-  ReplanTarget previous;
-  ReplanReport report;
-  Clock::time_point requested;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    target = std::make_unique<ReplanTarget>(*pending_replan_);
-    requested = replan_requested_;
-    previous = {options_.plan_name, options_.scheduler, options_.rebuild_engine};
-  }
-  report.plan = target->plan_name;
-  report.previous_plan = previous.plan_name;
-  report.drain_s = seconds_between(requested, Clock::now());
-  std::string error;
-  try {
-    install(*target, report.build_s, report.warmup_s);
-    std::lock_guard<std::mutex> lock(mutex_);
-    options_.rebuild_engine = target->build_engine;
-  } catch (const std::exception& e) {
-    error =
-        fmt::format("re-plan to '{}' failed ({}); back on plan '{}'", target->plan_name, e.what(), previous.plan_name);
-    ++replans_failed_;
-    try {
-      double build_s = 0, warmup_s = 0;
-      install(previous, build_s, warmup_s);
-    } catch (const std::exception& e2) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      failure_ = fmt::format("re-plan to '{}' failed ({}) and rebuilding plan '{}' failed too ({})", target->plan_name,
-                             e.what(), previous.plan_name, e2.what());
-      error = failure_;
-    }
-  }
-  report.ready_s = seconds_between(requested, Clock::now());
-  if (error.empty()) {
-    ++replans_;
-    last_replan_ready_s_ = report.ready_s;
-  }
-  std::lock_guard<std::mutex> lock(mutex_);
-  report.requests_waited = static_cast<int64_t>(incoming_.size());
-  pending_replan_.reset();
-  replan_report_ = report;
-  replan_error_ = error;
-  replan_error_status_ = 500;
-  replan_finished_ = true;
-  replan_done_.notify_all();
 }
 
 void EngineLoop::engine_failed(const std::exception& e) {
@@ -466,6 +361,7 @@ void EngineLoop::complete(runtime::StepResult& result) {
     a.last_token = stream_start;
     ++generation_tokens_;
     const bool grammar_done = a.request.constraint && a.request.constraint->terminated() && last_of[drawn.id] == &drawn;
+    a.generated.push_back(drawn.token);
     const OutputProcessor::Update update = a.output.push(drawn.token, grammar_done);
     OutputEvent event;
     event.text = update.text;
@@ -570,6 +466,7 @@ std::string EngineLoop::render_metrics() const {
                 static_cast<double>(replans_failed_.load()), out);
   render_metric("moeserve_last_replan_ready_seconds", "gauge",
                 "Time from the last successful re-plan's request to serving again.", last_replan_ready_s_.load(), out);
+  render_replan_metrics(out);
   ttft_.render("moeserve_time_to_first_token_seconds", "Arrival to first generated token.", out);
   inter_token_.render("moeserve_inter_token_latency_seconds", "Time between consecutive tokens of a request.", out);
   e2e_.render("moeserve_e2e_request_latency_seconds", "Arrival to the last token.", out);

@@ -46,14 +46,31 @@ struct ReplanTarget {
   std::string plan_name;
   sched::SchedulerOptions scheduler;
   std::function<std::unique_ptr<runtime::Engine>()> build_engine;
+  // Builds it from the serving engine's resident weights instead (runtime::Engine's
+  // reshard_from constructor); null: always build_engine.
+  std::function<std::unique_ptr<runtime::Engine>(runtime::Engine& from)> reshard_engine;
+  // Why the weights cannot be resharded in place (both plans' shards do not fit), found by
+  // whoever prepared the target before anything stopped; "" when they can.
+  std::string in_place_refusal;
 };
 
-// How a re-plan went, in seconds from the call: until the requests in flight finished
-// (drain), building the new engine, warming it up, and until serving again (ready).
+// How a re-plan went, in seconds. Phases: pause (from the call until the step running then
+// completed), move (the new plan's weights: resharded from the resident ones, or loaded from
+// the model's source), graphs (the step loop made; no warm-up: the step sizes in use are
+// captured by the resume's first step, the rest lazily when first run), resume
+// (the requests that were running re-admitted under the new plan and their first step, which
+// recomputes their KV from their tokens); ready is their sum. drain_s, build_s and warmup_s
+// are the older names of pause, move and graphs.
 struct ReplanReport {
   std::string plan, previous_plan;
-  double drain_s = 0, build_s = 0, warmup_s = 0, ready_s = 0;
-  int64_t requests_waited = 0;  // requests that arrived while switching and waited in the queue
+  double pause_s = 0, move_s = 0, graphs_s = 0, resume_s = 0, ready_s = 0;
+  double drain_s = 0, build_s = 0, warmup_s = 0;
+  std::string weights_from;     // "resident" (resharded in place) or "source" (checkpoint or generator)
+  std::string fallback_reason;  // why not "resident"
+  int64_t moved_local_bytes = 0, moved_peer_bytes = 0;
+  int64_t requests_waited = 0;    // requests that arrived while switching and waited in the queue
+  int64_t requests_carried = 0;   // admitted requests that went on under the new plan
+  int64_t tokens_recomputed = 0;  // their prompt and generated tokens, prefilled again under it
 };
 
 struct EngineLoopOptions {
@@ -84,12 +101,15 @@ class EngineLoop {
   EngineLoop(std::unique_ptr<runtime::Engine> engine, const tokenizer::Tokenizer& tokenizer, EngineLoopOptions options);
   ~EngineLoop();
 
-  // Live re-plan: stops admitting (new requests wait in the queue), lets every admitted
-  // request finish, frees the engine, builds and warms up `target`'s, and resumes. When that
-  // throws, the previous plan's engine is rebuilt and an ApiError 500 names what failed (if
-  // even that fails, the loop is failed). ApiError 409 while another re-plan runs, 503 when
-  // draining or failed, 400 without options.rebuild_engine. Validate the plan before calling:
-  // nothing is checked here before the server stops admitting.
+  // Live re-plan: stops admitting (new requests wait in the queue) and, once the step running
+  // completes, switches: builds `target`'s engine from the serving one's resident weights
+  // (target.reshard_engine; else, or when that fails, frees the engine and builds from the
+  // model's source), warms it up, and carries every admitted request over: it goes on from its
+  // prompt and the tokens it generated (its KV recomputed under the new plan), nobody waits for
+  // another to finish. When building throws, the previous plan's engine is rebuilt and an
+  // ApiError 500 names what failed (if even that fails, the loop is failed). ApiError 409 while another re-plan runs,
+  // 503 when draining or failed, 400 without options.rebuild_engine. Validate the plan before calling: nothing is
+  // checked here before the server stops admitting.
   ReplanReport replan(ReplanTarget target);
   // The plan being served and the number of successful switches.
   std::string plan_name() const;
@@ -129,8 +149,10 @@ class EngineLoop {
   void cancel_now(const std::vector<uint64_t>& cancels);
   // Runs one step loop step and streams its tokens (runtime::StepLoop::step).
   void step();
-  // A step loop over `engine` with the metrics hooks, warmed up when options_.warmup.
-  std::unique_ptr<runtime::StepLoop> make_loop(runtime::Engine& engine, const sched::SchedulerOptions& options);
+  // A step loop over `engine` with the metrics hooks, warmed up when options_.warmup and `warm`
+  // (a re-plan does not: the carried requests' steps capture the sizes in use, the rest lazily).
+  std::unique_ptr<runtime::StepLoop> make_loop(runtime::Engine& engine, const sched::SchedulerOptions& options,
+                                               bool warm = true);
   bool busy() const { return loop_ && !loop_->idle(); }
   bool idle() const { return !loop_ || loop_->idle(); }
   // Observes the queue time of the step's first-scheduled requests.
@@ -142,15 +164,30 @@ class EngineLoop {
   void finish(uint64_t id, OutputEvent event);
   void fail_all(int status, const std::string& message);
   void publish_snapshot();
-  void render_spec_metrics(std::string& out) const;  // the moeserve_spec_* lines
+  void render_spec_metrics(std::string& out) const;    // the moeserve_spec_* lines
+  void render_replan_metrics(std::string& out) const;  // the re-plan phases and carried requests
   // Runs fn on the engine thread and waits for it.
   void on_engine_thread(const std::function<void()>& fn);
   // Engine thread: switches once nothing runs (pending_replan_).
   void switch_plan();
   // Engine thread: ends a pending re-plan with an error (shutdown, engine failure).
   void abandon_replan(const std::string& reason);
-  // Engine thread: frees the engine, builds `target`'s and warms it up.
-  void install(const ReplanTarget& target, double& build_s, double& warmup_s);
+  // Engine thread: builds `target`'s engine (from the resident weights where it can, else
+  // after freeing the old one) and warms it up; the report gets move and graphs.
+  void install(const ReplanTarget& target, ReplanReport& report);
+  // A request that was admitted when a re-plan switched: what it generated so far.
+  struct Carried {
+    uint64_t id;
+    std::vector<int32_t> tokens;  // prompt then generated
+    int64_t generated;
+  };
+  // Engine thread, at a switch: the admitted requests in arrival order (the step loop is gone after).
+  std::vector<Carried> carry_admitted();
+  // Engine thread: adds them to the new step loop; returns the tokens it will recompute.
+  int64_t resume_carried(const std::vector<Carried>& carried);
+  // Engine thread: resumes the carried requests, times the switch and hands the report over.
+  void finish_switch(ReplanReport& report, const std::vector<Carried>& carried, const std::string& error,
+                     std::chrono::steady_clock::time_point requested);
 
   std::unique_ptr<runtime::Engine> owned_engine_;  // null when the caller owns the engine
   const tokenizer::Tokenizer& tokenizer_;
@@ -180,6 +217,8 @@ class EngineLoop {
   int replan_error_status_ = 500;
   std::atomic<int64_t> replans_{0}, replans_failed_{0};
   std::atomic<double> last_replan_ready_s_{0};
+  std::atomic<int64_t> replan_carried_{0}, replan_recomputed_tokens_{0}, replans_resident_{0};
+  ReplanReport last_replan_;  // under mutex_: its phases for /metrics
 
   // Counters and histograms (thread-safe).
   std::atomic<int64_t> prompt_tokens_{0}, generation_tokens_{0}, cancelled_{0}, rejected_queue_full_{0};

@@ -1,7 +1,8 @@
 // Live re-plan in the engine loop (EngineLoop::replan) on synthetic:tiny: requests in flight
 // and requests arriving during the switch all finish with the greedy tokens runtime::generate
 // gives them; a new engine that fails to build brings the old plan back; a loop without an
-// engine factory refuses.
+// engine factory refuses. The switch carries running requests over (it waits for none), its
+// weights resharded from the resident ones or, refused in place, loaded from the source.
 #include <gtest/gtest.h>
 
 #include <future>
@@ -54,6 +55,7 @@ struct Fixture {
     eo.page_size = 8;
     eo.num_pages = 128;
     t.build_engine = [this, eo] { return std::make_unique<runtime::Engine>(model, eo); };
+    t.reshard_engine = [this, eo](runtime::Engine& from) { return std::make_unique<runtime::Engine>(model, eo, from); };
     return t;
   }
 
@@ -162,6 +164,10 @@ TEST(Replan, AFailedBuildBringsTheOldPlanBack) {
   auto before = submit_all(*loop, 0, 4);
   ReplanTarget broken = f.target("ep2");
   broken.build_engine = []() -> std::unique_ptr<runtime::Engine> { throw std::runtime_error("out of device memory"); };
+  // Resharding fails too, so the source is tried (and fails) after it.
+  broken.reshard_engine = [](runtime::Engine&) -> std::unique_ptr<runtime::Engine> {
+    throw std::runtime_error("peer copy failed");
+  };
   try {
     loop->replan(broken);
     FAIL() << "the re-plan should have failed";
@@ -177,26 +183,38 @@ TEST(Replan, AFailedBuildBringsTheOldPlanBack) {
   expect_reference(submit_all(*loop, 4, 8), 4);
 }
 
-TEST(Replan, AShutdownWhileWaitingForRequestsEndsTheReplanWith503) {
+TEST(Replan, TheSwitchDoesNotWaitForARunningRequest) {
   Fixture f;
   auto loop = f.loop("single");
   EngineRequest long_request;
   long_request.prompt = prompts()[0];
-  long_request.limits.max_tokens = 1000;  // (fits the 1024-token pool) ~0.5 s of decoding: the switch waits
+  long_request.limits.max_tokens = 1000;  // (fits the 1024-token pool) ~0.5 s of decoding
   auto stream = loop->submit(long_request);
-  std::vector<OutputEvent> first;  // running (not still queued, where a switch would not wait for it)
+  std::vector<OutputEvent> first;  // running, not still queued
   while (first.empty()) stream->wait(first, std::chrono::milliseconds(1000));
   ASSERT_FALSE(first.back().last());
-  auto switched = std::async(std::launch::async, [&] { return loop->replan(f.target("tp2")); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const ReplanReport report = loop->replan(f.target("tp2"));
+  EXPECT_EQ(report.requests_carried, 1);
+  EXPECT_EQ(report.weights_from, "resident") << report.fallback_reason;
+  std::vector<OutputEvent> after;
+  stream->wait(after, std::chrono::milliseconds(0));
+  for (const auto& e : after) EXPECT_FALSE(e.last()) << "the switch waited for the request to finish";
+  EXPECT_EQ(loop->plan_name(), "tp2");
   loop->stop();
-  try {
-    switched.get();
-    FAIL() << "the re-plan should have been abandoned";
-  } catch (const ApiError& e) {
-    EXPECT_EQ(e.status(), 503) << e.what();
-  }
-  EXPECT_EQ(loop->plan_name(), "single");
+}
+
+// A plan whose shards cannot be copied in place (in_place_refusal, found before the switch)
+// is built from the model's source, and the report says why.
+TEST(Replan, APlanThatDoesNotFitInPlaceIsLoadedFromTheSource) {
+  Fixture f;
+  auto loop = f.loop("single");
+  auto before = submit_all(*loop, 0, 4);
+  ReplanTarget t = f.target("ep2");
+  t.in_place_refusal = "rank 0 would hold too much";
+  const ReplanReport report = loop->replan(t);
+  EXPECT_EQ(report.weights_from, "source");
+  EXPECT_EQ(report.fallback_reason, "rank 0 would hold too much");
+  expect_reference(before, 0);
 }
 
 TEST(Replan, RefusedWithoutAnEngineFactory) {

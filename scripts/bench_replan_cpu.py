@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Re-plan against cold start on CPU ranks serving a bf16 checkpoint directory (issue 26, line 2).
+
+Writes a DeepSeek-V3-shaped bf16 checkpoint of about 1 GB (random weights, the default model's
+tokenizer) to DIR (default /tmp/moeserve_replan_ckpt, reused when present), then for every
+plan P of --plans: starts `moeserve serve --model DIR --plan P` and times it to ready (the
+cold start: process start to /health answering, and the load GB/s the server prints), and
+on one server started on the first plan re-plans through the others and back
+(POST /admin/replan), printing each re-plan's phases and its time to ready over the cold
+start's of the same plan.
+
+  python3 scripts/bench_replan_cpu.py --moeserve build/bin/moeserve [--dir DIR] [--plans tp2,ep2,pp2,ep2-dp]
+"""
+import argparse
+import json
+import pathlib
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CONFIG = {  # about 0.49 G parameters: 0.97 GB in bf16
+    "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "vocab_size": 4096,
+    "hidden_size": 1024, "intermediate_size": 2048, "moe_intermediate_size": 512, "num_hidden_layers": 10,
+    "num_attention_heads": 8, "num_key_value_heads": 8, "q_lora_rank": 256, "kv_lora_rank": 128,
+    "qk_nope_head_dim": 64, "qk_rope_head_dim": 32, "v_head_dim": 64, "n_routed_experts": 32,
+    "n_shared_experts": 1, "num_experts_per_tok": 4, "n_group": 4, "topk_group": 2, "first_k_dense_replace": 1,
+    "routed_scaling_factor": 2.5, "norm_topk_prob": True, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+    "max_position_embeddings": 2048, "bos_token_id": 0, "eos_token_id": 1, "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16", "topk_method": "noaux_tc", "scoring_func": "sigmoid"}
+
+
+def tensor_shapes(c):
+    """Every tensor of the checkpoint: name -> (shape, dtype)."""
+    h, heads, qk = c["hidden_size"], c["num_attention_heads"], c["qk_nope_head_dim"] + c["qk_rope_head_dim"]
+    out = {"model.embed_tokens.weight": ([c["vocab_size"], h], "BF16"), "model.norm.weight": ([h], "BF16"),
+           "lm_head.weight": ([c["vocab_size"], h], "BF16")}
+    for layer in range(c["num_hidden_layers"]):
+        p = f"model.layers.{layer}."
+        out.update({p + "input_layernorm.weight": ([h], "BF16"), p + "post_attention_layernorm.weight": ([h], "BF16"),
+                    p + "self_attn.q_a_proj.weight": ([c["q_lora_rank"], h], "BF16"),
+                    p + "self_attn.q_a_layernorm.weight": ([c["q_lora_rank"]], "BF16"),
+                    p + "self_attn.q_b_proj.weight": ([heads * qk, c["q_lora_rank"]], "BF16"),
+                    p + "self_attn.kv_a_proj_with_mqa.weight": ([c["kv_lora_rank"] + c["qk_rope_head_dim"], h], "BF16"),
+                    p + "self_attn.kv_a_layernorm.weight": ([c["kv_lora_rank"]], "BF16"),
+                    p + "self_attn.kv_b_proj.weight":
+                        ([heads * (c["qk_nope_head_dim"] + c["v_head_dim"]), c["kv_lora_rank"]], "BF16"),
+                    p + "self_attn.o_proj.weight": ([h, heads * c["v_head_dim"]], "BF16")})
+        if layer < c["first_k_dense_replace"]:
+            mlps = [(p + "mlp.", c["intermediate_size"])]
+        else:
+            out[p + "mlp.gate.weight"] = ([c["n_routed_experts"], h], "BF16")
+            out[p + "mlp.gate.e_score_correction_bias"] = ([c["n_routed_experts"]], "F32")
+            mlps = [(p + "mlp.shared_experts.", c["moe_intermediate_size"] * c["n_shared_experts"])]
+            mlps += [(p + f"mlp.experts.{e}.", c["moe_intermediate_size"]) for e in range(c["n_routed_experts"])]
+        for prefix, inter in mlps:
+            out[prefix + "gate_proj.weight"] = ([inter, h], "BF16")
+            out[prefix + "up_proj.weight"] = ([inter, h], "BF16")
+            out[prefix + "down_proj.weight"] = ([h, inter], "BF16")
+    return out
+
+
+def tensor_bytes(name, shape, dtype, rng):
+    n = int(np.prod(shape))
+    if dtype == "F32":
+        return (0.05 * rng.standard_normal(n, dtype=np.float32)).tobytes()
+    if name.endswith("norm.weight"):
+        values = 1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32)
+    else:
+        values = rng.standard_normal(n, dtype=np.float32) / np.sqrt(shape[-1])
+    values = values.astype(np.float32)
+    return (values.view(np.uint32) >> 16).astype(np.uint16).tobytes()  # bf16: the top half of fp32
+
+
+def write_checkpoint(directory):
+    """model.safetensors (header, then every tensor's bytes), config.json and the tokenizer."""
+    directory.mkdir(parents=True, exist_ok=True)
+    shapes = tensor_shapes(CONFIG)
+    header, offset = {}, 0
+    for name, (shape, dtype) in shapes.items():
+        size = int(np.prod(shape)) * (4 if dtype == "F32" else 2)
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    blob = json.dumps(header).encode()
+    blob += b" " * (-len(blob) % 8)
+    rng = np.random.default_rng(26)
+    with open(directory / "model.safetensors.part", "wb") as f:
+        f.write(struct.pack("<Q", len(blob)) + blob)
+        for name, (shape, dtype) in shapes.items():
+            f.write(tensor_bytes(name, shape, dtype, rng))
+    (directory / "model.safetensors.part").rename(directory / "model.safetensors")
+    (directory / "config.json").write_text(json.dumps(CONFIG, indent=2))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(ROOT / "models/default" / name, directory / name)
+
+
+class Server:
+    def __init__(self, moeserve, directory, plan, extra=()):
+        self.start = time.time()
+        self.proc = subprocess.Popen([moeserve, "serve", "--model", str(directory), "--plan", plan, "--port", "0",
+                                      "--admin-api-key", "bench", "--backend", "cpu", *extra],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines, self.port, self.load = [], None, None
+        while self.port is None:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError("the server exited:\n" + "".join(self.lines))
+            self.lines.append(line)
+            if m := re.search(r"in ([0-9.]+) s: ([0-9.]+) GB/s", line):
+                self.load = (float(m.group(1)), float(m.group(2)))
+            if m := re.search(r"on http://127\.0\.0\.1:(\d+)", line):
+                self.port = int(m.group(1))
+        self.base = f"http://127.0.0.1:{self.port}"
+        while True:
+            try:
+                with urllib.request.urlopen(self.base + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.01)
+        self.ready_s = time.time() - self.start
+
+    def replan(self, plan):
+        request = urllib.request.Request(self.base + "/admin/replan", data=json.dumps({"plan": plan}).encode(),
+                                         headers={"Content-Type": "application/json",
+                                                  "Authorization": "Bearer bench"}, method="POST")
+        with urllib.request.urlopen(request, timeout=600) as r:
+            return json.loads(r.read())
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=60)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--moeserve", default=str(ROOT / "build/bin/moeserve"))
+    ap.add_argument("--dir", default="/tmp/moeserve_replan_ckpt")
+    ap.add_argument("--plans", default="tp2,ep2,pp2,ep2-dp")
+    ap.add_argument("--skip-warmup", action="store_true",
+                    help="start the servers with --skip-warmup (the cold start is then the load alone)")
+    args = ap.parse_args()
+    directory = pathlib.Path(args.dir)
+    if not (directory / "model.safetensors").exists():
+        t = time.time()
+        write_checkpoint(directory)
+        print(f"wrote {directory} in {time.time() - t:.1f} s")
+    size = (directory / "model.safetensors").stat().st_size
+    print(f"checkpoint: {size / 1e9:.3f} GB bf16 in {directory}")
+    plans = args.plans.split(",")
+    cold = {}
+    extra = ["--skip-warmup"] if args.skip_warmup else []
+    for plan in plans:
+        server = Server(args.moeserve, directory, plan, extra)
+        server.stop()
+        cold[plan] = server.ready_s
+        load_s, gbps = server.load
+        print(f"cold start {plan}: ready in {server.ready_s:.3f} s (weights loaded in {load_s:.3f} s, {gbps:.2f} GB/s)")
+    server = Server(args.moeserve, directory, plans[0], extra)
+    worst = 0.0
+    for plan in plans[1:] + plans[:1]:
+        r = server.replan(plan)
+        share = r["time_to_ready_s"] / cold[plan]
+        worst = max(worst, share)
+        phases = ", ".join(f"{k} {v:.3f}" for k, v in r["phases_s"].items())
+        print(f"re-plan {r['previous_plan']} -> {r['plan']}: ready in {r['time_to_ready_s']:.3f} s ({phases}; weights "
+              f"from {r['weights_from']}, {r['moved_bytes']['local'] / 1e9:.2f} GB local + "
+              f"{r['moved_bytes']['peer'] / 1e9:.2f} GB peer) = {100 * share:.0f}% of {plan}'s cold start")
+    server.stop()
+    print(f"worst re-plan: {100 * worst:.0f}% of the cold start (bar: 30%)")
+    return 0 if worst <= 0.30 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
