@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "step/logit_adjust.h"
 #include "step/sampling_options.h"
 
 namespace moeserve {
@@ -32,6 +33,8 @@ struct ForwardBatch {
   DrawKind draw = DrawKind::kLogits;           // what the last stage draws from them
   std::vector<float> temperatures;             // [logit_rows]: each row's sampling temperature (kCandidates)
   std::vector<ops::SamplingOptions> sampling;  // [logit_rows]: each row's draw (kSampled)
+  // Changes to the logit rows before any draw (ops::LogitAdjustParams); empty for most steps.
+  std::vector<ops::LogitAdjustEntry> logit_adjust;
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
 };
 

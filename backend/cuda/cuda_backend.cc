@@ -387,6 +387,7 @@ class CudaBackend final : public Backend {
     synchronize();  // the host vectors above are the copies' sources
   }
   void argmax_rows(const ArgmaxRowsParams& p) override { launch_argmax_rows(p, cur_); }
+  void logit_adjust(const LogitAdjustParams& p) override { launch_logit_adjust(p, cur_); }
 
   void top_candidates(const TopCandidatesParams& p) override {
     if (p.rows == 0) return;

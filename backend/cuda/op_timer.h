@@ -103,6 +103,9 @@ class OpTimingBackend final : public ops::Backend {
   void top_candidates(const ops::TopCandidatesParams& p) override {
     timed("top_candidates", [&] { inner_.top_candidates(p); });
   }
+  void logit_adjust(const ops::LogitAdjustParams& p) override {
+    timed("logit_adjust", [&] { inner_.logit_adjust(p); });
+  }
   void fill_uniform(const ops::FillUniformParams& p) override { inner_.fill_uniform(p); }
   void fill_random_words(const ops::FillRandomWordsParams& p) override { inner_.fill_random_words(p); }
   void gather_rows(const ops::GatherRowsParams& p) override {
