@@ -110,7 +110,11 @@ sample::SamplerBuffers DeepseekV3::forward(const ForwardBatch& batch, sample::Sa
   for (int64_t r = 0; decode_shaped && r < rows; ++r) decode_shaped = batch.logit_rows[r] == r;
   auto step = [&] { run(a, rows, batch.max_pages_per_seq, batch.draw, sampler); };
   if (graphs_enabled_ && decode_shaped && backend_.supports_graphs() && T > 0) {
-    graphs_->run({.tokens = T, .max_pages_per_seq = batch.max_pages_per_seq, .draw = batch.draw}, step);
+    graphs_->run({.tokens = T,
+                  .max_pages_per_seq = batch.max_pages_per_seq,
+                  .draw = batch.draw,
+                  .logit_adjust = !batch.logit_adjust.empty()},
+                 step);
   } else {
     step();
   }

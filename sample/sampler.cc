@@ -18,6 +18,7 @@ void* Sampler::logits_of(const SamplerBuffers& b, int64_t rows, int v) const {
 }
 
 void Sampler::reduce(const SamplerBuffers& b, int64_t rows, DrawKind draw) {
+  if (b.adjust_entries != nullptr) adjust(b, rows);
   if (draw == DrawKind::kCandidates) return top_candidates(b, rows);
   if (draw == DrawKind::kGreedy) return argmax(b, rows);
   // kSampled gathers in draw_rows(), after the step; kLogits here, inside the step's graph.
@@ -26,6 +27,14 @@ void Sampler::reduce(const SamplerBuffers& b, int64_t rows, DrawKind draw) {
     p_.attn_tp->all_gather(data(b.logits), data(b.gathered_logits), static_cast<size_t>(rows * p_.vocab_local),
                            DType::F32);
   }
+}
+
+void Sampler::adjust(const SamplerBuffers& b, int64_t rows) {
+  // In place on this rank's parts: each rank of a vocab split changes the ids it holds.
+  p_.backend.logit_adjust({static_cast<float*>(data(b.logits)),
+                           static_cast<const ops::LogitAdjustEntry*>(data(b.adjust_entries)),
+                           static_cast<const int32_t*>(data(b.adjust_count)), b.adjust_capacity, rows, vocab_part(),
+                           p_.parts, p_.vocab_begin});
 }
 
 void Sampler::top_candidates(const SamplerBuffers& b, int64_t rows) {
