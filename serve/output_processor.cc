@@ -31,7 +31,7 @@ OutputProcessor::Update OutputProcessor::push(int32_t token) {
   Update update;
   update.text_offset = decoded_chars_;
   ++generated_;
-  const bool may_stop = generated_ > limits_.min_tokens;  // vLLM: no stop check before min_tokens
+  const bool may_stop = generated_ >= limits_.min_tokens;  // vLLM: no stop check before min_tokens
   const auto stop_id = std::find(limits_.stop_token_ids.begin(), limits_.stop_token_ids.end(), token);
   const bool stop_token = may_stop && stop_id != limits_.stop_token_ids.end();
   if (!stop_token) {
