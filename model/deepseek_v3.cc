@@ -120,7 +120,11 @@ sample::SamplerBuffers DeepseekV3::forward(const ForwardBatch& batch, sample::Sa
   const bool masked = !batch.token_bitmask.empty();
   auto step = [&] { run(a, batch, sampler); };
   if (graphs_enabled_ && decode_shaped && backend_.supports_graphs() && T > 0) {
-    graphs_->run({.tokens = T, .max_pages_per_seq = batch.max_pages_per_seq, .draw = batch.draw, .masked = masked},
+    graphs_->run({.tokens = T,
+                  .max_pages_per_seq = batch.max_pages_per_seq,
+                  .draw = batch.draw,
+                  .masked = masked,
+                  .logit_adjust = !batch.logit_adjust.empty()},
                  step);
   } else {
     step();

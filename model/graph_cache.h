@@ -22,6 +22,7 @@ class GraphCache {
     int64_t tokens = 0, max_pages_per_seq = 0;
     DrawKind draw = DrawKind::kLogits;  // the sampler's device part is captured with the step
     bool masked = false;                // with the token-bitmask op (structured output)
+    bool logit_adjust = false;          // with the logit-adjust op before the draw (or without it)
     auto operator<=>(const Key&) const = default;
   };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "model/deepseek_v3.h"
 
 namespace moeserve {
@@ -113,6 +114,9 @@ sample::SamplerBuffers Workspace::sampler_buffers(const Activations& a) const {
           .gathered_cand_values = a.gathered_cand_values.get(),
           .gathered_cand_ids = a.gathered_cand_ids.get(),
           .gathered_cand_normaliser = a.gathered_cand_normaliser.get(),
+          .adjust_entries = a.logit_adjust ? adjust_entries_.get() : nullptr,
+          .adjust_count = a.logit_adjust ? adjust_count_.get() : nullptr,
+          .adjust_capacity = a.logit_adjust ? adjust_capacity_ : 0,
           .capacity = std::max<int64_t>(head_rows_, 1)};
 }
 
@@ -186,7 +190,32 @@ Activations& Workspace::prepare(const ForwardBatch& batch) {
     backend_.upload(*a.temperatures, 0, batch.temperatures.data(), batch.temperatures.size() * 4);
   if (dims_.shard.last_stage && !batch.token_bitmask.empty())
     backend_.upload(*a.token_bitmask, 0, batch.token_bitmask.data(), batch.token_bitmask.size() * 4);
+  upload_logit_adjust(a, batch);
   return a;
+}
+
+void Workspace::upload_logit_adjust(Activations& a, const ForwardBatch& batch) {
+  a.logit_adjust = dims_.shard.last_stage && !batch.logit_adjust.empty();
+  if (!a.logit_adjust) return;
+  const auto n = static_cast<int64_t>(batch.logit_adjust.size());
+  for (const ops::LogitAdjustEntry& e : batch.logit_adjust)
+    MS_CHECK(e.row >= 0 && e.row < static_cast<int64_t>(batch.logit_rows.size()) && e.token >= 0 &&
+                 e.token < dims_.config.vocab_size,
+             "forward batch: logit_adjust entry (row {}, token {}) is outside its {} logit rows or the vocabulary",
+             e.row, e.token, batch.logit_rows.size());
+  if (!adjust_entries_ || n > adjust_capacity_) {
+    if (adjust_entries_) {  // graphs captured with adjustments point at the old buffer
+      backend_.synchronize();
+      graphs_.clear();
+    }
+    adjust_capacity_ = std::max(n, 2 * adjust_capacity_);
+    adjust_entries_ = backend_.alloc(static_cast<size_t>(adjust_capacity_) * sizeof(ops::LogitAdjustEntry));
+    if (!adjust_count_) adjust_count_ = backend_.alloc(4);
+  }
+  const auto count = static_cast<int32_t>(n);
+  backend_.upload(*adjust_entries_, 0, batch.logit_adjust.data(),
+                  batch.logit_adjust.size() * sizeof(ops::LogitAdjustEntry));
+  backend_.upload(*adjust_count_, 0, &count, 4);
 }
 
 }  // namespace moeserve

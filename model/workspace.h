@@ -25,7 +25,8 @@ struct ForwardBatch;
 struct Activations {
   using BufferPtr = ops::BufferPtr;
   int64_t tokens = 0;
-  int64_t block_table_capacity = 0;                                         // int32 entries of block_tables
+  int64_t block_table_capacity = 0;  // int32 entries of block_tables
+  bool logit_adjust = false;         // the last prepared batch of this size has logit adjustments
   BufferPtr ids, positions, seq_of_token, slots, block_tables, logit_rows;  // int32 metadata
   BufferPtr mtp_ids;                                                        // [T] int32 (an MTP layer)
   BufferPtr hidden;                                                         // [T, hidden] residual stream
@@ -113,6 +114,11 @@ class Workspace {
   int64_t arena_tokens_ = 0;
   ops::BufferPtr head_arena_;  // the head's buffers, for head_rows_ rows
   int64_t head_rows_ = 0;
+  // Last stage: a batch's logit adjustments (ops::LogitAdjustEntry [adjust_capacity_]) and
+  // their count, uploaded with it; grown on demand (dropping the graphs that point at them).
+  ops::BufferPtr adjust_entries_, adjust_count_;
+  int64_t adjust_capacity_ = 0;
+  void upload_logit_adjust(Activations& a, const ForwardBatch& batch);
 };
 
 }  // namespace moeserve

@@ -14,6 +14,7 @@
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "ops/quant_layout.h"
+#include "step/logit_adjust.h"      // LogitAdjustEntry
 #include "step/sampling_options.h"  // SamplingOptions
 
 namespace moeserve::ops {
@@ -279,6 +280,19 @@ inline int64_t sample_logit_row(const SampleParams& p, int64_t r) { return p.row
 // returns the number of logit rows. Every backend's sample() starts with it.
 int64_t checked_logit_rows(const SampleParams& p);
 
+// Logit adjustments in place (step/logit_adjust.h: bias, min_tokens masks, penalties), before
+// the sampler reduces the logits. Entry e changes logits[part, row, token - vocab_begin] when its
+// token is in this rank's parts [vocab_begin, vocab_begin + parts * vocab_part); other ranks of a
+// vocab split see the same entries and skip it. The count is read from backend memory, so a
+// captured graph replays any number of entries up to `capacity`; entries whose row is not
+// below `rows` are skipped.
+struct LogitAdjustParams {
+  float* logits;                    // [parts, rows, vocab_part] fp32
+  const LogitAdjustEntry* entries;  // [capacity], backend memory
+  const int32_t* count;             // [1], backend memory: the entries in use (<= capacity)
+  int64_t capacity, rows, vocab_part, parts, vocab_begin;
+};
+
 // A recorded sequence of ops that can be replayed with the same pointers (a CUDA graph).
 class Graph {
  public:
@@ -328,6 +342,7 @@ class Backend {
   virtual void argmax_rows(const ArgmaxRowsParams& p) = 0;
   virtual void top_candidates(const TopCandidatesParams& p) = 0;
   virtual void apply_token_bitmask(const TokenBitmaskParams& p) = 0;
+  virtual void logit_adjust(const LogitAdjustParams& p) = 0;
   virtual void fill_uniform(const FillUniformParams& p) = 0;
   virtual void fill_random_words(const FillRandomWordsParams& p) = 0;
   virtual void gather_rows(const GatherRowsParams& p) = 0;

@@ -14,6 +14,7 @@ TokenLogprob token_logprob(const float* logits, int64_t vocab, int32_t token, in
   TokenLogprob out;
   out.token = token;
   out.logprob = static_cast<float>(logits[token] - log_norm);
+  out.rank = 1 + std::count_if(logits, logits + vocab, [&](float x) { return x > logits[token]; });
   if (top_n > 0) {
     const int64_t n = std::min<int64_t>(top_n, vocab);
     std::vector<int32_t> ids(static_cast<size_t>(vocab));
@@ -22,6 +23,14 @@ TokenLogprob token_logprob(const float* logits, int64_t vocab, int32_t token, in
                       [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
     for (int64_t i = 0; i < n; ++i) out.top.emplace_back(ids[i], static_cast<float>(logits[ids[i]] - log_norm));
   }
+  return out;
+}
+
+std::vector<TokenLogprob> prompt_token_logprobs(const float* rows, int64_t n, int64_t vocab, int64_t begin,
+                                                std::span<const int32_t> prompt, int top_n) {
+  std::vector<TokenLogprob> out;
+  for (int64_t j = 0; j < n && begin + j + 1 < static_cast<int64_t>(prompt.size()); ++j)
+    out.push_back(token_logprob(rows + j * vocab, vocab, prompt[begin + j + 1], top_n));
   return out;
 }
 

@@ -64,12 +64,17 @@ void StepLoop::warm_up() {
 
 void StepLoop::add(sched::RequestId id, LoopRequest request) {
   scheduler_.add(id, request.prompt, {.prompt_logits = request.prompt_logits});
+  if (request.logit_adjust.active()) {
+    request.speculative = false;
+    adjust_.insert_or_assign(id, LogitAdjustState(request.logit_adjust, request.prompt));
+  }
   requests_.emplace(id, std::move(request));
 }
 
 void StepLoop::finish(sched::RequestId id) {
   scheduler_.finish(id);
   requests_.erase(id);
+  adjust_.erase(id);
 }
 
 ops::SamplingOptions StepLoop::next_draw(sched::RequestId id, const LoopRequest& request) const {
@@ -132,6 +137,15 @@ void StepLoop::set_row_options(sched::ScheduledStep& step, DrawKind draw) const 
   }
 }
 
+void StepLoop::set_logit_adjust(sched::ScheduledStep& step) const {
+  for (const auto& chunk : step.chunks) {
+    auto it = adjust_.find(chunk.id);
+    if (chunk.logit_row < 0 || it == adjust_.end()) continue;
+    ForwardBatch& batch = step.plan.micro_batches[chunk.micro_batch].replicas[chunk.replica].batch;
+    it->second.append_entries(static_cast<int32_t>(chunk.logit_row), batch.logit_adjust);
+  }
+}
+
 void StepLoop::top_up() {
   const int groups = scheduler_.options().pipeline_groups;
   for (int g = 0; g < groups; ++g) {
@@ -143,6 +157,7 @@ void StepLoop::top_up() {
     if (options_.on_scheduled) options_.on_scheduled(step, scheduled);
     const DrawKind draw = choose_draw(step);
     set_row_options(step, draw);
+    if (!adjust_.empty()) set_logit_adjust(step);
     const StepTicket ticket = on_engine([&] { return engine_.submit(step.plan); });
     in_flight_.push_back({std::move(step), draw, ticket, scheduled});
   }
@@ -167,6 +182,8 @@ StepResult StepLoop::step() {
   std::vector<int32_t> sampled;
   for (const DrawnToken& t : result.tokens) sampled.push_back(t.token);
   scheduler_.commit(oldest.step, sampled, accepted);
+  for (const DrawnToken& t : result.tokens)  // requests with adjustments take no drafts
+    if (auto it = adjust_.find(t.id); it != adjust_.end()) it->second.add_output(t.token);
   expand_accepted(oldest, accepted, result);
   // Tokens of requests that ended while the step ran were drawn as placeholders: drop them.
   std::erase_if(result.tokens, [&](const DrawnToken& t) { return !requests_.count(t.id); });
@@ -300,11 +317,12 @@ void StepLoop::draw(const Flight& flight, StepOutputs& outputs, StepResult& resu
 void StepLoop::check_first_logits(const Flight& flight, const StepOutputs& outputs, const Rows& rows) {
   // Rows drawn wholly on the device bring no values back: the first step that does is checked.
   if (logits_checked_ || rows.chunks.empty() || flight.draw == DrawKind::kSampled) return;
-  logits_checked_ = true;
   const int64_t vocab = engine_.config().vocab_size;
   for (size_t i = 0; i < rows.chunks.size(); ++i) {
     const sched::ScheduledChunk* chunk = rows.chunks[i];
     if (rows.owners[i] != nullptr && rows.owners[i]->constraint) continue;  // masked ids are -inf by design
+    if (adjust_.count(chunk->id)) continue;  // min_tokens masks are -inf on purpose
+    logits_checked_ = true;
     const int64_t r = chunk->logit_row;
     bool finite = true;
     if (flight.draw == DrawKind::kGreedy) {

@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "ops/ops.h"
 #include "runtime/engine.h"
+#include "runtime/logit_adjust_state.h"
 #include "runtime/logprobs.h"
 #include "sched/scheduler.h"
 #include "spec/drafter.h"
@@ -45,6 +46,9 @@ struct LoopRequest {
   // Tokens the request generated before it came here (a re-plan recomputes a running sequence
   // from its prompt and those tokens): its draws continue at that step, as they would have.
   int64_t first_step = 0;
+  // Bias, min_tokens masks and penalties, applied on the devices before every draw (a request
+  // with any of them does not speculate: its drafts' rows would need each other's tokens).
+  ops::LogitAdjustOptions logit_adjust = {};
 };
 
 // One token drawn for a request.
@@ -142,6 +146,8 @@ class StepLoop {
   // each logit row's options).
   DrawKind choose_draw(sched::ScheduledStep& step) const;
   void set_row_options(sched::ScheduledStep& step, DrawKind draw) const;
+  // Each batch's logit adjustments, from the requests that have them (LogitAdjustState).
+  void set_logit_adjust(sched::ScheduledStep& step) const;
   // The options of a request's next draw.
   ops::SamplingOptions next_draw(sched::RequestId id, const LoopRequest& request) const;
   Rows rows_of(const sched::ScheduledStep& step) const;
@@ -172,8 +178,9 @@ class StepLoop {
   std::unique_ptr<spec::Drafter> drafter_;  // null: no speculation
   sched::Scheduler scheduler_;
   std::unordered_map<sched::RequestId, LoopRequest> requests_;
-  std::deque<Flight> in_flight_;  // oldest first
-  bool logits_checked_ = false;   // check_first_logits has seen a step with logit rows
+  std::unordered_map<sched::RequestId, LogitAdjustState> adjust_;  // the requests with logit adjustments
+  std::deque<Flight> in_flight_;                                   // oldest first
+  bool logits_checked_ = false;                                    // check_first_logits has seen a step with logit rows
 };
 
 }  // namespace moeserve::runtime

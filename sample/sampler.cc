@@ -18,6 +18,7 @@ void* Sampler::logits_of(const SamplerBuffers& b, int64_t rows, int v) const {
 }
 
 void Sampler::reduce(const SamplerBuffers& b, int64_t rows, DrawKind draw) {
+  if (b.adjust_entries != nullptr) adjust(b, rows);
   if (draw == DrawKind::kCandidates) return top_candidates(b, rows);
   if (draw == DrawKind::kGreedy) return argmax(b, rows);
   // kSampled gathers in draw_rows(), after the step; kLogits here, inside the step's graph.
@@ -35,6 +36,14 @@ void Sampler::apply_token_bitmask(const SamplerBuffers& b, int64_t rows) {
     p_.backend.apply_token_bitmask({static_cast<float*>(logits_of(b, rows, v)),
                                     static_cast<const int32_t*>(data(b.token_bitmask)), rows, vocab_part, words,
                                     p_.vocab_begin + v * vocab_part});
+}
+
+void Sampler::adjust(const SamplerBuffers& b, int64_t rows) {
+  // In place on this rank's parts: each rank of a vocab split changes the ids it holds.
+  p_.backend.logit_adjust({static_cast<float*>(data(b.logits)),
+                           static_cast<const ops::LogitAdjustEntry*>(data(b.adjust_entries)),
+                           static_cast<const int32_t*>(data(b.adjust_count)), b.adjust_capacity, rows, vocab_part(),
+                           p_.parts, p_.vocab_begin});
 }
 
 void Sampler::top_candidates(const SamplerBuffers& b, int64_t rows) {

@@ -54,7 +54,12 @@ struct SamplerBuffers {
   ops::Buffer* gathered_cand_values = nullptr;      // [attn_tp * parts, R, C]
   ops::Buffer* gathered_cand_ids = nullptr;         // [attn_tp * parts, R, C]
   ops::Buffer* gathered_cand_normaliser = nullptr;  // [attn_tp * parts, R]
-  int64_t capacity = 0;                             // R
+  // Logit adjustments applied before the draw (ops::LogitAdjustParams): entries and their
+  // count, uploaded with the batch; null when the step has none (then nothing is enqueued).
+  ops::Buffer* adjust_entries = nullptr;  // [adjust_capacity] ops::LogitAdjustEntry
+  ops::Buffer* adjust_count = nullptr;    // [1] int32
+  int64_t adjust_capacity = 0;
+  int64_t capacity = 0;  // R
 };
 
 struct SamplerParams {
@@ -73,7 +78,8 @@ class Sampler {
   explicit Sampler(const SamplerParams& params) : p_(params) {}
 
   // The device work of a draw on `rows` logit rows: enqueued only (no host work, so it can be
-  // captured in a graph), every rank of the vocab split at once (collectives).
+  // captured in a graph), every rank of the vocab split at once (collectives). The logit
+  // adjustments (b.adjust_entries) come first, so every draw kind sees the adjusted logits.
   void reduce(const SamplerBuffers& b, int64_t rows, DrawKind draw);
   // Structured output, enqueued before reduce(): each part's logits masked by the rows'
   // token bitmasks (ops::TokenBitmaskParams), so every draw kind sees only allowed tokens.
@@ -93,6 +99,7 @@ class Sampler {
  private:
   int64_t vocab_part() const { return p_.vocab_local / p_.parts; }
   void* logits_of(const SamplerBuffers& b, int64_t rows, int v) const;  // [rows, vocab_part] of part v
+  void adjust(const SamplerBuffers& b, int64_t rows);
   void argmax(const SamplerBuffers& b, int64_t rows);
   void top_candidates(const SamplerBuffers& b, int64_t rows);
   Tensor logits_to_host(const SamplerBuffers& b, int64_t rows);

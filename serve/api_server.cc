@@ -46,10 +46,14 @@ Submission submit_all(EngineLoop& loop, const CompletionRequest& request, gramma
         er.prompt = prompt;
         er.sampling = p.sampling;
         er.sampling.seed = p.sampling.seed + static_cast<uint64_t>(k);  // n choices differ when sampling
-        er.limits = {p.max_tokens, p.stop_token_ids, p.stop, p.skip_special_tokens};
+        er.limits = {p.max_tokens,           p.stop_token_ids,          p.stop,
+                     p.skip_special_tokens,  p.logit_adjust.min_tokens, p.include_stop_str_in_output,
+                     p.client_stop_token_ids};
         er.top_logprobs = p.top_logprobs;
         er.scripted_output = p.scripted_output;
         if (p.grammar) er.constraint = grammar->matcher(*p.grammar, p.stop_token_ids);
+        er.logit_adjust = p.logit_adjust;
+        er.prompt_alternatives = p.prompt_alternatives();
         sub.streams.push_back(loop.submit(std::move(er)));
         sub.prompt_ids.push_back(prompt);
         sub.done.push_back(false);
@@ -69,7 +73,11 @@ struct Completion {
         sub(std::move(submission)),
         choices(sub.streams.size()),
         cached_counted(request.prompts.size(), false) {
-    for (auto& c : choices) c.logprobs_requested = request.params.top_logprobs >= 0;
+    for (size_t i = 0; i < choices.size(); ++i) {
+      choices[i].logprobs_requested = request.params.top_logprobs >= 0;
+      choices[i].prompt_logprobs_requested = request.params.prompt_logprobs >= 0;
+      if (request.params.echo && choices[i].logprobs_requested) choices[i].echo_prompt = &request.prompts[prompt_of(i)];
+    }
     for (const auto& ids : request.prompts) usage.prompt_tokens += static_cast<int64_t>(ids.size());
     // One output parser per choice: its state is this choice's alone.
     if (request.params.parsing.enabled)
@@ -192,7 +200,9 @@ void collect_choices(Completion& c, HttpExchange& exchange) {
   for (size_t i = 0; i < n; ++i)
     if (chatout::ChatOutputParser* parser = c.parser(i))
       parse_whole_choice(*parser, c.request.params.parsing, c.choices[i]);
-  exchange.respond(200, "application/json", response_json(c.ctx, c.choices, c.sub.prompt_ids, c.usage));
+  std::vector<std::string> echo_texts;
+  for (size_t i = 0; i < n; ++i) echo_texts.push_back(c.echo_text(i));
+  exchange.respond(200, "application/json", response_json(c.ctx, c.choices, c.sub.prompt_ids, c.usage, echo_texts));
 }
 
 }  // namespace

@@ -216,8 +216,10 @@ void EngineLoop::admit(std::vector<std::pair<uint64_t, std::unique_ptr<Active>>>
       loop_->add(id, {.prompt = request.prompt,
                       .sampling = request.sampling,
                       .top_logprobs = request.top_logprobs,
+                      .prompt_logits = request.prompt_alternatives >= 0,
                       .max_new_tokens = request.limits.max_tokens,
-                      .constraint = request.constraint});
+                      .constraint = request.constraint,
+                      .logit_adjust = request.logit_adjust});
     } catch (const std::exception& e) {  // the HTTP side checks sizes first; never take the loop down
       OutputEvent event;
       event.error_status = 400;
@@ -335,8 +337,21 @@ void EngineLoop::step() {
   ++snapshot_.steps;
 }
 
+void EngineLoop::push_prompt_logprobs(const runtime::StepResult& result) {
+  for (const runtime::PromptLogitRows& rows : result.prompt_logits) {
+    auto it = active_.find(rows.id);
+    if (it == active_.end()) continue;
+    const EngineRequest& r = it->second->request;
+    OutputEvent event;
+    event.prompt_logprobs = runtime::prompt_token_logprobs(rows.rows.f32(), rows.rows.dim(0), rows.rows.dim(1),
+                                                           rows.begin, r.prompt, r.prompt_alternatives);
+    it->second->stream->push(std::move(event));
+  }
+}
+
 void EngineLoop::complete(runtime::StepResult& result) {
   const auto stream_start = Clock::now();
+  push_prompt_logprobs(result);
   for (const runtime::VerifiedDrafts& v : result.verified) {
     ++spec_verify_steps_;
     spec_draft_tokens_ += v.drafted;
@@ -354,6 +369,12 @@ void EngineLoop::complete(runtime::StepResult& result) {
     auto it = active_.find(drawn.id);
     if (it == active_.end()) continue;  // ended while its step was in flight
     Active& a = *it->second;
+    if (a.request.limits.max_tokens == 0) {  // prompt scoring: the drawn token is not output
+      OutputEvent scored;
+      scored.finish_reason = "length";
+      finish(drawn.id, std::move(scored));
+      continue;
+    }
     const auto& script = a.request.scripted_output;
     if (a.output.generated() < static_cast<int64_t>(script.size())) drawn.token = script[a.output.generated()];
     const bool first = a.output.generated() == 0;
@@ -373,6 +394,8 @@ void EngineLoop::complete(runtime::StepResult& result) {
       continue;
     }
     event.finish_reason = update.finish_reason;
+    event.stop_string = update.stop_string;
+    event.stop_token = update.stop_token;
     event.cached_tokens = loop_->scheduler().cached_prompt_tokens(drawn.id);
     event.spec_verify_ct = a.spec_verify_ct;
     event.spec_accepted_tokens = a.spec_accepted_tokens;

@@ -38,6 +38,8 @@ struct EngineRequest {
   // follow once they run out. The KV cache keeps the model's tokens: nothing reads them back.
   std::vector<int32_t> scripted_output;
   std::shared_ptr<TokenConstraint> constraint;  // structured output (null: none)
+  ops::LogitAdjustOptions logit_adjust;  // bias, min_tokens masks, penalties (on the devices)
+  int prompt_alternatives = -1;          // >= 0: prompt logprobs with this many alternatives (-1: none)
 };
 
 // What a re-plan switches to: the plan's name, the scheduler's options under it (DP replicas,
@@ -159,6 +161,8 @@ class EngineLoop {
   void note_admissions(const sched::ScheduledStep& step, std::chrono::steady_clock::time_point start);
   // Streams a step's tokens; ends finished requests; step metrics.
   void complete(runtime::StepResult& result);
+  // Streams a step's prompt logprobs (EngineRequest::prompt_alternatives).
+  void push_prompt_logprobs(const runtime::StepResult& result);
   // Records an engine failure and fails every request.
   void engine_failed(const std::exception& e);
   void finish(uint64_t id, OutputEvent event);

@@ -123,6 +123,12 @@ void parse_prompt(const Json& prompt, const ServedModel& model, CompletionReques
   }
 }
 
+// Only text parts are rendered: an image (or any other part) would be dropped unseen.
+void check_text_part(const Json& part, const std::string& where) {
+  if (auto type = part.find("type"); type != part.end() && *type != "text")
+    bad("messages", fmt::format("{}.type: '{}' parts are not supported (text only)", where, type->get<std::string>()));
+}
+
 // The fields a template prints must have OpenAI's types: Jinja would print a number or
 // object as text where the client most likely sent something malformed.
 void check_message_fields(const Json& m, const std::string& where) {
@@ -143,12 +149,7 @@ void check_message_fields(const Json& m, const std::string& where) {
     for (const char* key : {"type", "text"})
       if (auto v = part.find(key); v != part.end() && !v->is_string())
         bad("messages", fmt::format("{}.{}: expected a string, got {}", part_where, key, v->type_name()));
-    // The served models read text only: an image or audio part is refused rather than dropped.
-    const auto type = part.find("type");
-    if (type == part.end() || *type != "text")
-      bad("messages", fmt::format("{}.type: only \"text\" parts are supported, got {}", part_where,
-                                  type == part.end() ? std::string("none") : type->dump()));
-    if (!part.contains("text")) bad("messages", part_where + ".text: required string");
+    check_text_part(part, part_where);
   }
 }
 
@@ -219,11 +220,6 @@ void parse_messages(const Json& body, const ServedModel& model, CompletionReques
 }
 
 void reject_unsupported(const Fields& f) {
-  for (const char* penalty : {"frequency_penalty", "presence_penalty"})
-    if (auto v = f.number(penalty, -2, 2); v && *v != 0)
-      bad(penalty, fmt::format("{}: not supported (only 0)", penalty));
-  if (const Json* bias = f.get("logit_bias"); bias && !(bias->is_object() && bias->empty()))
-    bad("logit_bias", "logit_bias: not supported");
   if (auto best_of = f.integer("best_of", 1, kMaxN); best_of && *best_of != 1)
     bad("best_of", "best_of: not supported (only 1)");
   if (const Json* suffix = f.get("suffix"); suffix) bad("suffix", "suffix: not supported");
@@ -253,6 +249,81 @@ void parse_stop(const Fields& f, const ServedModel& model, GenerationParams& p) 
       bad("stop_token_ids", fmt::format("stop_token_ids: at most {} token ids", kMaxStopTokenIds));
     p.stop_token_ids = token_ids(*ids, "stop_token_ids", model);
   }
+}
+
+// logit_bias: {"token id": bias in [-100, 100]}, as OpenAI and vLLM.
+void parse_logit_bias(const Json& bias, const ServedModel& model, GenerationParams& p) {
+  if (!bias.is_object())
+    bad("logit_bias", fmt::format("logit_bias: expected an object of token id -> bias, got {}", bias.type_name()));
+  for (const auto& [key, value] : bias.items()) {
+    int64_t id = -1;
+    size_t used = 0;
+    try {
+      id = std::stoll(key, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != key.size()) bad("logit_bias", fmt::format("logit_bias: key '{}' is not a token id", key));
+    if (id < 0 || id >= model.vocab_size)
+      bad("logit_bias", fmt::format("logit_bias: token id {} is outside the vocabulary [0, {})", id, model.vocab_size));
+    if (!value.is_number()) bad("logit_bias", fmt::format("logit_bias[{}]: expected a number", key));
+    const double b = value.get<double>();
+    if (!(b >= -100 && b <= 100)) bad("logit_bias", fmt::format("logit_bias[{}]: {} is outside [-100, 100]", key, b));
+    if (b != 0) p.logit_adjust.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
+  }
+}
+
+// The fields that change the logits or the stop handling (vLLM's SamplingParams). Called once
+// the stop token ids are known: min_tokens masks them.
+void parse_sampling_fields(const Fields& f, const ServedModel& model, GenerationParams& p) {
+  ops::LogitAdjustOptions& a = p.logit_adjust;
+  a.frequency_penalty = static_cast<float>(f.number("frequency_penalty", -2, 2).value_or(0.0));
+  a.presence_penalty = static_cast<float>(f.number("presence_penalty", -2, 2).value_or(0.0));
+  a.repetition_penalty = static_cast<float>(f.number("repetition_penalty", 0, 100).value_or(1.0));
+  if (a.repetition_penalty <= 0) bad("repetition_penalty", "repetition_penalty: must be greater than 0");
+  if (const Json* bias = f.get("logit_bias")) parse_logit_bias(*bias, model, p);
+  a.min_tokens = f.integer("min_tokens", 0, INT64_MAX).value_or(0);
+  if (a.min_tokens > 0) a.min_tokens_mask = p.stop_token_ids;
+  p.include_stop_str_in_output = f.boolean("include_stop_str_in_output").value_or(false);
+  if (auto n = f.integer("prompt_logprobs", 0, kMaxTopLogprobs)) p.prompt_logprobs = static_cast<int>(*n);
+}
+
+// Checks that need the whole request: lengths, echo, streaming.
+void check_scoring_fields(const Fields& f, const CompletionRequest& out) {
+  const GenerationParams& p = out.params;
+  if (p.logit_adjust.min_tokens > p.max_tokens)
+    bad("min_tokens",
+        fmt::format("min_tokens: {} is more than max_tokens ({})", p.logit_adjust.min_tokens, p.max_tokens));
+  if ((p.prompt_logprobs >= 0 || (p.echo && p.top_logprobs >= 0)) && p.stream)
+    bad(p.prompt_logprobs >= 0 ? "prompt_logprobs" : "echo",
+        "prompt logprobs (prompt_logprobs, or echo with logprobs) are not supported with stream: true");
+}
+
+// Fields of OpenAI's or vLLM's API that would change the output and that this server does not
+// implement: refused by name rather than ignored. These are refused when present (lists
+// unless empty).
+void reject_ignored_presence(const Fields& f) {
+  for (const char* field : {"truncate_prompt_tokens", "function_call", "prompt_embeds", "audio", "prediction"})
+    if (f.get(field)) bad(field, fmt::format("{}: not supported", field));
+  for (const char* list : {"allowed_token_ids", "bad_words", "logits_processors", "functions"})
+    if (const Json* v = f.get(list); v && !(v->is_array() && v->empty()))
+      bad(list, fmt::format("{}: not supported", list));
+}
+
+// The same for fields refused unless they hold their default.
+void reject_ignored(const Fields& f, bool chat) {
+  reject_ignored_presence(f);
+  if (chat && f.boolean("echo").value_or(false)) bad("echo", "echo: not supported for chat completions");
+  if (f.boolean("use_beam_search").value_or(false)) bad("use_beam_search", "use_beam_search: not supported");
+  if (auto v = f.number("length_penalty", -1e9, 1e9); v && *v != 1.0)
+    bad("length_penalty", "length_penalty: not supported (beam search only)");
+  if (!f.boolean("spaces_between_special_tokens").value_or(true))
+    bad("spaces_between_special_tokens", "spaces_between_special_tokens: only true is supported");
+  if (f.boolean("return_tokens_as_token_ids").value_or(false))
+    bad("return_tokens_as_token_ids", "return_tokens_as_token_ids: not supported (use return_token_ids)");
+  const Json* m = f.get("modalities");
+  if (m && !(m->is_array() && (m->empty() || (m->size() == 1 && (*m)[0] == "text"))))
+    bad("modalities", "modalities: only [\"text\"] is supported");
 }
 
 Json parse_body_object(const std::string& body) {
@@ -323,7 +394,9 @@ MaxTokens parse_endpoint_fields(const Json& json, const Fields& f, const ServedM
   } else {
     if (auto logprobs = f.integer("logprobs", 0, kMaxTopLogprobs)) p.top_logprobs = static_cast<int>(*logprobs);
     p.echo = f.boolean("echo").value_or(false);
-    max_tokens.tokens = f.integer("max_tokens", 1, INT64_MAX);
+    // 0 scores the prompt (echo with logprobs) without generating.
+    max_tokens.tokens = f.integer("max_tokens", 0, INT64_MAX);
+    if (max_tokens.tokens == 0 && !p.echo) bad("max_tokens", "max_tokens: 0 requires echo: true (prompt scoring)");
     const Json* prompt = f.get("prompt");
     if (!prompt) bad("prompt", "prompt: required");
     parse_prompt(*prompt, model, out);
@@ -413,14 +486,17 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat, c
   out.chat = chat;
   out.model = requested_model(f, model);
   reject_unsupported(f);
+  reject_ignored(f, chat);
   GenerationParams& p = out.params;
   parse_sampling(f, p);
   const bool ignore_eos = f.boolean("ignore_eos").value_or(false);
   parse_stop(f, model, p);
+  p.client_stop_token_ids = p.stop_token_ids.size();
   if (!ignore_eos && model.eos_id) p.stop_token_ids.push_back(*model.eos_id);
   if (!ignore_eos && chat && model.end_of_turn_id) p.stop_token_ids.push_back(*model.end_of_turn_id);
   p.grammar = parse_response_format(json);
   if (p.grammar) check_grammar(model.grammar.get(), *p.grammar);
+  parse_sampling_fields(f, model, p);
   const MaxTokens max_tokens = parse_endpoint_fields(json, f, model, out);
   if (chat) parse_output_parsing(json, model, p.parsing);
   // The parsers' markers are special tokens (Kimi's, DeepSeek's): they must reach the parser
@@ -431,6 +507,7 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat, c
     bad("n", fmt::format("n: {} prompts x n = {} choices, more than {}", out.prompts.size(), out.prompts.size() * p.n,
                          kMaxChoices));
   fit_lengths(model, max_tokens, out);
+  check_scoring_fields(f, out);
   return out;
 }
 

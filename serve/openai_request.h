@@ -4,6 +4,7 @@
 // messages, token ids outside the vocabulary, prompts longer than the context.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -55,6 +56,18 @@ struct GenerationParams {
   OutputParsing parsing;                 // chat: reasoning and tool calls (serve/tool_request.h)
   std::vector<int32_t> scripted_output;  // tests only: the tokens the model is made to emit
   std::optional<grammar::GrammarSpec> grammar;  // structured output (serve/response_format.h)
+  // vLLM's sampling fields. logit_bias, the penalties and min_tokens (its mask: the stop
+  // token ids, EOS included unless ignore_eos) change the logits on the devices.
+  ops::LogitAdjustOptions logit_adjust;
+  bool include_stop_str_in_output = false;
+  // stop_token_ids[0, this) are the client's (a stop there is the choice's stop_reason); the
+  // rest are EOS / end of turn, which end a choice with stop_reason null as in vLLM.
+  size_t client_stop_token_ids = 0;
+  // >= 0: vLLM's prompt_logprobs, every prompt token's logprob (the first has none) with this
+  // many alternatives. Completions' echo with logprobs reports them too (prompt_alternatives()).
+  int prompt_logprobs = -1;
+  // The alternatives the engine computes per prompt token; -1: no prompt logprobs at all.
+  int prompt_alternatives() const { return std::max(prompt_logprobs, echo ? top_logprobs : -1); }
 };
 
 struct CompletionRequest {

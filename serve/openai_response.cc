@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <random>
+
+#include "serve/output_processor.h"
+#include "tokenizer/detokenizer.h"
 
 namespace moeserve::serve {
 
@@ -13,7 +17,12 @@ void ChoiceOutput::append(const OutputEvent& event) {
   token_ids.insert(token_ids.end(), event.token_ids.begin(), event.token_ids.end());
   logprobs.insert(logprobs.end(), event.logprobs.begin(), event.logprobs.end());
   text_offsets.insert(text_offsets.end(), event.text_offsets.begin(), event.text_offsets.end());
-  if (!event.finish_reason.empty()) finish_reason = event.finish_reason;
+  prompt_logprobs.insert(prompt_logprobs.end(), event.prompt_logprobs.begin(), event.prompt_logprobs.end());
+  if (!event.finish_reason.empty()) {
+    finish_reason = event.finish_reason;
+    stop_string = event.stop_string;
+    stop_token = event.stop_token;
+  }
 }
 
 std::string new_response_id(bool chat) {
@@ -66,6 +75,46 @@ Json message_json(const ChoiceOutput& c) {
   return message;
 }
 
+Json stop_reason_json(const ChoiceOutput& c) {
+  if (!c.stop_string.empty()) return c.stop_string;
+  return c.stop_token >= 0 ? Json(c.stop_token) : Json(nullptr);
+}
+
+// vLLM's prompt_logprobs: null for the first token, then per token {id: {logprob, rank,
+// decoded_token}} for the token itself and its alternatives.
+Json prompt_logprobs_json(const ResponseContext& ctx, const ChoiceOutput& c) {
+  Json out = Json::array({nullptr});
+  for (const runtime::TokenLogprob& lp : c.prompt_logprobs) {
+    Json entry = Json::object();
+    for (size_t k = 0; k < lp.top.size(); ++k)
+      entry[std::to_string(lp.top[k].first)] = {
+          {"logprob", lp.top[k].second}, {"rank", k + 1}, {"decoded_token", token_text(ctx, lp.top[k].first)}};
+    entry[std::to_string(lp.token)] = {
+        {"logprob", lp.logprob}, {"rank", lp.rank}, {"decoded_token", token_text(ctx, lp.token)}};
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+// Completions' echo with logprobs: the prompt's tokens first (the first without a logprob:
+// NaN, written null), their offsets in characters, then the output's shifted past the prompt.
+void prepend_echoed_prompt(const ResponseContext& ctx, const ChoiceOutput& c, const std::string& echo_text,
+                           std::vector<runtime::TokenLogprob>& logprobs, std::vector<int64_t>& offsets) {
+  const std::vector<int32_t>& prompt = *c.echo_prompt;
+  tokenizer::IncrementalDetokenizer detokenizer(*ctx.tokenizer);
+  int64_t chars = 0;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    offsets.push_back(chars);
+    chars += code_points(detokenizer.push(prompt[i]));
+    runtime::TokenLogprob lp{prompt[i], std::nanf(""), {}};
+    if (i > 0 && i - 1 < c.prompt_logprobs.size()) lp = c.prompt_logprobs[i - 1];
+    logprobs.push_back(std::move(lp));
+  }
+  const int64_t shift = code_points(echo_text);
+  logprobs.insert(logprobs.end(), c.logprobs.begin(), c.logprobs.end());
+  for (int64_t offset : c.text_offsets) offsets.push_back(shift + offset);
+}
+
 }  // namespace
 
 Json logprobs_json(const ResponseContext& ctx, const std::vector<runtime::TokenLogprob>& logprobs,
@@ -88,10 +137,11 @@ Json logprobs_json(const ResponseContext& ctx, const std::vector<runtime::TokenL
   for (size_t i = 0; i < logprobs.size(); ++i) {
     const runtime::TokenLogprob& lp = logprobs[i];
     tokens.push_back(token_text(ctx, lp.token));
-    values.push_back(lp.logprob);
+    const bool scored = !std::isnan(lp.logprob);  // an echoed prompt's first token is not
+    values.push_back(scored ? Json(lp.logprob) : Json(nullptr));
     Json top = Json::object();
     for (const auto& [id, value] : lp.top) top[token_text(ctx, id)] = value;
-    tops.push_back(top);
+    tops.push_back(scored ? top : Json(nullptr));
     offsets.push_back(i < text_offsets.size() ? text_offsets[i] : 0);
   }
   return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
@@ -113,7 +163,8 @@ Json usage_json(const Usage& usage) {
 }
 
 std::string response_json(const ResponseContext& ctx, const std::vector<ChoiceOutput>& choices,
-                          const std::vector<std::vector<int32_t>>& prompt_ids_per_choice, const Usage& usage) {
+                          const std::vector<std::vector<int32_t>>& prompt_ids_per_choice, const Usage& usage,
+                          const std::vector<std::string>& echo_texts) {
   Json out = {{"id", ctx.id},
               {"object", ctx.chat ? "chat.completion" : "text_completion"},
               {"created", ctx.created},
@@ -126,8 +177,17 @@ std::string response_json(const ResponseContext& ctx, const std::vector<ChoiceOu
       choice["message"] = message_json(c);
     else
       choice["text"] = c.text;
-    choice["logprobs"] = logprobs_json(ctx, c.logprobs, c.text_offsets, c.logprobs_requested);
+    if (c.echo_prompt != nullptr) {
+      std::vector<runtime::TokenLogprob> logprobs;
+      std::vector<int64_t> offsets;
+      prepend_echoed_prompt(ctx, c, echo_texts.at(i), logprobs, offsets);
+      choice["logprobs"] = logprobs_json(ctx, logprobs, offsets, true);
+    } else {
+      choice["logprobs"] = logprobs_json(ctx, c.logprobs, c.text_offsets, c.logprobs_requested);
+    }
     choice["finish_reason"] = finish_reason_json(c.finish_reason);
+    choice["stop_reason"] = stop_reason_json(c);
+    if (c.prompt_logprobs_requested) choice["prompt_logprobs"] = prompt_logprobs_json(ctx, c);
     if (ctx.return_token_ids) {
       choice["prompt_token_ids"] = prompt_ids_per_choice.at(i);
       choice["token_ids"] = c.token_ids;
@@ -157,6 +217,7 @@ std::string stream_chunk(const ResponseContext& ctx, int index, const ChoiceOutp
   }
   choice["logprobs"] = logprobs_json(ctx, delta.logprobs, delta.text_offsets, delta.logprobs_requested);
   choice["finish_reason"] = finish_reason_json(delta.finish_reason);
+  choice["stop_reason"] = stop_reason_json(delta);
   if (ctx.return_token_ids) choice["token_ids"] = delta.token_ids;
   out["choices"] = Json::array({choice});
   return "data: " + out.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";

@@ -29,12 +29,18 @@ struct ChoiceOutput {
   std::vector<runtime::TokenLogprob> logprobs;
   std::vector<int64_t> text_offsets;
   std::string finish_reason;
+  std::string stop_string;  // stop_reason: the stop string, or the client's stop token id
+  int32_t stop_token = -1;
+  std::vector<runtime::TokenLogprob> prompt_logprobs;  // prompt tokens 1..
   bool logprobs_requested = false;
   // Chat output parsing (serve/chat_output.h): `text` is then the content, and the message
   // also has reasoning_content and tool_calls (streamed: this chunk's pieces; whole: one per call).
   bool parsed = false;
   std::string reasoning;
   std::vector<chatout::ToolCallDelta> tool_calls;
+  bool prompt_logprobs_requested = false;  // vLLM's prompt_logprobs field
+  // Completions' echo with logprobs: the prompt's tokens lead the logprobs (the first's null).
+  const std::vector<int32_t>* echo_prompt = nullptr;
   void append(const OutputEvent& event);
 };
 
@@ -50,9 +56,11 @@ nlohmann::ordered_json logprobs_json(const ResponseContext& ctx, const std::vect
                                      const std::vector<int64_t>& text_offsets, bool requested);
 nlohmann::ordered_json usage_json(const Usage& usage);
 
-// The whole (non-streaming) response body.
+// The whole (non-streaming) response body; echo_texts: per choice, its echoed prompt text
+// (read for choices with echo_prompt).
 std::string response_json(const ResponseContext& ctx, const std::vector<ChoiceOutput>& choices,
-                          const std::vector<std::vector<int32_t>>& prompt_ids_per_choice, const Usage& usage);
+                          const std::vector<std::vector<int32_t>>& prompt_ids_per_choice, const Usage& usage,
+                          const std::vector<std::string>& echo_texts = {});
 
 // One SSE event "data: {...}\n\n" carrying a choice's delta. `first` (chat) adds the
 // assistant role.

@@ -20,24 +20,37 @@ size_t OutputProcessor::held_back_length() const {
   return keep;
 }
 
+int64_t code_points(const std::string& utf8) {
+  int64_t n = 0;
+  for (unsigned char c : utf8) n += (c & 0xC0) != 0x80;  // every byte but continuation bytes
+  return n;
+}
+
 OutputProcessor::Update OutputProcessor::push(int32_t token, bool stops) {
   MS_CHECK(!finished_, "output processor: token after the request finished");
   Update update;
-  update.text_offset = decoded_bytes_;
+  update.text_offset = decoded_chars_;
   ++generated_;
-  const bool stop_token = stops || std::find(limits_.stop_token_ids.begin(), limits_.stop_token_ids.end(), token) !=
-                                       limits_.stop_token_ids.end();
+  const bool may_stop = generated_ >= limits_.min_tokens;  // vLLM: no stop check before min_tokens
+  const auto stop_id = std::find(limits_.stop_token_ids.begin(), limits_.stop_token_ids.end(), token);
+  const bool stop_token = stops || (may_stop && stop_id != limits_.stop_token_ids.end());
   if (!stop_token) {
     const std::string piece = detokenizer_.push(token);
-    decoded_bytes_ += static_cast<int64_t>(piece.size());
+    decoded_chars_ += code_points(piece);
     held_ += piece;
-    // The earliest stop string in the held text ends the output before it.
+    // The earliest stop string in the held text ends the output before it (or after it).
     size_t first = std::string::npos;
-    for (const std::string& stop : limits_.stop) first = std::min(first, held_.find(stop));
-    if (first != std::string::npos) {
-      update.text = held_.substr(0, first);
+    const std::string* matched = nullptr;
+    for (const std::string& stop : limits_.stop)
+      if (const size_t at = held_.find(stop); may_stop && at < first) {
+        first = at;
+        matched = &stop;
+      }
+    if (matched != nullptr) {
+      update.text = held_.substr(0, first + (limits_.include_stop_str_in_output ? matched->size() : 0));
       held_.clear();
       update.finish_reason = "stop";
+      update.stop_string = *matched;
       finished_ = true;
       return update;
     }
@@ -46,6 +59,8 @@ OutputProcessor::Update OutputProcessor::push(int32_t token, bool stops) {
     update.text = held_ + detokenizer_.flush();
     held_.clear();
     update.finish_reason = stop_token ? "stop" : "length";
+    if (stop_token && static_cast<size_t>(stop_id - limits_.stop_token_ids.begin()) < limits_.client_stop_token_ids)
+      update.stop_token = token;
     finished_ = true;
     return update;
   }

@@ -21,7 +21,12 @@ struct OutputEvent {
   std::vector<runtime::TokenLogprob> logprobs;  // one per token when asked for
   std::vector<int64_t> text_offsets;            // one per token: where its text starts in the output
   std::string finish_reason;                    // set on the last event: "stop", "length"
-  int error_status = 0;                         // set on a failure (the last event): 500, 503
+  std::string stop_string;                      // the last event's stop_reason: a stop string,
+  int32_t stop_token = -1;                      // or a client's stop token id (-1: none)
+  // Prompt tokens 1.. (the first has no logprob), when prompt logprobs were asked for: they
+  // come in events of their own, before the first token's.
+  std::vector<runtime::TokenLogprob> prompt_logprobs;
+  int error_status = 0;  // set on a failure (the last event): 500, 503
   std::string error;
   // Usage, on the last event.
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "step/logit_adjust.h"
 #include "step/sampling_options.h"
 
 namespace moeserve {
@@ -41,6 +42,8 @@ struct ForwardBatch {
   // [logit_rows, ceil(vocab / 32)]: the tokens each row's grammar allows (ops::TokenBitmaskParams;
   // unconstrained rows allow all); empty when no row is constrained.
   std::vector<int32_t> token_bitmask;
+  // Changes to the logit rows before any draw (ops::LogitAdjustParams); empty for most steps.
+  std::vector<ops::LogitAdjustEntry> logit_adjust;
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
 };
 

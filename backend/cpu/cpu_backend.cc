@@ -398,6 +398,17 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void logit_adjust(const LogitAdjustParams& p) override {
+    const int64_t local = p.parts * p.vocab_part;
+    for (int32_t i = 0; i < *p.count && i < p.capacity; ++i) {
+      const LogitAdjustEntry& e = p.entries[i];
+      const int64_t id = e.token - p.vocab_begin;
+      if (e.row < 0 || e.row >= p.rows || id < 0 || id >= local) continue;  // another rank's slice
+      float& logit = p.logits[((id / p.vocab_part) * p.rows + e.row) * p.vocab_part + id % p.vocab_part];
+      logit = adjusted_logit(logit, e);
+    }
+  }
+
   void sample(const SampleParams& p) override {
     const int64_t logit_rows = checked_logit_rows(p), width = p.vocab / p.slices;
     pool().parallel_for(static_cast<size_t>(p.rows), 1, [&](size_t begin, size_t end) {

@@ -388,6 +388,7 @@ class CudaBackend final : public Backend {
   }
   void argmax_rows(const ArgmaxRowsParams& p) override { launch_argmax_rows(p, cur_); }
   void apply_token_bitmask(const TokenBitmaskParams& p) override { launch_apply_token_bitmask(p, cur_); }
+  void logit_adjust(const LogitAdjustParams& p) override { launch_logit_adjust(p, cur_); }
 
   void top_candidates(const TopCandidatesParams& p) override {
     if (p.rows == 0) return;

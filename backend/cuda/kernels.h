@@ -118,6 +118,9 @@ void launch_apply_token_bitmask(const ops::TokenBitmaskParams& p, cudaStream_t s
 int64_t top_candidates_workspace_bytes(const ops::TopCandidatesParams& p);
 void launch_top_candidates(const ops::TopCandidatesParams& p, void* workspace, cudaStream_t stream);
 
+// Logit adjustments in place (ops::LogitAdjustParams; logit_adjust.cu), graph-capturable.
+void launch_logit_adjust(const ops::LogitAdjustParams& p, cudaStream_t stream);
+
 // Whole-row draws (ops::SampleParams): row r reads logit row row_ids[r] (device memory; the
 // options and ids are copied from host memory) of [slices, logit_rows, vocab / slices]; sorts
 // up to kSampleRowsPerSort rows at a time through `workspace`.

@@ -106,6 +106,9 @@ class OpTimingBackend final : public ops::Backend {
   void apply_token_bitmask(const ops::TokenBitmaskParams& p) override {
     timed("apply_token_bitmask", [&] { inner_.apply_token_bitmask(p); });
   }
+  void logit_adjust(const ops::LogitAdjustParams& p) override {
+    timed("logit_adjust", [&] { inner_.logit_adjust(p); });
+  }
   void fill_uniform(const ops::FillUniformParams& p) override { inner_.fill_uniform(p); }
   void fill_random_words(const ops::FillRandomWordsParams& p) override { inner_.fill_random_words(p); }
   void gather_rows(const ops::GatherRowsParams& p) override {

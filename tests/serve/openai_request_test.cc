@@ -52,6 +52,35 @@ TEST(OpenAiRequest, SpecialTokensInContentAreText) {
   EXPECT_EQ(std::count(forged.begin(), forged.end(), 261), 2);
 }
 
+// vLLM's sampling fields: the logit adjustments (min_tokens masks the stop ids, EOS included),
+// the stop fields, prompt scoring.
+TEST(OpenAiRequest, SamplingAndScoringFields) {
+  const auto r = parse_completion_request(
+      R"({"model":"synthetic:tiny","prompt":"a","max_tokens":8,"frequency_penalty":0.5,"presence_penalty":-1,
+          "repetition_penalty":1.2,"logit_bias":{"7":-100,"9":2.5,"11":0},"min_tokens":3,"stop_token_ids":[300],
+          "include_stop_str_in_output":true,"prompt_logprobs":2})",
+      false, model());
+  const ops::LogitAdjustOptions& a = r.params.logit_adjust;
+  EXPECT_FLOAT_EQ(a.frequency_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(a.presence_penalty, -1.0f);
+  EXPECT_FLOAT_EQ(a.repetition_penalty, 1.2f);
+  EXPECT_EQ(a.logit_bias, (std::vector<std::pair<int32_t, float>>{{7, -100.0f}, {9, 2.5f}}));  // 0 changes nothing
+  EXPECT_EQ(a.min_tokens, 3);
+  EXPECT_EQ(a.min_tokens_mask, (std::vector<int32_t>{300, 257}));
+  EXPECT_TRUE(a.active());
+  EXPECT_EQ(r.params.client_stop_token_ids, 1u);
+  EXPECT_TRUE(r.params.include_stop_str_in_output);
+  EXPECT_EQ(r.params.prompt_alternatives(), 2);
+  const auto plain = parse_completion_request(R"({"model":"synthetic:tiny","prompt":"a"})", false, model());
+  EXPECT_FALSE(plain.params.logit_adjust.active());
+  EXPECT_EQ(plain.params.prompt_alternatives(), -1);
+  const auto scoring = parse_completion_request(
+      R"({"model":"synthetic:tiny","prompt":"abc","echo":true,"logprobs":3,"max_tokens":0})", false, model());
+  EXPECT_EQ(scoring.params.max_tokens, 0);
+  EXPECT_EQ(scoring.params.prompt_alternatives(), 3);
+  EXPECT_EQ(scoring.params.prompt_logprobs, -1);  // no prompt_logprobs field in the response
+}
+
 TEST(OpenAiRequest, CompletionWithTextAndIds) {
   auto r = parse_completion_request(
       R"({"model":"synthetic:tiny","prompt":"hi","max_tokens":5,"temperature":0,"stop":["x","y"],"seed":3,
@@ -103,7 +132,7 @@ TEST(OpenAiRequest, BadInputNamesTheParameter) {
       {R"({"model":"synthetic:tiny","prompt":[1,512]})", false, 400, "prompt"},
       {R"({"model":"synthetic:tiny","prompt":{"a":1}})", false, 400, "prompt"},
       {R"({"model":"synthetic:tiny","prompt":"a","max_tokens":"5"})", false, 400, "max_tokens"},
-      {R"({"model":"synthetic:tiny","prompt":"a","max_tokens":0})", false, 400, "max_tokens"},
+      {R"({"model":"synthetic:tiny","prompt":"a","max_tokens":0})", false, 400, "max_tokens"},  // without echo
       {R"({"model":"synthetic:tiny","prompt":"a","max_tokens":2.5})", false, 400, "max_tokens"},
       {R"({"model":"synthetic:tiny","prompt":"a","max_tokens":300})", false, 400, "max_tokens"},
       {R"({"model":"synthetic:tiny","prompt":"a","temperature":3})", false, 400, "temperature"},
@@ -120,8 +149,23 @@ TEST(OpenAiRequest, BadInputNamesTheParameter) {
       {R"({"model":"synthetic:tiny","prompt":"a","stream":"yes"})", false, 400, "stream"},
       {R"({"model":"synthetic:tiny","prompt":"a","stream_options":{"include_usage":true}})", false, 400,
        "stream_options"},
-      {R"({"model":"synthetic:tiny","prompt":"a","frequency_penalty":0.5})", false, 400, "frequency_penalty"},
-      {R"({"model":"synthetic:tiny","prompt":"a","logit_bias":{"1":5}})", false, 400, "logit_bias"},
+      {R"({"model":"synthetic:tiny","prompt":"a","frequency_penalty":2.5})", false, 400, "frequency_penalty"},
+      {R"({"model":"synthetic:tiny","prompt":"a","presence_penalty":-3})", false, 400, "presence_penalty"},
+      {R"({"model":"synthetic:tiny","prompt":"a","repetition_penalty":0})", false, 400, "repetition_penalty"},
+      {R"({"model":"synthetic:tiny","prompt":"a","logit_bias":{"1":101}})", false, 400, "logit_bias"},
+      {R"({"model":"synthetic:tiny","prompt":"a","logit_bias":{"512":1}})", false, 400, "logit_bias"},
+      {R"({"model":"synthetic:tiny","prompt":"a","logit_bias":{"1x":1}})", false, 400, "logit_bias"},
+      {R"({"model":"synthetic:tiny","prompt":"a","logit_bias":[1]})", false, 400, "logit_bias"},
+      {R"({"model":"synthetic:tiny","prompt":"a","max_tokens":4,"min_tokens":5})", false, 400, "min_tokens"},
+      {R"({"model":"synthetic:tiny","prompt":"a","prompt_logprobs":1,"stream":true})", false, 400, "prompt_logprobs"},
+      {R"({"model":"synthetic:tiny","prompt":"a","echo":true,"logprobs":1,"stream":true})", false, 400, "echo"},
+      {R"({"model":"synthetic:tiny","prompt":"a","use_beam_search":true})", false, 400, "use_beam_search"},
+      {R"({"model":"synthetic:tiny","prompt":"a","allowed_token_ids":[1]})", false, 400, "allowed_token_ids"},
+      {R"({"model":"synthetic:tiny","prompt":"a","bad_words":["x"]})", false, 400, "bad_words"},
+      {R"({"model":"synthetic:tiny","prompt":"a","truncate_prompt_tokens":3})", false, 400, "truncate_prompt_tokens"},
+      {R"({"model":"synthetic:tiny","messages":[{"role":"user","content":"a"}],"echo":true})", true, 400, "echo"},
+      {R"({"model":"synthetic:tiny","messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]})",
+       true, 400, "messages"},
       {R"({"model":"synthetic:tiny","messages":[]})", true, 400, "messages"},
       {R"({"model":"synthetic:tiny"})", true, 400, "messages"},
       {R"({"model":"synthetic:tiny","messages":"hi"})", true, 400, "messages"},

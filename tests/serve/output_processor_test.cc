@@ -17,6 +17,50 @@ std::vector<int32_t> bytes(const std::string& s) {
   return ids;
 }
 
+// vLLM's stop fields: the stop_reason (a stop string, or a client's stop token id, not EOS),
+// include_stop_str_in_output, min_tokens (no stop before it), offsets in characters.
+TEST(OutputProcessor, StopReasonAndIncludeStopString) {
+  OutputLimits limits{100, {}, {"cd"}, true};
+  limits.include_stop_str_in_output = true;
+  OutputProcessor out(tok(), limits);
+  std::string text;
+  for (int32_t id : bytes("abc")) text += out.push(id).text;
+  const auto end = out.push('d');
+  EXPECT_EQ(text + end.text, "abcd");
+  EXPECT_EQ(end.stop_string, "cd");
+  EXPECT_EQ(end.stop_token, -1);
+}
+
+TEST(OutputProcessor, StopTokenIsTheStopReasonOnlyWhenTheClientAskedForIt) {
+  OutputLimits limits{100, {300, 257}, {}, true};
+  limits.client_stop_token_ids = 1;  // 257 is EOS, added by the server
+  OutputProcessor by_client(tok(), limits);
+  EXPECT_EQ(by_client.push(300).stop_token, 300);
+  OutputProcessor by_eos(tok(), limits);
+  const auto eos = by_eos.push(257);
+  EXPECT_EQ(eos.finish_reason, "stop");
+  EXPECT_EQ(eos.stop_token, -1);
+}
+
+TEST(OutputProcessor, MinTokensDefersEveryStop) {
+  OutputLimits limits{100, {300}, {"b"}, true};
+  limits.min_tokens = 3;
+  OutputProcessor out(tok(), limits);
+  EXPECT_EQ(out.push('b').finish_reason, "");
+  EXPECT_EQ(out.push(300).finish_reason, "");
+  const auto third = out.push(300);
+  EXPECT_EQ(third.finish_reason, "stop");
+  EXPECT_EQ(third.stop_token, 300);
+}
+
+TEST(OutputProcessor, TextOffsetsCountCharacters) {
+  OutputProcessor out(tok(), {100, {}, {}, true});
+  std::vector<int64_t> offsets;
+  const std::string text = std::string("a") + "\xc3\xa9" + "b" + "\xe2\x82\xac" + "c";  // a, e-acute, b, euro, c
+  for (int32_t id : bytes(text)) offsets.push_back(out.push(id).text_offset);
+  EXPECT_EQ(offsets, (std::vector<int64_t>{0, 1, 1, 2, 3, 3, 3, 4}));
+}
+
 TEST(OutputProcessor, StopsAtLengthWithAllTextReleased) {
   OutputProcessor out(tok(), {3, {}, {}, true});
   EXPECT_EQ(out.push('a').text, "a");

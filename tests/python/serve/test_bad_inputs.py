@@ -121,8 +121,8 @@ CASES = [
      None, None),
     ("body over the size limit", "/v1/completions",
      json.dumps(good_completion(prompt="x" * (MAX_BODY + 10))).encode(), 413, None, None, "exceeds 65536 bytes"),
-    ("unsupported parameter value", "/v1/completions", good_completion(presence_penalty=1.0), 400,
-     "presence_penalty", None, "not supported"),
+    ("unsupported parameter value", "/v1/completions", good_completion(use_beam_search=True), 400,
+     "use_beam_search", None, "not supported"),
     ("unknown route", "/v1/embeddings", good_completion(), 404, None, None, "no route"),
 ]
 
