@@ -84,7 +84,7 @@ uint8_t f32_to_f8_e4m3(float f) {
   std::memcpy(&x, &f, sizeof x);
   const uint8_t sign = static_cast<uint8_t>((x >> 24) & 0x80u);
   const uint32_t abs = x & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7fu;  // NaN
+  if (abs > 0x7f800000u) return sign | 0x7fu;   // NaN
   if (abs >= 0x43e00000u) return sign | 0x7eu;  // >= 448 (with infinity): the largest finite
   if (abs < 0x3c800000u) {                      // below 2^-6: subnormal or zero, units of 2^-9
     // abs * 2^9 rounded to an integer, nearest even (exact in fp32: no double rounding).

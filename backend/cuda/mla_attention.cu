@@ -700,6 +700,22 @@ DecodeChoice decode_choice() {
   return choice;
 }
 
+// All heads of a token per block with a balanced schedule (mla_decode.cu) where the shape
+// allows (and always for an fp8 cache, which only it reads); its splits depend on the batch, so
+// batch-invariant mode keeps the split kernels. False: not launched.
+bool launched_tiled(const ops::MlaAttentionParams& p, const KernelPolicy& policy, void* workspace,
+                    cudaStream_t stream) {
+  const bool fits = !policy.batch_invariant && mla_decode_supported(p);
+  if (p.cache_fp8 && !fits)
+    throw std::invalid_argument(
+        "mla_attention: an fp8 KV cache (--kv-cache-dtype fp8_e4m3) needs latent 512, rope 64, heads a multiple of 64 "
+        "(got " +
+        std::to_string(p.heads) + ") and no --batch-invariant");
+  if (!p.cache_fp8 && (!fits || !policy.mla_tensor_cores || decode_choice() == DecodeChoice::kSplit)) return false;
+  launch_mla_decode(p, decode_choice() != DecodeChoice::kTiledBf16P, workspace, stream);
+  return true;
+}
+
 }  // namespace
 
 void launch_mla_attention(const ops::MlaAttentionParams& p, const KernelPolicy& policy, void* workspace,
@@ -713,13 +729,7 @@ void launch_mla_attention(const ops::MlaAttentionParams& p, const KernelPolicy& 
   const int64_t tokens = p.tokens, heads = p.heads, latent = p.latent;
   if (tokens == 0) return;
   const int64_t max_context = p.max_pages_per_seq * p.page_size;
-  // All heads of a token per block with a balanced schedule (mla_decode.cu) where the shape
-  // allows; its splits depend on the batch, so batch-invariant mode keeps the split kernels.
-  if (!policy.batch_invariant && policy.mla_tensor_cores && mla_decode_supported(p) &&
-      decode_choice() != DecodeChoice::kSplit) {
-    launch_mla_decode(p, decode_choice() == DecodeChoice::kTiled, workspace, stream);
-    return;
-  }
+  if (launched_tiled(p, policy, workspace, stream)) return;
   // Kernel 1 (one of three) writes the splits' partial states; the merge kernel combines them.
   const bool on_tensor_cores = policy.mla_tensor_cores && mma_shapes(p);
   int splits = splits_for(tokens, heads, max_context);  // the workspace holds this many

@@ -26,6 +26,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "backend/cuda/kv_fp8.cuh"
 #include "backend/cuda/mla_decode.h"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/smem_copy.cuh"
@@ -40,17 +41,24 @@ constexpr int kRows = 32;   // cache rows per tile
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kLatent = 512, kRope = 64, kWidth = kLatent + kRope;
-constexpr int kStride = kWidth + 8;  // bf16 per shared row: 1168 bytes, ldmatrix rows conflict-free
-constexpr int kSlices = 4;           // column quarters of S
+constexpr int kStride = kWidth + 8;                    // bf16 per shared row: 1168 bytes, ldmatrix rows conflict-free
+constexpr int kSlices = 4;                             // column quarters of S
 constexpr int kStepsPerSlice = kWidth / 16 / kSlices;  // 9 MMA k-steps
 constexpr int kRedStride = kRows + 8;                  // floats per row of a partial S
 constexpr int kPStride = kRows + 8;                    // bf16 per row of P
 constexpr int kMinTilesPerPart = 2;  // a block's run amortises its load of Q (two tiles' bytes, from L2)
 
+constexpr int kFp8Stride = kWidth + 16;  // bytes per staged fp8 row (16-byte aligned rows)
+
+// bf16 cache: two tiles in flight (cp.async straight into the MMA's tiles). fp8 cache: two
+// staged tiles of codes in flight and one bf16 tile that the codes are widened into.
+template <bool kFp8>
 struct SharedLayout {
-  static constexpr size_t q = 0;                                          // bf16 [kHeads][kStride]
-  static constexpr size_t tiles = q + sizeof(bf16) * kHeads * kStride;    // bf16 [2][kRows][kStride]
-  static constexpr size_t red = tiles + sizeof(bf16) * 2 * kRows * kStride;  // float [kSlices][kHeads][kRedStride]
+  static constexpr size_t q = 0;                                        // bf16 [kHeads][kStride]
+  static constexpr size_t tiles = q + sizeof(bf16) * kHeads * kStride;  // bf16 [kFp8 ? 1 : 2][kRows][kStride]
+  static constexpr size_t staged =
+      tiles + sizeof(bf16) * (kFp8 ? 1 : 2) * kRows * kStride;                 // u8 [2][kRows][kFp8Stride]
+  static constexpr size_t red = staged + (kFp8 ? 2 * kRows * kFp8Stride : 0);  // float [kSlices][kHeads][kRedStride]
   static constexpr size_t p = red + sizeof(float) * kSlices * kHeads * kRedStride;  // bf16 [2][kHeads][kPStride]
   static constexpr size_t correction = p + sizeof(bf16) * 2 * kHeads * kPStride;    // float [kHeads]
   static constexpr size_t inv_denom = correction + sizeof(float) * kHeads;          // float [kHeads]
@@ -62,20 +70,21 @@ struct SharedLayout {
 struct DecodeInputs {
   const bf16* q_latent;  // [T, heads, 512]
   const bf16* q_rope;    // [T, heads, q_head_stride], rope at rope_offset
-  const bf16* cache;     // [pages * page_size, 576]
+  const void* cache;     // [pages * page_size, 576] bf16 or fp8 codes
   const int32_t* block_tables;
   const int32_t* seq_of_token;
   const int32_t* positions;
   bf16* out;  // [T, heads, 512]
   int tokens, heads, groups, page_size;
   int64_t q_head_stride, rope_offset, max_pages_per_seq;
-  float scale;
+  float scale;        // of the scores (times the fp8 cache's scale)
+  float value_scale;  // of the output: the fp8 cache's scale, else 1
 };
 
 DecodeInputs decode_inputs(const ops::MlaAttentionParams& p) {
   return {static_cast<const bf16*>(p.q_latent),
           static_cast<const bf16*>(p.q_rope),
-          static_cast<const bf16*>(p.cache),
+          p.cache,
           p.block_tables,
           p.seq_of_token,
           p.positions,
@@ -87,7 +96,8 @@ DecodeInputs decode_inputs(const ops::MlaAttentionParams& p) {
           p.q_head_stride,
           p.rope_offset,
           p.max_pages_per_seq,
-          p.scale};
+          p.cache_fp8 ? p.scale * p.cache_scale : p.scale,
+          p.cache_fp8 ? p.cache_scale : 1.0f};
 }
 
 // Partial softmax states of the pieces of cut sequences: slot 2 p holds block p's first
@@ -136,9 +146,7 @@ struct Run {
   int total, parts, begin, end, first, first_start;
   __device__ int part_begin(int q) const { return static_cast<int>(static_cast<int64_t>(q) * total / parts); }
   // The part whose run holds tile x.
-  __device__ int part_of(int x) const {
-    return static_cast<int>((static_cast<int64_t>(x + 1) * parts - 1) / total);
-  }
+  __device__ int part_of(int x) const { return static_cast<int>((static_cast<int64_t>(x + 1) * parts - 1) / total); }
 };
 
 __device__ Run block_run(const DecodeInputs& in, int part, int* scratch) {
@@ -182,7 +190,7 @@ struct Piece {
 };
 
 struct PieceState {
-  float o[2][16][4];  // O [heads 32 (warp % 2) + 16 mt + {group, group + 8}][the warp's 128 columns]
+  float o[2][16][4];         // O [heads 32 (warp % 2) + 16 mt + {group, group + 8}][the warp's 128 columns]
   float running_max, denom;  // of head 8 warp + lane / 4 (the softmax role)
 };
 
@@ -199,15 +207,32 @@ __device__ void load_queries(const DecodeInputs& in, const Piece& piece, bf16* q
   }
 }
 
-// Rows [first, first + kRows) of the sequence into `tile`; rows at or past `end` are zeros.
-__device__ void load_tile(const DecodeInputs& in, const int32_t* table, int first, int end, bf16* tile) {
-  constexpr int kChunks = kWidth / 8;
-  const int r = threadIdx.x >> 3, pos = first + r;  // 8 threads per row
+// Rows [first, first + kRows) of the sequence into `tile` (bf16 rows of kStride elements, or
+// fp8 rows of kFp8Stride bytes); rows at or past `end` are zeros.
+template <bool kFp8>
+__device__ void load_tile(const DecodeInputs& in, const int32_t* table, int first, int end, void* tile) {
+  constexpr int kRowBytes = kWidth * (kFp8 ? 1 : 2), kChunks = kRowBytes / 16;
+  constexpr int kTileStride = kFp8 ? kFp8Stride : kStride * 2;  // bytes
+  const int r = threadIdx.x >> 3, pos = first + r;              // 8 threads per row
   const bool valid = pos < end;
-  const bf16* row = in.cache;
-  if (valid) row += (static_cast<int64_t>(table[pos / in.page_size]) * in.page_size + pos % in.page_size) * kWidth;
+  const char* row = static_cast<const char*>(in.cache);
+  if (valid) row += (static_cast<int64_t>(table[pos / in.page_size]) * in.page_size + pos % in.page_size) * kRowBytes;
+  char* dst = static_cast<char*>(tile) + r * kTileStride;
   for (int c = threadIdx.x & 7; c < kChunks; c += 8)
-    cp_async_16_or_zero(tile + r * kStride + c * 8, row + (valid ? c * 8 : 0), valid);
+    cp_async_16_or_zero(dst + c * 16, row + (valid ? c * 16 : 0), valid);
+}
+
+// A staged tile of fp8 codes widened into the bf16 tile (exact), 8 codes per step.
+__device__ void widen_tile(const uint8_t* staged, bf16* tile) {
+  constexpr int kUnits = kRows * kWidth / 8;
+  for (int u = threadIdx.x; u < kUnits; u += kThreads) {
+    const int r = u / (kWidth / 8), column = (u % (kWidth / 8)) * 8;
+    const uint2 codes = *reinterpret_cast<const uint2*>(staged + r * kFp8Stride + column);
+    uint4 wide;
+    e4m3x4_to_bf16x4(codes.x, wide.x, wide.y);
+    e4m3x4_to_bf16x4(codes.y, wide.z, wide.w);
+    *reinterpret_cast<uint4*>(tile + r * kStride + column) = wide;
+  }
 }
 
 // Partial S of this warp (heads 32 hh .., column quarter `slice`) into red[slice].
@@ -220,14 +245,16 @@ __device__ void score_tile(const bf16* q_s, const bf16* tile, float* red) {
     const int k = (slice * kStepsPerSlice + step) * 16;
     uint32_t a[2][4], b[2][4];
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt) ldmatrix_x4(a[mt], q_s + (32 * hh + 16 * mt + (lane & 15)) * kStride + k + (lane >> 4) * 8);
+    for (int mt = 0; mt < 2; ++mt)
+      ldmatrix_x4(a[mt], q_s + (32 * hh + 16 * mt + (lane & 15)) * kStride + k + (lane >> 4) * 8);
 #pragma unroll
     for (int np = 0; np < 2; ++np)
       ldmatrix_x4(b[np], tile + (16 * np + (lane & 7) + ((lane >> 4) << 3)) * kStride + k + ((lane >> 3) & 1) * 8);
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) mma_16x8x16(s[mt][nt], a[mt], b[nt >> 1][2 * (nt & 1)], b[nt >> 1][2 * (nt & 1) + 1]);
+      for (int nt = 0; nt < 4; ++nt)
+        mma_16x8x16(s[mt][nt], a[mt], b[nt >> 1][2 * (nt & 1)], b[nt >> 1][2 * (nt & 1) + 1]);
   }
   float* mine = red + slice * kHeads * kRedStride;
 #pragma unroll
@@ -313,8 +340,8 @@ __device__ void accumulate_tile(const bf16* tile, const bf16* p_s, const float* 
 #pragma unroll
     for (int np = 0; np < 8; ++np) {
       uint32_t b[4];
-      ldmatrix_x4_trans(b, tile + (16 * step + (lane & 7) + ((lane >> 3) & 1) * 8) * kStride + column0 + 16 * np +
-                               (lane >> 4) * 8);
+      ldmatrix_x4_trans(
+          b, tile + (16 * step + (lane & 7) + ((lane >> 3) & 1) * 8) * kStride + column0 + 16 * np + (lane >> 4) * 8);
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
         mma_16x8x16(st.o[mt][2 * np], a_hi[mt], b[0], b[1]);
@@ -348,7 +375,7 @@ __device__ void store_piece(const DecodeInputs& in, const Piece& piece, const Pi
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int head = 32 * hh + 16 * mt + group + 8 * half;
-      const float f = piece.whole ? inv_denom[head] : 1.0f;
+      const float f = piece.whole ? inv_denom[head] * in.value_scale : in.value_scale;
       const int64_t row = piece.whole
                               ? (static_cast<int64_t>(piece.token) * in.heads + piece.group * kHeads + head) * kLatent
                               : (static_cast<int64_t>(piece.slot) * kHeads + head) * kLatent;
@@ -364,13 +391,20 @@ __device__ void store_piece(const DecodeInputs& in, const Piece& piece, const Pi
     }
 }
 
-template <bool kSplitP>
+template <bool kSplitP, bool kFp8>
 __device__ void run_piece(const DecodeInputs& in, const Piece& piece, unsigned char* shared, DecodePartials partials) {
-  bf16* q_s = reinterpret_cast<bf16*>(shared + SharedLayout::q);
-  bf16* tiles = reinterpret_cast<bf16*>(shared + SharedLayout::tiles);
-  float* red = reinterpret_cast<float*>(shared + SharedLayout::red);
-  bf16* p_s = reinterpret_cast<bf16*>(shared + SharedLayout::p);
-  float* correction = reinterpret_cast<float*>(shared + SharedLayout::correction);
+  using Layout = SharedLayout<kFp8>;
+  bf16* q_s = reinterpret_cast<bf16*>(shared + Layout::q);
+  bf16* tiles = reinterpret_cast<bf16*>(shared + Layout::tiles);
+  uint8_t* staged = shared + Layout::staged;
+  float* red = reinterpret_cast<float*>(shared + Layout::red);
+  bf16* p_s = reinterpret_cast<bf16*>(shared + Layout::p);
+  float* correction = reinterpret_cast<float*>(shared + Layout::correction);
+  // Where tile i's copy lands: its bf16 buffer, or its staging buffer of codes.
+  auto landing = [&](int i) -> void* {
+    return kFp8 ? static_cast<void*>(staged + (i & 1) * kRows * kFp8Stride)
+                : static_cast<void*>(tiles + (i & 1) * kRows * kStride);
+  };
   const int32_t* table = in.block_tables + static_cast<int64_t>(in.seq_of_token[piece.token]) * in.max_pages_per_seq;
   const int n = (piece.row_end - piece.row_begin + kRows - 1) / kRows;
   PieceState st;
@@ -384,32 +418,35 @@ __device__ void run_piece(const DecodeInputs& in, const Piece& piece, unsigned c
   st.denom = 0.0f;
   __syncthreads();  // the previous piece is done with every buffer
   load_queries(in, piece, q_s);
-  load_tile(in, table, piece.row_begin, piece.row_end, tiles);
+  load_tile<kFp8>(in, table, piece.row_begin, piece.row_end, landing(0));
   cp_async_commit();
   for (int i = 0; i < n; ++i) {
-    bf16* tile = tiles + (i & 1) * kRows * kStride;
-    if (i + 1 < n)
-      load_tile(in, table, piece.row_begin + (i + 1) * kRows, piece.row_end, tiles + ((i + 1) & 1) * kRows * kStride);
+    bf16* tile = kFp8 ? tiles : tiles + (i & 1) * kRows * kStride;
+    if (i + 1 < n) load_tile<kFp8>(in, table, piece.row_begin + (i + 1) * kRows, piece.row_end, landing(i + 1));
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();  // tile i (and Q) visible to every warp
+    if (kFp8) {
+      widen_tile(static_cast<const uint8_t*>(landing(i)), tile);
+      __syncthreads();
+    }
     score_tile(q_s, tile, red);
     __syncthreads();
     softmax_tile<kSplitP>(red, piece.row_end - (piece.row_begin + i * kRows), in.scale, st, p_s, correction);
     __syncthreads();
     accumulate_tile<kSplitP>(tile, p_s, correction, st);
-    __syncthreads();  // every warp is done with tile i's buffer before tile i + 2 lands in it
+    __syncthreads();  // every warp is done with tile i's buffers before tile i + 2 lands in them
   }
-  store_piece(in, piece, st, partials, reinterpret_cast<float*>(shared + SharedLayout::inv_denom));
+  store_piece(in, piece, st, partials, reinterpret_cast<float*>(shared + Layout::inv_denom));
 }
 
-// Grid: one block per part (SM), kThreads threads, SharedLayout::bytes of dynamic shared memory.
-template <bool kSplitP>
+// Grid: one block per part (SM), kThreads threads, SharedLayout<kFp8>::bytes of dynamic shared memory.
+template <bool kSplitP, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const DecodeInputs in, DecodePartials partials) {
   extern __shared__ __align__(16) unsigned char shared[];
   pdl_enter();
   const int part = blockIdx.x;
-  const Run run = block_run(in, part, reinterpret_cast<int*>(shared + SharedLayout::scan));
+  const Run run = block_run(in, part, reinterpret_cast<int*>(shared + SharedLayout<kFp8>::scan));
   if (run.begin >= run.end) return;  // a part beyond the work
   int s = run.first, start = run.first_start;
   while (start < run.end) {
@@ -422,7 +459,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const DecodeInp
     piece.row_end = min(context, (min(run.end, start + tiles) - start) * kRows);
     piece.whole = start >= run.begin && start + tiles <= run.end;
     piece.slot = 2 * part + (s == run.first ? 0 : 1);
-    run_piece<kSplitP>(in, piece, shared, partials);
+    run_piece<kSplitP, kFp8>(in, piece, shared, partials);
     start += tiles;
     ++s;
   }
@@ -449,7 +486,8 @@ __global__ void __launch_bounds__(kThreads) mla_decode_combine_kernel(const Deco
   for (int head = 0; head < kHeads; ++head) {
     if (threadIdx.x < 32) {
       float global_max = -INFINITY;
-      for (int i = threadIdx.x; i < pieces; i += 32) global_max = fmaxf(global_max, partials.m[slot_of(i) * kHeads + head]);
+      for (int i = threadIdx.x; i < pieces; i += 32)
+        global_max = fmaxf(global_max, partials.m[slot_of(i) * kHeads + head]);
       for (int offset = 16; offset > 0; offset >>= 1)
         global_max = fmaxf(global_max, __shfl_xor_sync(0xffffffffu, global_max, offset));
       float denom = 0.0f;
@@ -465,7 +503,8 @@ __global__ void __launch_bounds__(kThreads) mla_decode_combine_kernel(const Deco
     bf16* out = in.out + (static_cast<int64_t>(token) * in.heads + group * kHeads + head) * kLatent;
     for (int c = threadIdx.x; c < kLatent; c += kThreads) {
       float sum = 0.0f;
-      for (int i = 0; i < pieces; ++i) sum += weight[i] * partials.acc[(static_cast<int64_t>(slot_of(i)) * kHeads + head) * kLatent + c];
+      for (int i = 0; i < pieces; ++i)
+        sum += weight[i] * partials.acc[(static_cast<int64_t>(slot_of(i)) * kHeads + head) * kLatent + c];
       out[c] = to_bf(sum * inv_denom);
     }
     __syncthreads();
@@ -481,9 +520,12 @@ int parts_of_device() {
   if (device != device_of_count) {
     cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
     count = std::clamp(count, 1, 1024);  // the combine kernel's weights hold 1024 pieces
-    for (auto* kernel : {mla_decode_kernel<true>, mla_decode_kernel<false>})
+    for (auto* kernel : {mla_decode_kernel<true, false>, mla_decode_kernel<false, false>})
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(SharedLayout::bytes));
+                           static_cast<int>(SharedLayout<false>::bytes));
+    for (auto* kernel : {mla_decode_kernel<true, true>, mla_decode_kernel<false, true>})
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(SharedLayout<true>::bytes));
     device_of_count = device;
   }
   return count;
@@ -506,8 +548,10 @@ void launch_mla_decode(const ops::MlaAttentionParams& p, bool split_p, void* wor
   if (p.tokens == 0) return;
   const int parts = parts_of_device();
   const DecodePartials partials = carve_partials(workspace, parts);
-  launch_pdl(split_p ? mla_decode_kernel<true> : mla_decode_kernel<false>, dim3(parts), kThreads,
-             SharedLayout::bytes, stream, decode_inputs(p), partials);
+  auto* kernel = p.cache_fp8 ? (split_p ? mla_decode_kernel<true, true> : mla_decode_kernel<false, true>)
+                             : (split_p ? mla_decode_kernel<true, false> : mla_decode_kernel<false, false>);
+  const size_t shared = p.cache_fp8 ? SharedLayout<true>::bytes : SharedLayout<false>::bytes;
+  launch_pdl(kernel, dim3(parts), kThreads, shared, stream, decode_inputs(p), partials);
   launch_pdl(mla_decode_combine_kernel, dim3(parts), kThreads, 0, stream, decode_inputs(p), partials);
 }
 

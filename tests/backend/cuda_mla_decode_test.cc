@@ -75,5 +75,64 @@ TEST_F(CudaOps, MlaDecodeBatchOfEqualContexts) {
   }
 }
 
+// fp8 cache (--kv-cache-dtype fp8_e4m3): the CPU reference reads the codes' values (exact
+// floats) with the scale, the GPU the codes themselves. Values up to 3 / scale = 12 in codes:
+// normal and subnormal e4m3 values alike.
+class CudaFp8Cache : public CudaOps {
+ protected:
+  void check_fp8_attention(const MlaAttentionCase& c, float cache_scale, const char* what);
+};
+
+void CudaFp8Cache::check_fp8_attention(const MlaAttentionCase& c, float cache_scale, const char* what) {
+  CudaFp8Cache& f = *this;
+  const int64_t tokens = static_cast<int64_t>(c.positions.size()), qk = c.nope + c.rope;
+  auto q_lat = f.random(tokens * c.heads * c.latent), q = f.random(tokens * c.heads * qk);
+  auto raw = f.random(c.cache_pages * c.page_size * (c.latent + c.rope), 3.0f);
+  std::vector<uint8_t> codes(raw.size());
+  std::vector<float> code_values(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) {
+    codes[i] = f32_to_f8_e4m3(raw[i] / cache_scale);
+    code_values[i] = f8_e4m3_to_f32(codes[i]);
+  }
+  std::vector<float> att(tokens * c.heads * c.latent);
+  f.cpu->mla_attention({q_lat.data(), q.data(), code_values.data(), c.tables.data(), c.seq_of.data(),
+                        c.positions.data(), att.data(), tokens, c.heads, c.latent, c.rope, qk, c.nope, c.page_size,
+                        c.max_pages, c.scale, true, cache_scale});
+  auto d_ql = f.to_gpu_bf16(q_lat), d_q = f.to_gpu_bf16(q), d_c = f.to_gpu_raw(codes);
+  auto d_out = f.poisoned_bf16(att.size());
+  auto d_t = f.to_gpu_raw(c.tables), d_s = f.to_gpu_raw(c.seq_of), d_p = f.to_gpu_raw(c.positions);
+  f.gpu->mla_attention({d_ql->data(), d_q->data(), d_c->data(), static_cast<int32_t*>(d_t->data()),
+                        static_cast<int32_t*>(d_s->data()), static_cast<int32_t*>(d_p->data()), d_out->data(), tokens,
+                        c.heads, c.latent, c.rope, qk, c.nope, c.page_size, c.max_pages, c.scale, true, cache_scale});
+  f.expect_close(f.from_gpu_bf16(*d_out, att.size()), att, what);
+}
+
+TEST_F(CudaFp8Cache, MlaDecodeFp8CacheMixedContexts) {
+  check_fp8_attention(paged_case(64, 64, {39999, 0, 31, 32, 1000, 4095}, 20), 0.25f, "mla_decode fp8 (mixed contexts)");
+  check_fp8_attention(paged_case(128, 16, {0, 63, 64, 2047}, 3), 1.0f, "mla_decode fp8 (128 heads)");
+}
+
+// kv_write into an fp8 cache against the CPU backend's: the same code for every element,
+// including saturated ones (|entry / scale| beyond 448) and subnormals.
+TEST_F(CudaFp8Cache, KvWriteFp8MatchesCpuRounding) {
+  const int64_t width = 576, tokens = 5;
+  const float cache_scale = 0.5f;
+  auto entries = random(tokens * width, 300.0f);
+  entries[0] = 1e-3f, entries[1] = -2e-3f, entries[2] = 224.5f, entries[3] = -1e30f;
+  for (float& e : entries) e = round_to_bf16(e);
+  std::vector<int32_t> slots = {7, 130, 64, 0, 191};
+  std::vector<float> ref(3 * 64 * width, 0.0f);
+  cpu->kv_write({entries.data(), slots.data(), ref.data(), tokens, width, true, cache_scale});
+  auto d_e = to_gpu_bf16(entries), d_s = to_gpu_raw(slots);
+  auto d_c = to_gpu_raw(std::vector<uint8_t>(ref.size(), 0));
+  gpu->kv_write({d_e->data(), static_cast<int32_t*>(d_s->data()), d_c->data(), tokens, width, true, cache_scale});
+  std::vector<uint8_t> got(ref.size());
+  gpu->download(got.data(), *d_c, 0, got.size());
+  int64_t mismatches = 0;
+  for (size_t i = 0; i < ref.size(); ++i) mismatches += f8_e4m3_to_f32(got[i]) != ref[i];
+  EXPECT_EQ(mismatches, 0) << "of " << ref.size() << " cache bytes";
+  EXPECT_EQ(got[7 * width + 3], 0xfe) << "-1e30 / 0.5 saturates to -448";
+}
+
 }  // namespace
 }  // namespace moeserve
