@@ -683,19 +683,22 @@ int64_t mla_workspace_bytes(const ops::MlaAttentionParams& p, bool batch_invaria
 
 namespace {
 
-// Which kernel serves a shape that both take, for measuring them side by side:
-// MOESERVE_MLA_DECODE=split (the per-16-heads kernels), tiled-bf16p (the tiled kernel with bf16
-// softmax weights) or tiled (the default: the tiled kernel, weights as two bf16 parts).
-enum class DecodeChoice { kSplit, kTiled, kTiledBf16P };
+// Which kernel serves a shape that both take: MOESERVE_MLA_DECODE=auto (the default: the tiled
+// kernel from kTiledMinContext cached rows of capacity per sequence, the split kernels below,
+// where they measured faster), split (the per-16-heads kernels), tiled (weights as two bf16
+// parts) or tiled-bf16p (bf16 softmax weights), for measuring them side by side.
+enum class DecodeChoice { kAuto, kSplit, kTiled, kTiledBf16P };
+constexpr int64_t kTiledMinContext = 4096;
 
 DecodeChoice decode_choice() {
   static const DecodeChoice choice = [] {
     const char* env = std::getenv("MOESERVE_MLA_DECODE");
-    const std::string v = env != nullptr ? env : "tiled";
+    const std::string v = env != nullptr ? env : "auto";
+    if (v == "auto") return DecodeChoice::kAuto;
     if (v == "split") return DecodeChoice::kSplit;
     if (v == "tiled-bf16p") return DecodeChoice::kTiledBf16P;
     if (v == "tiled") return DecodeChoice::kTiled;
-    throw std::invalid_argument("MOESERVE_MLA_DECODE: '" + v + "' is not split, tiled or tiled-bf16p");
+    throw std::invalid_argument("MOESERVE_MLA_DECODE: '" + v + "' is not auto, split, tiled or tiled-bf16p");
   }();
   return choice;
 }
@@ -711,7 +714,11 @@ bool launched_tiled(const ops::MlaAttentionParams& p, const KernelPolicy& policy
         "mla_attention: an fp8 KV cache (--kv-cache-dtype fp8_e4m3) needs latent 512, rope 64, heads a multiple of 64 "
         "(got " +
         std::to_string(p.heads) + ") and no --batch-invariant");
-  if (!p.cache_fp8 && (!fits || !policy.mla_tensor_cores || decode_choice() == DecodeChoice::kSplit)) return false;
+  const DecodeChoice choice = decode_choice();
+  const bool short_context = p.max_pages_per_seq * p.page_size < kTiledMinContext;
+  if (!p.cache_fp8 && (!fits || !policy.mla_tensor_cores || choice == DecodeChoice::kSplit ||
+                       (choice == DecodeChoice::kAuto && short_context)))
+    return false;
   launch_mla_decode(p, decode_choice() != DecodeChoice::kTiledBf16P, workspace, stream);
   return true;
 }

@@ -103,15 +103,16 @@ DecodeInputs decode_inputs(const ops::MlaAttentionParams& p) {
 // Partial softmax states of the pieces of cut sequences: slot 2 p holds block p's first
 // sequence, 2 p + 1 its last (when that is cut too).
 struct DecodePartials {
-  float* m;    // [2 parts][kHeads]: running max (log2 domain not used: natural exp)
-  float* l;    // [2 parts][kHeads]: denominator
-  float* acc;  // [2 parts][kHeads][kLatent]: unnormalised output
+  float* m;     // [2 parts][kHeads]: running max
+  float* l;     // [2 parts][kHeads]: denominator
+  float* acc;   // [2 parts][kHeads][kLatent]: unnormalised output
+  int4* tasks;  // [parts]: the combine's work, from the decode kernel (PartTask)
 };
 
 DecodePartials carve_partials(void* workspace, int parts) {
   auto* f = static_cast<float*>(workspace);
   const int64_t states = static_cast<int64_t>(2) * parts * kHeads;
-  return {f, f + states, f + 2 * states};
+  return {f, f + states, f + 2 * states, reinterpret_cast<int4*>(f + 2 * states + states * kLatent)};
 }
 
 __device__ __forceinline__ int sequence_tiles(const DecodeInputs& in, int s) {
@@ -441,12 +442,25 @@ __device__ void run_piece(const DecodeInputs& in, const Piece& piece, unsigned c
 }
 
 // Grid: one block per part (SM), kThreads threads, SharedLayout<kFp8>::bytes of dynamic shared memory.
+// The combine's task of part p: its last sequence when that is cut by the run's end and
+// starts inside the run ({token, group, slot of its first piece, pieces}), else pieces 0.
+__device__ int4 part_task(const DecodeInputs& in, const Run& run, int part) {
+  if (run.begin >= run.end) return make_int4(0, 0, 0, 0);
+  int s = run.first, start = run.first_start;
+  while (start + sequence_tiles(in, s) < run.end) start += sequence_tiles(in, s++);
+  const int stop = start + sequence_tiles(in, s);
+  if (stop <= run.end || start < run.begin) return make_int4(0, 0, 0, 0);
+  const int pieces = run.part_of(stop - 1) - part + 1;
+  return make_int4(s / in.groups, s % in.groups, 2 * part + (s == run.first ? 0 : 1), pieces);
+}
+
 template <bool kSplitP, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const DecodeInputs in, DecodePartials partials) {
   extern __shared__ __align__(16) unsigned char shared[];
   pdl_enter();
   const int part = blockIdx.x;
   const Run run = block_run(in, part, reinterpret_cast<int*>(shared + SharedLayout<kFp8>::scan));
+  if (threadIdx.x == 0) partials.tasks[part] = part_task(in, run, part);
   if (run.begin >= run.end) return;  // a part beyond the work
   int s = run.first, start = run.first_start;
   while (start < run.end) {
@@ -465,50 +479,55 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const DecodeInp
   }
 }
 
-// Grid: one block per part, kThreads threads. Block p merges its last sequence when that
-// sequence starts in p's run and continues past it: the pieces of parts p .. part_of(its last
-// tile), in order.
-__global__ void __launch_bounds__(kThreads) mla_decode_combine_kernel(const DecodeInputs in, DecodePartials partials) {
-  __shared__ int scratch[kWarps + 8];
+// Grid (parts, kHeads), kCombineThreads threads: block (p, h) merges head h of the sequence
+// that part p's task names (a sequence cut by p's run end that starts in p's run): its pieces
+// in parts p, p + 1, ..., in order, each thread 4 of the 512 columns.
+constexpr int kCombineThreads = kLatent / 4;
+
+__global__ void __launch_bounds__(kCombineThreads)
+    mla_decode_combine_kernel(const DecodeInputs in, DecodePartials partials) {
   __shared__ float weight[1024];
-  __shared__ float inv_denom;
+  __shared__ float reduce[kCombineThreads / 32];
   pdl_enter();
-  const int part = blockIdx.x;
-  const Run run = block_run(in, part, scratch);
-  if (run.begin >= run.end) return;
-  int s = run.first, start = run.first_start;
-  while (start + sequence_tiles(in, s) < run.end) start += sequence_tiles(in, s++);
-  const int stop = start + sequence_tiles(in, s);
-  if (stop <= run.end || start < run.begin) return;
-  const int last = run.part_of(stop - 1), pieces = last - part + 1;
-  const int token = s / in.groups, group = s % in.groups;
-  auto slot_of = [&](int i) { return i == 0 ? 2 * part + (s == run.first ? 0 : 1) : 2 * (part + i); };
-  for (int head = 0; head < kHeads; ++head) {
-    if (threadIdx.x < 32) {
-      float global_max = -INFINITY;
-      for (int i = threadIdx.x; i < pieces; i += 32)
-        global_max = fmaxf(global_max, partials.m[slot_of(i) * kHeads + head]);
-      for (int offset = 16; offset > 0; offset >>= 1)
-        global_max = fmaxf(global_max, __shfl_xor_sync(0xffffffffu, global_max, offset));
-      float denom = 0.0f;
-      for (int i = threadIdx.x; i < pieces; i += 32) {
-        const float w = __expf(partials.m[slot_of(i) * kHeads + head] - global_max);
-        weight[i] = w;
-        denom += w * partials.l[slot_of(i) * kHeads + head];
-      }
-      denom = warp_sum(denom);
-      if (threadIdx.x == 0) inv_denom = 1.0f / denom;
+  const int part = blockIdx.x, head = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int4 task = partials.tasks[part];  // token, group, slot of the first piece, pieces
+  if (task.w == 0) return;
+  auto slot_of = [&](int i) { return i == 0 ? task.z : 2 * (part + i); };
+  auto block_reduce = [&](float v, bool is_max) {
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const float o = __shfl_xor_sync(0xffffffffu, v, offset);
+      v = is_max ? fmaxf(v, o) : v + o;
     }
+    if (lane == 0) reduce[warp] = v;
     __syncthreads();
-    bf16* out = in.out + (static_cast<int64_t>(token) * in.heads + group * kHeads + head) * kLatent;
-    for (int c = threadIdx.x; c < kLatent; c += kThreads) {
-      float sum = 0.0f;
-      for (int i = 0; i < pieces; ++i)
-        sum += weight[i] * partials.acc[(static_cast<int64_t>(slot_of(i)) * kHeads + head) * kLatent + c];
-      out[c] = to_bf(sum * inv_denom);
-    }
+    v = reduce[0];
+    for (int w = 1; w < kCombineThreads / 32; ++w) v = is_max ? fmaxf(v, reduce[w]) : v + reduce[w];
     __syncthreads();
+    return v;
+  };
+  float global_max = -INFINITY;
+  for (int i = threadIdx.x; i < task.w; i += kCombineThreads)
+    global_max = fmaxf(global_max, partials.m[slot_of(i) * kHeads + head]);
+  global_max = block_reduce(global_max, true);
+  float denom = 0.0f;
+  for (int i = threadIdx.x; i < task.w; i += kCombineThreads) {
+    const float w = __expf(partials.m[slot_of(i) * kHeads + head] - global_max);  // every piece has rows
+    weight[i] = w;
+    denom += w * partials.l[slot_of(i) * kHeads + head];
   }
+  const float inv_denom = 1.0f / block_reduce(denom, false);  // its syncs also publish weight[]
+  const int column = 4 * threadIdx.x;
+  float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+  for (int i = 0; i < task.w; ++i) {
+    const float4 a = *reinterpret_cast<const float4*>(
+        partials.acc + (static_cast<int64_t>(slot_of(i)) * kHeads + head) * kLatent + column);
+    const float w = weight[i];
+    sum.x += w * a.x, sum.y += w * a.y, sum.z += w * a.z, sum.w += w * a.w;
+  }
+  bf16* out = in.out + (static_cast<int64_t>(task.x) * in.heads + task.y * kHeads + head) * kLatent + column;
+  reinterpret_cast<__nv_bfloat162*>(out)[0] = __floats2bfloat162_rn(sum.x * inv_denom, sum.y * inv_denom);
+  reinterpret_cast<__nv_bfloat162*>(out)[1] = __floats2bfloat162_rn(sum.z * inv_denom, sum.w * inv_denom);
 }
 
 // Streaming multiprocessors of the current device (the grid: one block each), asked once per
@@ -541,7 +560,7 @@ bool mla_decode_supported(const ops::MlaAttentionParams& p) {
 
 int64_t mla_decode_workspace_bytes() {
   const int64_t parts = parts_of_device();
-  return 4 * 2 * parts * kHeads * (2 + kLatent);
+  return 4 * 2 * parts * kHeads * (2 + kLatent) + static_cast<int64_t>(sizeof(int4)) * parts;
 }
 
 void launch_mla_decode(const ops::MlaAttentionParams& p, bool split_p, void* workspace, cudaStream_t stream) {
@@ -552,7 +571,7 @@ void launch_mla_decode(const ops::MlaAttentionParams& p, bool split_p, void* wor
                              : (split_p ? mla_decode_kernel<true, false> : mla_decode_kernel<false, false>);
   const size_t shared = p.cache_fp8 ? SharedLayout<true>::bytes : SharedLayout<false>::bytes;
   launch_pdl(kernel, dim3(parts), kThreads, shared, stream, decode_inputs(p), partials);
-  launch_pdl(mla_decode_combine_kernel, dim3(parts), kThreads, 0, stream, decode_inputs(p), partials);
+  launch_pdl(mla_decode_combine_kernel, dim3(parts, kHeads), kCombineThreads, 0, stream, decode_inputs(p), partials);
 }
 
 }  // namespace moeserve::cuda

@@ -28,7 +28,9 @@ MlaAttentionCase paged_case(int64_t heads, int64_t page_size, const std::vector<
     }
     pages_of.push_back((prefill - 1) / page_size + 1);
   }
-  c.max_pages = *std::max_element(pages_of.begin(), pages_of.end());
+  // Block tables of at least 4096 rows per sequence: under MOESERVE_MLA_DECODE=auto (the
+  // default) the tiled kernel takes such batches (mla_attention.cu kTiledMinContext).
+  c.max_pages = std::max(*std::max_element(pages_of.begin(), pages_of.end()), (4096 + page_size - 1) / page_size);
   for (int64_t n : pages_of) c.cache_pages += n;
   // Page k of the pool goes to the (k * 7919 mod pool)-th slot of the sequences' pages in
   // order: a permutation (7919 is a prime larger than every pool here, so coprime to it).
@@ -40,17 +42,23 @@ MlaAttentionCase paged_case(int64_t heads, int64_t page_size, const std::vector<
   return c;
 }
 
+// Its own suite (gtest wants one fixture class per suite, and CudaOps is per file).
+class CudaMlaDecode : public CudaOps {
+ protected:
+  void check_fp8_attention(const MlaAttentionCase& c, float cache_scale, const char* what);
+};
+
 // One batch of every kind of context: a single row, a tile boundary (31, 32, 33 rows), one
 // tile short of a page, long ones cut over many SMs, and a prefill run whose tokens see 1 ..
 // 40 rows of their shared sequence.
-TEST_F(CudaOps, MlaDecodeMixedContextsInOneBatch) {
+TEST_F(CudaMlaDecode, MlaDecodeMixedContextsInOneBatch) {
   check_mla_attention(paged_case(64, 64, {39999, 0, 30, 31, 32, 1000, 4095, 16, 12000}, 40),
                       "mla_decode (mixed contexts, 64 heads)");
 }
 
 // A batch of one: its context spread over every SM (at 40000 rows ~10 tiles a block, the
 // combine merging one piece per SM) or over too few tiles to fill them.
-TEST_F(CudaOps, MlaDecodeOneSequenceAlone) {
+TEST_F(CudaMlaDecode, MlaDecodeOneSequenceAlone) {
   for (int32_t position : {0, 32, 511, 39999}) {
     SCOPED_TRACE(testing::Message() << "position " << position);
     check_mla_attention(paged_case(64, 64, {position}), "mla_decode (batch of one)");
@@ -59,7 +67,7 @@ TEST_F(CudaOps, MlaDecodeOneSequenceAlone) {
 
 // 128 heads (two groups of 64 per token, DeepSeek-V3 on one GPU) and page sizes 1, 16 and 128:
 // tiles that span pages and pages that span tiles.
-TEST_F(CudaOps, MlaDecodeHeadGroupsAndPageSizes) {
+TEST_F(CudaMlaDecode, MlaDecodeHeadGroupsAndPageSizes) {
   for (int64_t page_size : {1, 16, 128}) {
     SCOPED_TRACE(testing::Message() << "page size " << page_size);
     check_mla_attention(paged_case(128, page_size, {0, 63, 64, 65, 2047, 300}, 5), "mla_decode (128 heads)");
@@ -68,7 +76,7 @@ TEST_F(CudaOps, MlaDecodeHeadGroupsAndPageSizes) {
 
 // A decode batch of 32 equal contexts: several whole sequences per block and none cut, or
 // cut at uneven places (1024 rows: 32 tiles each, 1024 tiles over the SMs).
-TEST_F(CudaOps, MlaDecodeBatchOfEqualContexts) {
+TEST_F(CudaMlaDecode, MlaDecodeBatchOfEqualContexts) {
   for (int32_t position : {100, 1023}) {
     SCOPED_TRACE(testing::Message() << "position " << position);
     check_mla_attention(paged_case(64, 64, std::vector<int32_t>(32, position)), "mla_decode (batch of 32)");
@@ -78,13 +86,9 @@ TEST_F(CudaOps, MlaDecodeBatchOfEqualContexts) {
 // fp8 cache (--kv-cache-dtype fp8_e4m3): the CPU reference reads the codes' values (exact
 // floats) with the scale, the GPU the codes themselves. Values up to 3 / scale = 12 in codes:
 // normal and subnormal e4m3 values alike.
-class CudaFp8Cache : public CudaOps {
- protected:
-  void check_fp8_attention(const MlaAttentionCase& c, float cache_scale, const char* what);
-};
 
-void CudaFp8Cache::check_fp8_attention(const MlaAttentionCase& c, float cache_scale, const char* what) {
-  CudaFp8Cache& f = *this;
+void CudaMlaDecode::check_fp8_attention(const MlaAttentionCase& c, float cache_scale, const char* what) {
+  CudaMlaDecode& f = *this;
   const int64_t tokens = static_cast<int64_t>(c.positions.size()), qk = c.nope + c.rope;
   auto q_lat = f.random(tokens * c.heads * c.latent), q = f.random(tokens * c.heads * qk);
   auto raw = f.random(c.cache_pages * c.page_size * (c.latent + c.rope), 3.0f);
@@ -107,14 +111,14 @@ void CudaFp8Cache::check_fp8_attention(const MlaAttentionCase& c, float cache_sc
   f.expect_close(f.from_gpu_bf16(*d_out, att.size()), att, what);
 }
 
-TEST_F(CudaFp8Cache, MlaDecodeFp8CacheMixedContexts) {
+TEST_F(CudaMlaDecode, MlaDecodeFp8CacheMixedContexts) {
   check_fp8_attention(paged_case(64, 64, {39999, 0, 31, 32, 1000, 4095}, 20), 0.25f, "mla_decode fp8 (mixed contexts)");
   check_fp8_attention(paged_case(128, 16, {0, 63, 64, 2047}, 3), 1.0f, "mla_decode fp8 (128 heads)");
 }
 
 // kv_write into an fp8 cache against the CPU backend's: the same code for every element,
 // including saturated ones (|entry / scale| beyond 448) and subnormals.
-TEST_F(CudaFp8Cache, KvWriteFp8MatchesCpuRounding) {
+TEST_F(CudaMlaDecode, KvWriteFp8MatchesCpuRounding) {
   const int64_t width = 576, tokens = 5;
   const float cache_scale = 0.5f;
   auto entries = random(tokens * width, 300.0f);
