@@ -9,6 +9,7 @@
 #include "apps/plan_cli.h"
 #include "core/error.h"
 #include "model/model_source.h"
+#include "runtime/prefill_benchmark.h"
 #include "runtime/rank_devices.h"
 #include "runtime/step_benchmark.h"
 
@@ -35,6 +36,8 @@ struct BenchStepArgs {
   int64_t page_size = 64;
   std::string reduction_plan = "single";
   bool batch_invariant = false;
+  std::string kv_cache_dtype = "auto";
+  std::string prefill;  // prompt lengths: time prefill passes instead of decode steps
 };
 
 std::string model_spec(const BenchStepArgs& args) {
@@ -56,10 +59,18 @@ runtime::EngineOptions engine_options(const BenchStepArgs& args, const ModelSour
   options.page_size = args.page_size;
   options.run = run_options_for(args.reduction_plan);
   options.batch_invariant = args.batch_invariant;
+  MS_CHECK(args.kv_cache_dtype == "auto" || args.kv_cache_dtype == "bf16" || args.kv_cache_dtype == "fp8_e4m3",
+           "--kv-cache-dtype: '{}' is not auto, bf16 or fp8_e4m3", args.kv_cache_dtype);
+  options.kv_cache_fp8 = args.kv_cache_dtype == "fp8_e4m3";
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
   const int64_t per_replica = (max_batch + options.plan.attn_dp - 1) / options.plan.attn_dp;
   // Pipeline plans also run one group of the batch per stage in flight (pp times the sequences).
   options.num_pages = per_replica * options.plan.pp * ((args.context + 1 + args.page_size - 1) / args.page_size);
+  if (!args.prefill.empty()) {
+    int64_t longest = 0;
+    for (int32_t n : parse_id_list(args.prefill, "--prefill")) longest = std::max<int64_t>(longest, n);
+    options.num_pages = std::max(options.num_pages, runtime::prefill_pages(longest, args.page_size));
+  }
   return options;
 }
 
@@ -152,6 +163,28 @@ nlohmann::json report_row(const runtime::StepBenchResult& r, int world, const Ce
   return row;
 }
 
+// Prefill passes of one prompt per length: time, tokens/s and the FLOP rate against the GEMM ceiling.
+void run_prefill(runtime::Engine& engine, const BenchStepArgs& args, int world, const Ceilings& ceilings) {
+  const std::vector<int32_t> ids = parse_id_list(args.prefill, "--prefill");
+  const std::vector<int64_t> lengths(ids.begin(), ids.end());
+  const auto results = runtime::benchmark_prefill(engine, lengths, {.iterations = std::max(1, args.iterations / 4)});
+  std::printf("%8s %10s %11s %10s %8s %12s\n", "prompt", "ms", "tok/s", "TFLOP/s", "of GEMM", "attention");
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& r : results) {
+    const double tflops = r.flops / world / (r.ms * 1e-3) / 1e12;
+    std::printf("%8lld %10.2f %11.0f %10.1f %7.1f%% %11.1f%%\n", (long long)r.tokens, r.ms, r.tokens_per_s, tflops,
+                100 * fraction(tflops, ceilings.bf16_tflops), 100 * fraction(r.attention_flops, r.flops));
+    rows.push_back({{"tokens", r.tokens},
+                    {"ms", r.ms},
+                    {"tokens_per_s", r.tokens_per_s},
+                    {"flops", r.flops},
+                    {"attention_flops", r.attention_flops},
+                    {"tflops_per_gpu", tflops},
+                    {"gemm_fraction", fraction(tflops, ceilings.bf16_tflops)}});
+  }
+  if (!args.json_out.empty()) std::ofstream(args.json_out) << nlohmann::json{{"prefill", rows}}.dump(2) << "\n";
+}
+
 void run_bench_step(const BenchStepArgs& args) {
   const std::string spec = model_spec(args);
   const ModelSource model = open_model(spec);
@@ -160,6 +193,14 @@ void run_bench_step(const BenchStepArgs& args) {
   const runtime::EngineOptions options = engine_options(args, model, batches);
   const Ceilings ceilings = measured_ceilings(options.backend);  // before the engine takes the GPU's memory
   runtime::Engine engine(model, options);
+  if (!args.prefill.empty()) {
+    std::printf("model %s, plan %s, prefill of one prompt per length%s\n", spec.c_str(), options.plan.name.c_str(),
+                options.kv_cache_fp8 ? ", fp8_e4m3 KV cache" : "");
+    if (ceilings.bf16_tflops > 0)
+      std::printf("ceiling (GPU 0, measured now): bf16 GEMM %.0f TFLOP/s\n", ceilings.bf16_tflops);
+    run_prefill(engine, args, options.plan.world(), ceilings);
+    return;
+  }
   runtime::StepBenchOptions bench;
   bench.context = args.context;
   bench.iterations = args.iterations;
@@ -167,10 +208,11 @@ void run_bench_step(const BenchStepArgs& args) {
   bench.breakdown = args.breakdown;
   const auto results = runtime::benchmark_decode_steps(engine, batches, bench);
 
-  std::printf("model %s, plan %s (%d rank%s, %s), context %lld, CUDA graphs %s, reduction plan %s%s\n", spec.c_str(),
+  std::printf("model %s, plan %s (%d rank%s, %s), context %lld, CUDA graphs %s, reduction plan %s%s%s\n", spec.c_str(),
               options.plan.name.c_str(), options.plan.world(), options.plan.world() > 1 ? "s" : "",
               options.backend.c_str(), (long long)args.context, options.graphs ? "on" : "off",
-              options.run.reduction_plan.name.c_str(), options.batch_invariant ? ", batch-invariant kernels" : "");
+              options.run.reduction_plan.name.c_str(), options.batch_invariant ? ", batch-invariant kernels" : "",
+              options.kv_cache_fp8 ? ", fp8_e4m3 KV cache" : "");
   if (ceilings.copy_gbs > 0)
     std::printf("ceilings (GPU 0, measured now): copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n", ceilings.copy_gbs,
                 ceilings.bf16_tflops);
@@ -186,6 +228,7 @@ void run_bench_step(const BenchStepArgs& args) {
                           {"context", args.context},
                           {"graphs", options.graphs},
                           {"batch_invariant", options.batch_invariant},
+                          {"kv_cache_dtype", options.kv_cache_fp8 ? "fp8_e4m3" : "bf16"},
                           {"copy_gbs", ceilings.copy_gbs},
                           {"bf16_tflops", ceilings.bf16_tflops},
                           {"rows", rows}};
@@ -215,6 +258,10 @@ void add_bench_step_command(CLI::App& app) {
   cmd->add_option("--page-size", args->page_size, "KV cache page size")->capture_default_str();
   add_reduction_plan_flag(cmd, args->reduction_plan);
   add_batch_invariant_flag(cmd, args->batch_invariant);
+  cmd->add_option("--prefill", args->prefill,
+                  "Prompt lengths, comma-separated: time one prompt's prefill pass per length instead of decode steps");
+  cmd->add_option("--kv-cache-dtype", args->kv_cache_dtype, "Latent cache: auto (bf16) or fp8_e4m3 (scale 1)")
+      ->capture_default_str();
   cmd->callback([args] { run_bench_step(*args); });
 }
 

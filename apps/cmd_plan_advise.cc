@@ -127,6 +127,9 @@ void add_plan_advise_command(CLI::App& plan) {
   cmd->add_option("--speculative-num-draft-tokens", args->workload.verify_tokens,
                   "Tokens verified per sequence and step (default: ceil(accept length) + 1)");
   cmd->add_option("--expert-loads", args->expert_loads, "JSON list of routed rows per expert (default: uniform)");
+  cmd->add_flag(
+      "--kv-cache-fp8", args->workload.kv_cache_fp8,
+      "The KV cache as --kv-cache-dtype fp8_e4m3 stores it: one byte per element (memory fit and KV read time)");
   cmd->add_option("--context-length", args->workload.context_length, "KV tokens per sequence for the fit (0: in + out)")
       ->capture_default_str();
   cmd->add_option("--max-running-requests", args->workload.max_running_requests,

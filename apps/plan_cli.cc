@@ -68,7 +68,7 @@ parallel::ParallelPlan plan_for_model(const PlanCliArgs& args, const ModelConfig
   std::vector<parallel::RankMemory> ranks;
   for (int r = 0; r < plan.world(); ++r)
     ranks.push_back({rank_weights(config, plan, r, bytes_per_element).held_bytes,
-                     kv_bytes_per_token(config, plan, r, bytes_per_element)});
+                     kv_bytes_per_token(config, plan, r, args.kv_cache_fp8 ? 1 : bytes_per_element)});
   const parallel::MemoryFit result = parallel::check_memory_fit(plan, ranks, budget);
   if (fit != nullptr) *fit = result;
   return plan;

@@ -21,6 +21,7 @@ struct PlanCliArgs {
   std::string mem_per_rank;    // "" : no memory check
   int64_t context_length = 0;  // 0 : the model's max_position_embeddings
   int64_t max_running_requests = 1;
+  bool kv_cache_fp8 = false;  // --kv-cache-dtype fp8_e4m3: the fit counts one byte per cached element
 };
 
 // The KV-cache page and pipeline micro-batch options of the engine, shared by `generate`

@@ -1,5 +1,6 @@
 #include "core/dtype.h"
 
+#include <cmath>
 #include <limits>
 
 #include "core/error.h"
@@ -76,6 +77,25 @@ float f8_e4m3_to_f32(uint8_t bits) {
   const uint32_t u = sign | ((exponent + 127 - 7) << 23) | (mantissa << 20);
   std::memcpy(&f, &u, sizeof f);
   return f;
+}
+
+uint8_t f32_to_f8_e4m3(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, sizeof x);
+  const uint8_t sign = static_cast<uint8_t>((x >> 24) & 0x80u);
+  const uint32_t abs = x & 0x7fffffffu;
+  if (abs > 0x7f800000u) return sign | 0x7fu;   // NaN
+  if (abs >= 0x43e00000u) return sign | 0x7eu;  // >= 448 (with infinity): the largest finite
+  if (abs < 0x3c800000u) {                      // below 2^-6: subnormal or zero, units of 2^-9
+    // abs * 2^9 rounded to an integer, nearest even (exact in fp32: no double rounding).
+    float magnitude;
+    std::memcpy(&magnitude, &abs, sizeof magnitude);
+    return sign | static_cast<uint8_t>(std::nearbyint(magnitude * 0x1p9f));  // 8 (2^-6) is the smallest normal
+  }
+  // Normal: keep 3 of the 23 fraction bits, round the other 20 to nearest even; a carry into
+  // the exponent is the correct next binade (448 stays the largest: 464 and up saturated above).
+  const uint32_t rounded = abs + 0x7ffffu + ((abs >> 20) & 1u);
+  return sign | static_cast<uint8_t>(((rounded >> 20) - ((127 - 7) << 3)) & 0x7fu);
 }
 
 uint16_t f32_to_f16(float f) {

@@ -54,6 +54,9 @@ float f16_to_f32(uint16_t bits);
 // OCP FP8 E4M3 ("e4m3fn", torch.float8_e4m3fn): bias 7, subnormals, no infinity, S.1111.111
 // is NaN. Every value is exact in fp32 (and in bf16).
 float f8_e4m3_to_f32(uint8_t bits);
+// f to e4m3fn, rounding to nearest even and saturating to +-448 (as CUDA's cvt.rn.satfinite
+// and torch's clamp-then-cast do); NaN stays NaN (0x7f with the sign).
+uint8_t f32_to_f8_e4m3(float f);
 uint16_t f32_to_f16(float f);
 
 // Converts `count` elements of `dtype` at `src` to float. Only floating dtypes that the

@@ -42,8 +42,11 @@ DeepseekV3::DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& 
                                                           .mtp = run.mtp}));
   weight_bytes_ = weights_->bytes;
   const int64_t width = config.kv_lora_rank + config.qk_rope_head_dim;
-  const size_t cache_bytes =
-      static_cast<size_t>(cache.num_pages * cache.page_size * width) * dtype_size(backend.activation_dtype());
+  // An fp8 cache is one byte per element where activations are bf16 (the GPU); the CPU's
+  // float cache keeps the codes' values.
+  const size_t element_bytes =
+      cache.fp8 && backend.activation_dtype() == DType::BF16 ? 1 : dtype_size(backend.activation_dtype());
+  const size_t cache_bytes = static_cast<size_t>(cache.num_pages * cache.page_size * width) * element_bytes;
   for (int64_t l = shard_.layers.begin; l < shard_.layers.end; ++l) kv_cache_.push_back(backend.alloc(cache_bytes));
   if (weights_->mtp) mtp_kv_cache_ = backend.alloc(cache_bytes);
   MS_CHECK(!run.mtp || plan.attn_dp == 1, "plan '{}': the MTP layer does not run under attention DP yet", plan.name);
@@ -220,7 +223,8 @@ DeepseekV3::BranchSum DeepseekV3::attention(const LayerWeights& layer, ops::Buff
   backend_.rope({bytes(a.kv) + latent * act, static_cast<const int32_t*>(ptr(a.positions)),
                  static_cast<const float*>(ptr(weights_->inv_freq)), T, 1, width, width, rope,
                  static_cast<float>(c.rope_attention_factor()), c.rope_interleave});
-  backend_.kv_write({ptr(a.kv), static_cast<const int32_t*>(ptr(a.slots)), cache.data(), T, width});
+  backend_.kv_write({ptr(a.kv), static_cast<const int32_t*>(ptr(a.slots)), cache.data(), T, width, cache_shape_.fp8,
+                     cache_shape_.fp8_scale});
   backend_.side_end();
 
   if (c.q_lora_rank > 0) {  // q_a [T, q_lora] path: replicated, once for every part
@@ -267,7 +271,9 @@ void DeepseekV3::attention_part(const LayerPart& part, int v, ops::Buffer& cache
                           .rope_offset = nope,
                           .page_size = cache_shape_.page_size,
                           .max_pages_per_seq = max_pages_per_seq,
-                          .scale = static_cast<float>(c.attention_scale())});
+                          .scale = static_cast<float>(c.attention_scale()),
+                          .cache_fp8 = cache_shape_.fp8,
+                          .cache_scale = cache_shape_.fp8_scale});
   backend_.mla_v_up({ptr(a.attn_latent), ptr(part.kv_b_proj), ptr(a.attn_v), T, heads, nope, c.v_head_dim, latent});
   // [T, hidden] partial over this part's heads, summed over the parts and attention TP.
   ops::LinearParams o_proj =

@@ -44,6 +44,10 @@ struct RankGroups {
 struct KvCacheShape {
   int64_t num_pages = 0;
   int64_t page_size = 64;
+  // --kv-cache-dtype fp8_e4m3: the latent cache holds e4m3fn codes of value / fp8_scale, one
+  // byte each on the GPU (a float each on the CPU, which keeps the codes' exact values).
+  bool fp8 = false;
+  float fp8_scale = 1.0f;
 };
 
 // How a rank computes, beside what it owns.

@@ -126,6 +126,10 @@ struct KvWriteParams {
   const int32_t* slots;  // [tokens]: page * page_size + offset
   void* cache;           // [num_pages * page_size, latent + rope]
   int64_t tokens, width;
+  // --kv-cache-dtype fp8_e4m3: the cache holds e4m3fn codes of entry / fp8_scale (rounded to
+  // nearest even, saturated to +-448; core/dtype.h f32_to_f8_e4m3), one byte each on the GPU.
+  bool fp8 = false;
+  float fp8_scale = 1.0f;
 };
 
 // Causal attention of each query token over its sequence's cached latents [0, position].
@@ -140,6 +144,9 @@ struct MlaAttentionParams {
   void* out;                    // [tokens, heads, latent]
   int64_t tokens, heads, latent, rope, q_head_stride, rope_offset, page_size, max_pages_per_seq;
   float scale;
+  // The cache as KvWriteParams::fp8 wrote it: a row element is its e4m3 code times cache_scale.
+  bool cache_fp8 = false;
+  float cache_scale = 1.0f;
 };
 
 // DeepSeek-V3 router: logits = x @ weight^T in fp32, sigmoid scores, bias for selection only,

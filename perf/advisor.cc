@@ -90,7 +90,7 @@ namespace {
 // decode_step_cost is linear in the experts hit: a fractional expected count interpolates
 // between the integer counts below and above it.
 StepCost cost_at(const ModelConfig& c, const parallel::RankShard& s, double tokens, double context, double hits,
-                 double element_bytes) {
+                 double element_bytes, double kv_element_bytes) {
   const int64_t moe_layers = [&] {
     int64_t n = 0;
     for (int64_t l = s.layers.begin; l < s.layers.end; ++l) n += c.is_moe_layer(l) ? 1 : 0;
@@ -101,7 +101,7 @@ StepCost cost_at(const ModelConfig& c, const parallel::RankShard& s, double toke
     shape.tokens = std::max<int64_t>(1, std::llround(tokens));
     shape.context = std::llround(context);
     shape.experts_hit.assign(moe_layers, h);
-    return decode_step_cost(c, s, shape, element_bytes, element_bytes);
+    return decode_step_cost(c, s, shape, element_bytes, kv_element_bytes);
   };
   const double lo = std::floor(hits), t = hits - lo;
   StepCost a = at(static_cast<int64_t>(lo));
@@ -116,8 +116,9 @@ StepCost cost_at(const ModelConfig& c, const parallel::RankShard& s, double toke
 StepSplit rank_compute(const ModelConfig& c, const parallel::RankShard& s, const HardwareProfile& p,
                        const ForwardShape& shape, const RoutedWork& routed) {
   const double T = shape.replica_tokens;
-  const StepCost with_kv = cost_at(c, s, T, shape.context, routed.experts_hit, p.element_bytes);
-  const StepCost no_kv = cost_at(c, s, T, 0, routed.experts_hit, p.element_bytes);
+  const double kv_elem = shape.kv_element_bytes > 0 ? shape.kv_element_bytes : p.element_bytes;
+  const StepCost with_kv = cost_at(c, s, T, shape.context, routed.experts_hit, p.element_bytes, kv_elem);
+  const StepCost no_kv = cost_at(c, s, T, 0, routed.experts_hit, p.element_bytes, kv_elem);
   int64_t moe_layers = 0;
   for (int64_t l = s.layers.begin; l < s.layers.end; ++l) moe_layers += c.is_moe_layer(l) ? 1 : 0;
   // decode_step_cost gives each rank T x top_k x its share of the experts' rows; the routing
@@ -221,6 +222,7 @@ StepSplit decode_round(const ModelConfig& c, const parallel::ParallelPlan& plan,
   shape.replica_tokens = std::ceil(per_group / plan.attn_dp) * w.verify_tokens;
   shape.stage_tokens = per_group * w.verify_tokens;
   shape.context = context;
+  shape.kv_element_bytes = w.kv_cache_fp8 ? 1.0 : 0.0;
   StepSplit traversal;  // one group through every stage
   double slowest = 0, slowest_latency = 0;
   for (int s = 0; s < plan.pp; ++s) {
@@ -259,6 +261,7 @@ double prefill_us(const ModelConfig& c, const parallel::ParallelPlan& plan, cons
   shape.replica_tokens = static_cast<double>(w.input_len);
   shape.stage_tokens = static_cast<double>(w.input_len);
   shape.context = static_cast<double>(w.input_len) / 2;
+  shape.kv_element_bytes = w.kv_cache_fp8 ? 1.0 : 0.0;
   double t = p.step_overhead_us;
   for (int s = 0; s < plan.pp; ++s) t += stage_time(c, plan, p, s, shape, w.expert_load).total_us();
   return t;
@@ -308,7 +311,8 @@ std::string check_fit(const ModelConfig& c, const parallel::ParallelPlan& plan, 
   const auto bytes = static_cast<int64_t>(p.element_bytes);
   std::vector<parallel::RankMemory> ranks;
   for (int r = 0; r < plan.world(); ++r)
-    ranks.push_back({rank_weights(c, plan, r, bytes).held_bytes, kv_bytes_per_token(c, plan, r, bytes)});
+    ranks.push_back(
+        {rank_weights(c, plan, r, bytes).held_bytes, kv_bytes_per_token(c, plan, r, w.kv_cache_fp8 ? 1 : bytes)});
   try {
     const parallel::MemoryFit fit = parallel::check_memory_fit(plan, ranks, budget);
     fits = true;

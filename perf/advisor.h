@@ -35,6 +35,7 @@ struct AdviseWorkload {
   std::vector<double> expert_load;    // share of routed rows per expert (empty: uniform)
   int64_t context_length = 0;         // KV tokens per sequence for the fit (0: input + output)
   int64_t max_running_requests = 0;   // sequences whose KV the fit holds (0: the largest concurrency)
+  bool kv_cache_fp8 = false;          // --kv-cache-dtype fp8_e4m3: one byte per cached element
 };
 
 // Where a step's time goes (microseconds). weights / kv: streaming at the profile's
@@ -65,9 +66,10 @@ RoutedWork routed_work(const ModelConfig& config, int groups, double tokens, con
 
 // How the step's tokens meet the ranks.
 struct ForwardShape {
-  double replica_tokens = 1;  // tokens of the busiest attention replica (each TP rank runs them)
-  double stage_tokens = 1;    // tokens the stage's MoE layers route (every replica's)
-  double context = 0;         // tokens each attends to
+  double replica_tokens = 1;    // tokens of the busiest attention replica (each TP rank runs them)
+  double stage_tokens = 1;      // tokens the stage's MoE layers route (every replica's)
+  double context = 0;           // tokens each attends to
+  double kv_element_bytes = 0;  // bytes per cached element (0: the profile's element bytes)
 };
 
 // One stage's forward of one micro-batch (compute on its busiest rank, or every rank's when

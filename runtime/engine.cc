@@ -234,7 +234,7 @@ void Engine::build(const ModelSource& model, Engine* reshard_from) {
     for (int r = 0; r < world; ++r) impl_->ranks[r].comms = make_rank_comms(*impl_->world, plan, r);
   }
   // Every rank loads its own shard on its own thread.
-  const KvCacheShape cache{options_.num_pages, options_.page_size};
+  const KvCacheShape cache{options_.num_pages, options_.page_size, options_.kv_cache_fp8};
   impl_->workers->run([&](int r) {
     Rank& rank = impl_->ranks[r];
     rank.model = std::make_unique<DeepseekV3>(config_, plan, r, *rank.backend, *rank.weights, rank.comms.groups(),

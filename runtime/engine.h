@@ -37,6 +37,7 @@ struct EngineOptions {
   int64_t pp_async_batch_depth = 0;
   ModelRunOptions run;           // reduction_plan: the same logits under every plan that nests in it
   bool batch_invariant = false;  // every row's logits independent of its batch (rank_devices.h)
+  bool kv_cache_fp8 = false;     // --kv-cache-dtype fp8_e4m3 (scale 1, as SGLang and vLLM without scales)
 };
 
 // What a step gives back: per (micro-batch, DP replica), what the sampler drew under the

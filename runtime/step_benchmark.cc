@@ -249,7 +249,8 @@ void cost_of_step(Engine& engine, const StepPlan& step, int64_t batch, int64_t c
     for (const auto& h : hit) shape.experts_hit.push_back(static_cast<int64_t>(h.size()));
     experts_hit_per_rank[rank] = shape.experts_hit;
     const double elem = engine.options().backend == "cuda" ? 2.0 : 4.0;
-    cost_per_rank[rank] = perf::decode_step_cost(config, shard, shape, elem, elem);
+    const double kv_elem = engine.options().kv_cache_fp8 && engine.options().backend == "cuda" ? 1.0 : elem;
+    cost_per_rank[rank] = perf::decode_step_cost(config, shard, shape, elem, kv_elem);
   }
 }
 
@@ -284,6 +285,23 @@ PipelinedResult time_pipelined(Engine& engine, int64_t batch, const StepBenchOpt
   return out;
 }
 
+// Random latents in every cache slot of the rank: uniform [0, 1), or random e4m3 codes in
+// [0, 1.875] for an fp8 cache of bytes (codes <= 0x3f: never the NaN code).
+void fill_caches_randomly(Engine::RankView& r, const ModelConfig& config) {
+  const int64_t width = config.kv_lora_rank + config.qk_rope_head_dim;
+  const int64_t slots = r.model.cache_shape().num_pages * r.model.cache_shape().page_size;
+  const bool fp8_bytes = r.model.cache_shape().fp8 && r.backend.activation_dtype() == DType::BF16;
+  uint64_t seed = 1000 + static_cast<uint64_t>(r.rank) * 131;
+  for (ops::Buffer* cache : r.model.kv_caches()) {
+    if (fp8_bytes)
+      r.backend.fill_random_words(
+          {static_cast<uint32_t*>(cache->data()), slots * width / 4, 0, seed++, 1, 0, 0x3f3f3f3fu});
+    else
+      r.backend.fill_uniform({cache->data(), slots, width, width, 0, 0, seed++, 0.0f, 1.0f});
+  }
+  r.backend.synchronize();
+}
+
 }  // namespace
 
 std::vector<StepBenchResult> benchmark_decode_steps(Engine& engine, const std::vector<int64_t>& batches,
@@ -292,12 +310,7 @@ std::vector<StepBenchResult> benchmark_decode_steps(Engine& engine, const std::v
   const parallel::ParallelPlan& plan = engine.options().plan;
   // Random latents in every cache slot, once.
   engine.for_each_rank([&](Engine::RankView& r) {
-    const int64_t width = config.kv_lora_rank + config.qk_rope_head_dim;
-    const int64_t slots = r.model.cache_shape().num_pages * r.model.cache_shape().page_size;
-    uint64_t seed = 1000 + static_cast<uint64_t>(r.rank) * 131;
-    for (ops::Buffer* cache : r.model.kv_caches())
-      r.backend.fill_uniform({cache->data(), slots, width, width, 0, 0, seed++, 0.0f, 1.0f});
-    r.backend.synchronize();
+    fill_caches_randomly(r, config);
     if (r.sampler != nullptr) r.sampler->set_return_logits(false);
   });
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/quant_dequant.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/random.h"
 #include "core/thread_pool.h"
@@ -190,14 +191,25 @@ class CpuBackend final : public Backend {
     });
   }
 
+  // fp8: the cache keeps each element's e4m3 code as its (exact) float value, as the GPU's
+  // byte decodes; mla_attention applies the scale.
   void kv_write(const KvWriteParams& p) override {
-    for (int64_t t = 0; t < p.tokens; ++t)
-      std::memcpy(F(p.cache) + static_cast<int64_t>(p.slots[t]) * p.width, F(p.entries) + t * p.width,
-                  p.width * sizeof(float));
+    for (int64_t t = 0; t < p.tokens; ++t) {
+      float* row = F(p.cache) + static_cast<int64_t>(p.slots[t]) * p.width;
+      const float* entry = F(p.entries) + t * p.width;
+      if (!p.fp8) {
+        std::memcpy(row, entry, p.width * sizeof(float));
+        continue;
+      }
+      for (int64_t i = 0; i < p.width; ++i) row[i] = f8_e4m3_to_f32(f32_to_f8_e4m3(entry[i] / p.fp8_scale));
+    }
   }
 
   void mla_attention(const MlaAttentionParams& p) override {
     const int64_t width = p.latent + p.rope;
+    // An fp8 cache holds codes: the scores and the output take its scale (as the GPU kernel).
+    const float score_scale = p.cache_fp8 ? p.scale * p.cache_scale : p.scale;
+    const float value_scale = p.cache_fp8 ? p.cache_scale : 1.0f;
     pool().parallel_for(static_cast<size_t>(p.tokens * p.heads), 1, [&](size_t begin, size_t end) {
       std::vector<float> scores;
       for (size_t task = begin; task < end; ++task) {
@@ -211,7 +223,7 @@ class CpuBackend final : public Backend {
         for (int64_t j = 0; j < length; ++j) {
           const float* entry =
               F(p.cache) + (static_cast<int64_t>(table[j / p.page_size]) * p.page_size + j % p.page_size) * width;
-          const float s = (dot(q_lat, entry, p.latent) + dot(q_rope, entry + p.latent, p.rope)) * p.scale;
+          const float s = (dot(q_lat, entry, p.latent) + dot(q_rope, entry + p.latent, p.rope)) * score_scale;
           scores[j] = s;
           max_score = std::max(max_score, s);
         }
@@ -225,7 +237,7 @@ class CpuBackend final : public Backend {
           const float w = scores[j] / denom;
           for (int64_t l = 0; l < p.latent; ++l) out[l] += w * entry[l];
         }
-        for (int64_t l = 0; l < p.latent; ++l) out[l] = store(out[l]);
+        for (int64_t l = 0; l < p.latent; ++l) out[l] = store(out[l] * value_scale);
       }
     });
   }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/mla_decode.h"
 #include "backend/cuda/op_timer.h"
 #include "core/error.h"
 #include "core/random.h"
@@ -314,7 +315,12 @@ class CudaBackend final : public Backend {
         static_cast<int>(p.heads * p.v), p.v, static_cast<int>(p.heads), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 
-  void kv_write(const KvWriteParams& p) override { launch_kv_write(p, cur_); }
+  void kv_write(const KvWriteParams& p) override {
+    if (p.fp8)
+      launch_kv_write_fp8(p, cur_);
+    else
+      launch_kv_write(p, cur_);
+  }
 
   void mla_attention(const MlaAttentionParams& p) override {
     void* ws = workspace(mla_workspace_, mla_workspace_bytes(p, policy_.batch_invariant));

@@ -12,11 +12,14 @@
 // Kernel 2, grid (tokens, heads): merges the splits: out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s,
 // in split order.
 #include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/mla_decode.h"
 #include "backend/cuda/mma.cuh"
+#include "backend/cuda/smem_copy.cuh"
 #include "cuda_common/common.cuh"
 
 namespace moeserve::cuda {
@@ -330,26 +333,6 @@ constexpr int kMmaMinSplitRows = 32;  // two tiles: 16 and 64 measured alike or 
 constexpr size_t kMmaSharedBytes = sizeof(bf16) * kMmaStride * (kMmaHeads + 2 * kMmaRows);  // Q + two tiles
 
 __device__ __forceinline__ uint32_t shared_u32(const bf16* p) { return *reinterpret_cast<const uint32_t*>(p); }
-
-__device__ __forceinline__ void cp_async_16(void* shared, const void* global) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(address), "l"(global));
-#endif
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;");
-#endif
-}
-
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending));
-#endif
-}
 
 // x = hi + lo with both parts bf16 (|lo| <= half an ulp of hi): a pair of values as the high
 // and remainder operands of two MMAs.
@@ -694,8 +677,53 @@ int64_t mla_workspace_bytes(const ops::MlaAttentionParams& p, bool batch_invaria
   const int64_t splits =
       batch_invariant ? invariant_splits_for(max_context) : splits_for(p.tokens, p.heads, max_context);
   const int64_t n = p.tokens * p.heads * splits;
-  return 4 * (acc_offset(n) + n * p.latent);
+  const int64_t split_bytes = 4 * (acc_offset(n) + n * p.latent);
+  return mla_decode_supported(p) ? std::max(split_bytes, mla_decode_workspace_bytes()) : split_bytes;
 }
+
+namespace {
+
+// Which kernel serves a shape that both take: MOESERVE_MLA_DECODE=auto (the default: the tiled
+// kernel from kTiledMinContext cached rows of capacity per sequence, the split kernels below,
+// where they measured faster), split (the per-16-heads kernels), tiled (weights as two bf16
+// parts) or tiled-bf16p (bf16 softmax weights), for measuring them side by side.
+enum class DecodeChoice { kAuto, kSplit, kTiled, kTiledBf16P };
+constexpr int64_t kTiledMinContext = 4096;
+
+DecodeChoice decode_choice() {
+  static const DecodeChoice choice = [] {
+    const char* env = std::getenv("MOESERVE_MLA_DECODE");
+    const std::string v = env != nullptr ? env : "auto";
+    if (v == "auto") return DecodeChoice::kAuto;
+    if (v == "split") return DecodeChoice::kSplit;
+    if (v == "tiled-bf16p") return DecodeChoice::kTiledBf16P;
+    if (v == "tiled") return DecodeChoice::kTiled;
+    throw std::invalid_argument("MOESERVE_MLA_DECODE: '" + v + "' is not auto, split, tiled or tiled-bf16p");
+  }();
+  return choice;
+}
+
+// All heads of a token per block with a balanced schedule (mla_decode.cu) where the shape
+// allows (and always for an fp8 cache, which only it reads); its splits depend on the batch, so
+// batch-invariant mode keeps the split kernels. False: not launched.
+bool launched_tiled(const ops::MlaAttentionParams& p, const KernelPolicy& policy, void* workspace,
+                    cudaStream_t stream) {
+  const bool fits = !policy.batch_invariant && mla_decode_supported(p);
+  if (p.cache_fp8 && !fits)
+    throw std::invalid_argument(
+        "mla_attention: an fp8 KV cache (--kv-cache-dtype fp8_e4m3) needs latent 512, rope 64, heads a multiple of 64 "
+        "(got " +
+        std::to_string(p.heads) + ") and no --batch-invariant");
+  const DecodeChoice choice = decode_choice();
+  const bool short_context = p.max_pages_per_seq * p.page_size < kTiledMinContext;
+  if (!p.cache_fp8 && (!fits || !policy.mla_tensor_cores || choice == DecodeChoice::kSplit ||
+                       (choice == DecodeChoice::kAuto && short_context)))
+    return false;
+  launch_mla_decode(p, decode_choice() != DecodeChoice::kTiledBf16P, workspace, stream);
+  return true;
+}
+
+}  // namespace
 
 void launch_mla_attention(const ops::MlaAttentionParams& p, const KernelPolicy& policy, void* workspace,
                           cudaStream_t stream) {
@@ -708,6 +736,7 @@ void launch_mla_attention(const ops::MlaAttentionParams& p, const KernelPolicy& 
   const int64_t tokens = p.tokens, heads = p.heads, latent = p.latent;
   if (tokens == 0) return;
   const int64_t max_context = p.max_pages_per_seq * p.page_size;
+  if (launched_tiled(p, policy, workspace, stream)) return;
   // Kernel 1 (one of three) writes the splits' partial states; the merge kernel combines them.
   const bool on_tensor_cores = policy.mla_tensor_cores && mma_shapes(p);
   int splits = splits_for(tokens, heads, max_context);  // the workspace holds this many

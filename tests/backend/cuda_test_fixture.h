@@ -155,7 +155,20 @@ class CudaOps : public ::testing::Test {
     }
   }
 
-  void check_mla_attention(const MlaAttentionCase& c, const char* what);
+  void check_mla_attention(const MlaAttentionCase& c, const char* what) {
+    const int64_t tokens = static_cast<int64_t>(c.positions.size()), qk = c.nope + c.rope;
+    auto q_lat = random(tokens * c.heads * c.latent), q = random(tokens * c.heads * qk);
+    auto cache = random(c.cache_pages * c.page_size * (c.latent + c.rope));
+    std::vector<float> att(tokens * c.heads * c.latent);
+    cpu->mla_attention({q_lat.data(), q.data(), cache.data(), c.tables.data(), c.seq_of.data(), c.positions.data(),
+                        att.data(), tokens, c.heads, c.latent, c.rope, qk, c.nope, c.page_size, c.max_pages, c.scale});
+    auto d_ql = to_gpu_bf16(q_lat), d_q = to_gpu_bf16(q), d_c = to_gpu_bf16(cache), d_out = poisoned_bf16(att.size());
+    auto d_t = to_gpu_raw(c.tables), d_s = to_gpu_raw(c.seq_of), d_p = to_gpu_raw(c.positions);
+    gpu->mla_attention({d_ql->data(), d_q->data(), d_c->data(), static_cast<int32_t*>(d_t->data()),
+                        static_cast<int32_t*>(d_s->data()), static_cast<int32_t*>(d_p->data()), d_out->data(), tokens,
+                        c.heads, c.latent, c.rope, qk, c.nope, c.page_size, c.max_pages, c.scale});
+    expect_close(from_gpu_bf16(*d_out, att.size()), att, what);
+  }
 
   std::unique_ptr<ops::Backend> gpu, cpu;  // cpu: CpuNumerics::kBf16
   uint64_t seed_ = 1234, counter_ = 0;

@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <fstream>
 #include <limits>
+#include <string>
 
 #include "core/error.h"
 
@@ -65,6 +68,37 @@ TEST(DType, Fp8E4m3DecodesEveryByteAsDefined) {
   EXPECT_EQ(f8_e4m3_to_f32(0x01), std::ldexp(1.0f, -9));  // the smallest subnormal
   EXPECT_EQ(f8_e4m3_to_f32(0x08), std::ldexp(1.0f, -6));  // the smallest normal
   EXPECT_EQ(f8_e4m3_to_f32(0xb8), -1.0f);
+}
+
+// The encoder against torch's rounding (clamp to +-448, then cast to float8_e4m3fn) of every
+// e4m3 value, every midpoint between neighbours and the floats either side of it, the
+// saturating and subnormal ranges and random floats: tests/data/e4m3_rounding.txt, which
+// tests/python/test_e4m3_rounding_table.py checks against torch itself.
+TEST(DType, Fp8E4m3EncodesAsTorchWithSaturation) {
+  std::ifstream table("tests/data/e4m3_rounding.txt");
+  ASSERT_TRUE(table) << "tests/data/e4m3_rounding.txt not found (run from the repository root)";
+  std::string bits_hex, code_hex;
+  int64_t lines = 0;
+  while (table >> bits_hex >> code_hex) {
+    const uint32_t bits = static_cast<uint32_t>(std::stoul(bits_hex, nullptr, 16));
+    const auto code = static_cast<uint8_t>(std::stoul(code_hex, nullptr, 16));
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    ASSERT_EQ(f32_to_f8_e4m3(f), code) << "f32 bits " << bits_hex << " (" << f << ")";
+    ++lines;
+  }
+  EXPECT_GT(lines, 9000);
+}
+
+// Decoding then encoding gives every byte back (the NaNs as a NaN: the decoder drops their sign).
+TEST(DType, Fp8E4m3RoundTripsEveryByte) {
+  for (int byte = 0; byte < 256; ++byte) {
+    const uint8_t back = f32_to_f8_e4m3(f8_e4m3_to_f32(static_cast<uint8_t>(byte)));
+    if ((byte & 0x7f) == 0x7f)
+      EXPECT_EQ(back & 0x7f, 0x7f) << byte;
+    else
+      EXPECT_EQ(back, byte) << byte;
+  }
 }
 
 }  // namespace moeserve

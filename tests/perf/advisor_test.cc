@@ -84,6 +84,23 @@ TEST(Advisor, SingleRankRooflineIsBytesOverBandwidth) {
   EXPECT_TRUE(s.collectives_us.empty());
 }
 
+// An fp8 KV cache (--kv-cache-dtype fp8_e4m3) reads one byte per cached element: half the KV
+// time of the profile's bf16, the weights' time unchanged.
+TEST(Advisor, Fp8KvCacheHalvesTheKvRead) {
+  const ModelConfig c = synthetic_config("tiny");
+  const parallel::ParallelPlan single;
+  const HardwareProfile p = simple_profile();
+  ForwardShape shape;
+  shape.replica_tokens = shape.stage_tokens = 1;
+  shape.context = 100;
+  const StepSplit bf16 = stage_time(c, single, p, 0, shape, {});
+  shape.kv_element_bytes = 1;
+  const StepSplit fp8 = stage_time(c, single, p, 0, shape, {});
+  EXPECT_GT(bf16.kv_us, 0.0);
+  EXPECT_NEAR(fp8.kv_us, bf16.kv_us / 2, 1e-9);
+  EXPECT_NEAR(fp8.weights_us, bf16.weights_us, 1e-9);
+}
+
 TEST(Advisor, TensorParallelCollectivesAreLatencyTimesCalls) {
   const ModelConfig c = synthetic_config("tiny");
   const HardwareProfile p = simple_profile();
