@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
 #include <cstdio>
 
 #include "apps/commands.h"
@@ -104,6 +107,52 @@ serve::ReplanTarget replan_target(const ModelSource& model, const ServeArgs& arg
   return target;
 }
 
+// /get_server_info's settings, under SGLang's names where SGLang has the same setting.
+serve::ServerInfo server_info_of(const ServeArgs& args, const ModelSource& model, const parallel::ParallelPlan& plan,
+                                 const KvSizing& kv) {
+  serve::ServerInfo info;
+  if (!model.synthetic) info.model_path = model.directory;
+  info.tokenizer_path = !args.tokenizer_path.empty() ? args.tokenizer_path : info.model_path;
+  info.settings = {{"host", args.host},
+                   {"port", args.port},
+                   {"backend", args.backend},
+                   {"plan", plan.name},
+                   {"tp_size", plan.ranks_per_stage()},
+                   {"dp_size", plan.attn_dp},
+                   {"pp_size", plan.pp},
+                   {"ep_size", plan.moe_ep},
+                   {"enable_dp_attention", plan.attn_dp > 1},
+                   {"context_length", args.plan.context_length > 0 ? args.plan.context_length
+                                                                    : model.config.max_position_embeddings},
+                   {"max_running_requests", args.plan.max_running_requests},
+                   {"max_total_num_tokens", kv.tokens},
+                   {"page_size", args.engine.page_size},
+                   {"kv_pages", kv.pages},
+                   {"kv_cache_sized_by", kv.how},
+                   {"chunked_prefill_size", args.chunked_prefill_size},
+                   {"mem_fraction_static", args.mem_fraction_static > 0 ? args.mem_fraction_static
+                                                                         : kDefaultMemFractionStatic},
+                   {"disable_radix_cache", args.disable_radix_cache},
+                   {"disable_cuda_graph", args.disable_cuda_graph},
+                   {"random_seed", args.random_seed_set ? nlohmann::ordered_json(args.random_seed) : nullptr},
+                   {"speculative_algorithm", args.speculative.algorithm.empty()
+                                                 ? nlohmann::ordered_json(nullptr)
+                                                 : nlohmann::ordered_json(args.speculative.algorithm)}};
+  return info;
+}
+
+// --random-seed: requests without a seed take the next draw of one generator seeded with it,
+// so that a server's run is reproducible from its command line (SGLang's meaning).
+std::function<uint64_t()> seed_source(const ServeArgs& args) {
+  if (!args.random_seed_set) return nullptr;
+  auto state = std::make_shared<std::pair<std::mutex, std::mt19937_64>>();
+  state->second.seed(args.random_seed);
+  return [state] {
+    std::lock_guard<std::mutex> lock(state->first);
+    return state->second();
+  };
+}
+
 // The model as the API shows it: name, limits, end ids, chat template.
 serve::ServedModel served_model(const ServeArgs& args, const ModelSource& model, const tokenizer::Tokenizer& tok) {
   serve::ServedModel served;
@@ -124,6 +173,7 @@ serve::ServedModel served_model(const ServeArgs& args, const ModelSource& model,
   }
   served.special_tokens_in_content = args.special_tokens_in_content;
   served.tokenizer = &tok;
+  served.next_seed = seed_source(args);
   return served;
 }
 
@@ -221,6 +271,7 @@ void run_serve(ServeArgs args) {
 
   const serve::ServedModel served = served_model(args, model, *tok);
   serve::ApiServer api(loop, served, {args.api_key, args.admin_api_key});
+  api.enable_native_routes(server_info_of(args, model, plan, kv));
   // A re-plan keeps every flag but the plan: the memory check (--mem-per-rank, with
   // --context-length and --max-running-requests) applies to the new plan too.
   api.enable_replan([&](const std::string& spec) {

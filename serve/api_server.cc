@@ -240,7 +240,9 @@ void ApiServer::handle(const HttpRequest& request, HttpExchange& exchange) {
     }
     if (path == "/metrics") {
       only("GET");
-      exchange.respond(200, "text/plain; version=0.0.4; charset=utf-8", loop_.render_metrics());
+      std::string text = loop_.render_metrics();
+      loop_.render_sglang_metrics(model_.name, text);
+      exchange.respond(200, "text/plain; version=0.0.4; charset=utf-8", text);
       return;
     }
     if (path == "/admin/replan") {
@@ -251,6 +253,7 @@ void ApiServer::handle(const HttpRequest& request, HttpExchange& exchange) {
       only("POST");
       return send_json(exchange, {{"evicted_pages", loop_.flush_prefix_cache()}});
     }
+    if (native_ && NativeRoutes::serves(path)) return native_->handle(request, exchange);
     throw ApiError(404, "no route " + request.method + " " + path);
   } catch (const ApiError& e) {
     send_error(exchange, e);
@@ -263,6 +266,10 @@ void ApiServer::handle(const HttpRequest& request, HttpExchange& exchange) {
 
 void ApiServer::enable_replan(std::function<ReplanTarget(const std::string& plan)> prepare) {
   prepare_replan_ = std::move(prepare);
+}
+
+void ApiServer::enable_native_routes(ServerInfo info) {
+  native_ = std::make_unique<NativeRoutes>(loop_, model_, std::move(info));
 }
 
 void ApiServer::replan(const HttpRequest& request, HttpExchange& exchange) {

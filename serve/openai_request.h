@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -29,6 +30,8 @@ struct ServedModel {
   // cannot forge a turn of another role (--allow-special-tokens-in-content).
   bool special_tokens_in_content = false;
   const tokenizer::Tokenizer* tokenizer = nullptr;
+  // The seed of a request that gives none (--random-seed); unset: a random one per request.
+  std::function<uint64_t()> next_seed;
 };
 
 struct GenerationParams {
