@@ -7,20 +7,21 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <cstdio>
 
 #include "apps/commands.h"
 #include "apps/default_model.h"
+#include "apps/kv_sizing.h"
 #include "apps/plan_cli.h"
 #include "apps/spec_cli.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "model/model_source.h"
 #include "runtime/engine.h"
 #include "runtime/rank_devices.h"
-#include "apps/kv_sizing.h"
 #include "serve/api_error.h"
 #include "serve/api_server.h"
 #include "serve/engine_loop.h"
@@ -46,12 +47,13 @@ struct ServeArgs {
   std::string backend;  // "": runtime::default_backend()
   PlanCliArgs plan;
   EngineCliArgs engine;
-  int64_t kv_pages = 0;               // 0: sized by apps/kv_sizing.h
-  double mem_fraction_static = 0;    // 0: kDefaultMemFractionStatic
+  int64_t kv_pages = 0;            // 0: sized by apps/kv_sizing.h
+  double mem_fraction_static = 0;  // 0: kDefaultMemFractionStatic
   bool disable_cuda_graph = false;
-  std::string tokenizer_path;        // "": the model's own
-  bool trust_remote_code = false;    // accepted for SGLang / vLLM command lines; nothing runs remote code here
-  uint64_t random_seed = 0;          // the seed of requests that give none
+  std::string log_level = "info";
+  std::string tokenizer_path;      // "": the model's own
+  bool trust_remote_code = false;  // accepted for SGLang / vLLM command lines; nothing runs remote code here
+  uint64_t random_seed = 0;        // the seed of requests that give none
   bool random_seed_set = false;
   int64_t chunked_prefill_size = 0;  // 0: by backend (kDefaultChunkedPrefill*)
   int64_t max_queued_requests = 1024;
@@ -113,31 +115,31 @@ serve::ServerInfo server_info_of(const ServeArgs& args, const ModelSource& model
   serve::ServerInfo info;
   if (!model.synthetic) info.model_path = model.directory;
   info.tokenizer_path = !args.tokenizer_path.empty() ? args.tokenizer_path : info.model_path;
-  info.settings = {{"host", args.host},
-                   {"port", args.port},
-                   {"backend", args.backend},
-                   {"plan", plan.name},
-                   {"tp_size", plan.ranks_per_stage()},
-                   {"dp_size", plan.attn_dp},
-                   {"pp_size", plan.pp},
-                   {"ep_size", plan.moe_ep},
-                   {"enable_dp_attention", plan.attn_dp > 1},
-                   {"context_length", args.plan.context_length > 0 ? args.plan.context_length
-                                                                    : model.config.max_position_embeddings},
-                   {"max_running_requests", args.plan.max_running_requests},
-                   {"max_total_num_tokens", kv.tokens},
-                   {"page_size", args.engine.page_size},
-                   {"kv_pages", kv.pages},
-                   {"kv_cache_sized_by", kv.how},
-                   {"chunked_prefill_size", args.chunked_prefill_size},
-                   {"mem_fraction_static", args.mem_fraction_static > 0 ? args.mem_fraction_static
-                                                                         : kDefaultMemFractionStatic},
-                   {"disable_radix_cache", args.disable_radix_cache},
-                   {"disable_cuda_graph", args.disable_cuda_graph},
-                   {"random_seed", args.random_seed_set ? nlohmann::ordered_json(args.random_seed) : nullptr},
-                   {"speculative_algorithm", args.speculative.algorithm.empty()
-                                                 ? nlohmann::ordered_json(nullptr)
-                                                 : nlohmann::ordered_json(args.speculative.algorithm)}};
+  info.settings = {
+      {"host", args.host},
+      {"port", args.port},
+      {"backend", args.backend},
+      {"plan", plan.name},
+      {"tp_size", plan.ranks_per_stage()},
+      {"dp_size", plan.attn_dp},
+      {"pp_size", plan.pp},
+      {"ep_size", plan.moe_ep},
+      {"enable_dp_attention", plan.attn_dp > 1},
+      {"context_length",
+       args.plan.context_length > 0 ? args.plan.context_length : model.config.max_position_embeddings},
+      {"max_running_requests", args.plan.max_running_requests},
+      {"max_total_num_tokens", kv.tokens},
+      {"page_size", args.engine.page_size},
+      {"kv_pages", kv.pages},
+      {"kv_cache_sized_by", kv.how},
+      {"chunked_prefill_size", args.chunked_prefill_size},
+      {"mem_fraction_static", args.mem_fraction_static > 0 ? args.mem_fraction_static : kDefaultMemFractionStatic},
+      {"disable_radix_cache", args.disable_radix_cache},
+      {"disable_cuda_graph", args.disable_cuda_graph},
+      {"random_seed", args.random_seed_set ? nlohmann::ordered_json(args.random_seed) : nullptr},
+      {"speculative_algorithm", args.speculative.algorithm.empty()
+                                    ? nlohmann::ordered_json(nullptr)
+                                    : nlohmann::ordered_json(args.speculative.algorithm)}};
   return info;
 }
 
@@ -169,7 +171,7 @@ serve::ServedModel served_model(const ServeArgs& args, const ModelSource& model,
     served.chat_template = tokenizer::chat_template_name_for(tok, args.chat_template);
   } catch (const Error& e) {
     MS_CHECK(args.chat_template.empty(), "--chat-template: {}", e.what());
-    std::fprintf(stderr, "moeserve: no chat template (%s); /v1/chat/completions is off\n", e.what());
+    log(LogLevel::kWarning, "no chat template ({}); /v1/chat/completions is off", e.what());
   }
   served.special_tokens_in_content = args.special_tokens_in_content;
   served.tokenizer = &tok;
@@ -227,6 +229,7 @@ void run_serve(ServeArgs args) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
+  set_log_level(args.log_level);
   const serve::HttpServerOptions http_options = http_options_of(args);
   const ModelSource model = open_model(resolve_model_spec(args.model));
   const auto tok = tokenizer_of(model, args.tokenizer_path);
@@ -290,8 +293,8 @@ void run_serve(ServeArgs args) {
       "moeserve: serving %s (plan %s, %d ranks on %s, %lld KV pages of %lld tokens per replica: %lld tokens fit, "
       "by %s) on http://%s%s%s:%d\n",
       served.name.c_str(), plan.name.c_str(), plan.world(), args.backend.c_str(), static_cast<long long>(kv.pages),
-      static_cast<long long>(args.engine.page_size), static_cast<long long>(kv.tokens), kv.how.c_str(),
-      ipv6 ? "[" : "", args.host.c_str(), ipv6 ? "]" : "", http.port());
+      static_cast<long long>(args.engine.page_size), static_cast<long long>(kv.tokens), kv.how.c_str(), ipv6 ? "[" : "",
+      args.host.c_str(), ipv6 ? "]" : "", http.port());
   std::fflush(stdout);
 
   serve_until_signal(signals, loop, http, args);
@@ -328,6 +331,9 @@ void add_serve_command(CLI::App& app) {
                   "graphs and cuBLAS (SGLang's flag; vLLM's name as alias; default 0.85)");
   cmd->add_flag("--disable-cuda-graph", args->disable_cuda_graph,
                 "Run decode steps op by op instead of replaying CUDA graphs");
+  cmd->add_option("--log-level", args->log_level,
+                  "debug (also one line per request), info, warning, error or critical: what goes to stderr")
+      ->capture_default_str();
   cmd->add_option("--tokenizer-path", args->tokenizer_path,
                   "A directory with tokenizer.json / tiktoken files to use instead of the model's");
   cmd->add_flag("--trust-remote-code", args->trust_remote_code,

@@ -27,9 +27,9 @@ struct KvSizingParams {
 };
 
 struct KvSizing {
-  int64_t pages = 0;            // per DP replica, one of them kept for batch padding
-  int64_t tokens = 0;           // (pages - 1) * page_size: what requests can hold
-  std::string how;              // for the start-up line: "--kv-pages", or the fraction and memory
+  int64_t pages = 0;   // per DP replica, one of them kept for batch padding
+  int64_t tokens = 0;  // (pages - 1) * page_size: what requests can hold
+  std::string how;     // for the start-up line: "--kv-pages", or the fraction and memory
 };
 
 // Throws when the fraction is outside (0, 1) or leaves no room for the cache on some GPU (the

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   moeserve::apps::add_restart_command(app);
   moeserve::apps::add_sweep_command(app);
   moeserve::apps::add_tokenizer_commands(app);
+  moeserve::apps::add_tokenizer_export_command(app);
   // vLLM's -tp N becomes --tensor-parallel-size N (CLI11 has one-letter short flags only).
   const std::vector<std::string> args = moeserve::apps::vllm_short_flags(argc, argv);
   std::vector<char*> arg_ptrs;

@@ -42,7 +42,8 @@ void add_engine_flags(CLI::App* cmd, EngineCliArgs& args) {
 }
 
 void add_plan_flags(CLI::App* cmd, PlanCliArgs& args) {
-  cmd->add_option("--tp-size,--tensor-parallel-size", args.flags.tp_size, "Ranks per pipeline stage (SGLang --tp-size)");
+  cmd->add_option("--tp-size,--tensor-parallel-size", args.flags.tp_size,
+                  "Ranks per pipeline stage (SGLang --tp-size)");
   cmd->add_option("--ep-size", args.flags.ep_size, "Expert-parallel groups of the MoE layers; MoE TP = tp / ep");
   cmd->add_option("--pp-size,--pipeline-parallel-size", args.flags.pp_size, "Pipeline stages");
   cmd->add_option("--dp-size,--data-parallel-size", args.flags.dp_size,

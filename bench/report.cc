@@ -143,10 +143,28 @@ std::string format_number(double v) {
 constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
                                    "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
 
+// Each plan's colour from its name (FNV-1a), not from its place in the list: a plan has the same
+// colour in every sweep whatever other plans it is measured with (a plan whose colour another
+// plan of this sweep took already takes the next free one).
+std::map<std::string, const char*> plan_colors(const std::vector<std::string>& plans) {
+  std::map<std::string, const char*> out;
+  std::vector<bool> used(std::size(kColors), false);
+  for (const std::string& plan : plans) {
+    uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : plan) h = (h ^ c) * 1099511628211ull;
+    size_t slot = h % std::size(kColors);
+    for (size_t tries = 0; used[slot] && tries < std::size(kColors); ++tries) slot = (slot + 1) % std::size(kColors);
+    used[slot] = true;
+    out[plan] = kColors[slot];
+  }
+  return out;
+}
+
 // One line chart: x = the concurrency values (evenly spaced, labelled), y from 0.
 std::string svg_chart(const SweepResult& r, const std::string& id, const std::string& title, const std::string& y_label,
                       double (*value)(const BenchMetrics&)) {
   const std::vector<std::string> plans = measured_plans(r);
+  const std::map<std::string, const char*> colors = plan_colors(plans);
   const double width = 640, height = 380, left = 80, right = 150, top = 40, bottom = 60;
   const double plot_w = width - left - right, plot_h = height - top - bottom;
   double max_y = 0;
@@ -186,7 +204,7 @@ std::string svg_chart(const SweepResult& r, const std::string& id, const std::st
       top + plot_h / 2, html_escape(y_label));
   // One line per plan, then the legend.
   for (size_t k = 0; k < plans.size(); ++k) {
-    const char* color = kColors[k % std::size(kColors)];
+    const char* color = colors.at(plans[k]);
     std::string points;
     std::string dots;
     for (size_t i = 0; i < n; ++i) {
@@ -208,7 +226,7 @@ std::string svg_chart(const SweepResult& r, const std::string& id, const std::st
   for (size_t k = 0; k < plans.size(); ++k) {
     const double y = top + 10 + 20 * static_cast<double>(k);
     s += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"3\"/>\n",
-                     left + plot_w + 15, y, left + plot_w + 35, y, kColors[k % std::size(kColors)]);
+                     left + plot_w + 15, y, left + plot_w + 35, y, colors.at(plans[k]));
     s += fmt::format("<text class=\"legend-entry\" x=\"{}\" y=\"{}\">{}</text>\n", left + plot_w + 40, y + 4,
                      html_escape(plans[k]));
   }
@@ -359,15 +377,25 @@ std::string sweep_html(const SweepResult& r) {
   if (has_predictions(r))
     out += html_table(r, kPredictionHeading,
                       [&r](const std::string& plan, int64_t c) { return prediction_cell(r, plan, c); });
-  out += "<h2>Best plan per concurrency</h2>\n<table>\n<tr><th>concurrency</th><th>plan</th></tr>\n";
+  out +=
+      "<h2>Best plan per concurrency (output tok/s)</h2>\n<table>\n<tr><th>concurrency</th><th>plan</th>"
+      "<th>output tok/s</th></tr>\n";
   for (const auto& [c, plan] : best_plan_by_concurrency(r))
-    out += fmt::format("<tr><td>{}</td><td>{}</td></tr>\n", c, html_escape(plan));
+    out += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td></tr>\n", c, html_escape(plan),
+                       format_number(find_point(r, plan, c)->metrics.output_throughput));
   out += "</table>\n";
   if (!r.skipped.empty()) {
     out += "<h2>Skipped plans</h2>\n<ul>\n";
     for (const SweepSkip& s : r.skipped)
       out += "<li><code>" + html_escape(s.plan) + "</code>: " + html_escape(s.reason) + "</li>\n";
     out += "</ul>\n";
+  }
+  if (!r.switches.empty()) {  // as the Markdown's "Switches"
+    out += "<h2>Switches</h2>\n<table>\n<tr><th>plan</th><th>how</th><th>time to ready (s)</th></tr>\n";
+    for (const Json& s : r.switches)
+      out += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.3f}</td></tr>\n", html_escape(s.value("plan", "")),
+                         html_escape(s.value("how", "")), s.value("time_to_ready_s", 0.0));
+    out += "</table>\n";
   }
   out += "</body>\n</html>\n";
   return out;

@@ -15,7 +15,7 @@ for arg in "$@"; do
   esac
 done
 
-packages=(cmake g++ make pkg-config curl libcli11-dev nlohmann-json3-dev libpcre2-dev libfmt-dev libboost-dev)
+packages=(cmake g++ make pkg-config curl libcli11-dev nlohmann-json3-dev libpcre2-dev libfmt-dev libboost-dev libspdlog-dev)
 # chromium: tests/python/bench renders sweep.html headless and checks the page; clang-format:
 # scripts/check-format.sh (.ci/run); wamerican: the word list of the default model's English check;
 # clang and its sanitizer/libFuzzer runtimes: the ASan+UBSan build of scripts/sanitize-tests.sh and

@@ -4,6 +4,7 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "core/log.h"
 #include "serve/api_error.h"
 #include "serve/openai_response.h"
 #include "tokenizer/utf8.h"
@@ -218,6 +219,7 @@ void ApiServer::check_authorized(const HttpRequest& request) const {
 void ApiServer::handle(const HttpRequest& request, HttpExchange& exchange) {
   try {
     const std::string& path = request.path;
+    log(LogLevel::kDebug, "{} {} ({} body bytes)", request.method, path, request.body.size());
     auto only = [&](const char* method) {
       if (request.method != method)
         throw ApiError(405, "method " + request.method + " is not allowed on " + path + " (use " + method + ")");

@@ -97,10 +97,11 @@ void NativeRoutes::handle(const HttpRequest& request, HttpExchange& exchange) {
   if (path == "/health_generate") return health_generate(exchange);
   if (path == "/version") return send_json(exchange, {{"version", MOESERVE_VERSION}});
   if (path == "/model_info")
-    return send_json(exchange, {{"model_path", info_.model_path.empty() ? Json(nullptr) : Json(info_.model_path)},
-                                {"tokenizer_path", info_.tokenizer_path.empty() ? Json(nullptr) : Json(info_.tokenizer_path)},
-                                {"is_generation", true},
-                                {"served_model_name", model_.name}});
+    return send_json(exchange,
+                     {{"model_path", info_.model_path.empty() ? Json(nullptr) : Json(info_.model_path)},
+                      {"tokenizer_path", info_.tokenizer_path.empty() ? Json(nullptr) : Json(info_.tokenizer_path)},
+                      {"is_generation", true},
+                      {"served_model_name", model_.name}});
   send_json(exchange, server_info());
 }
 
@@ -173,8 +174,8 @@ void NativeRoutes::tokenize(const HttpRequest& request, HttpExchange& exchange) 
     strs = Json::array();
     for (int32_t id : ids) strs.push_back(model_.tokenizer->decode(std::vector<int32_t>{id}));
   }
-  send_json(exchange, {{"count", ids.size()}, {"max_model_len", model_.context_length}, {"tokens", ids},
-                       {"token_strs", strs}});
+  send_json(exchange,
+            {{"count", ids.size()}, {"max_model_len", model_.context_length}, {"tokens", ids}, {"token_strs", strs}});
 }
 
 void NativeRoutes::detokenize(const HttpRequest& request, HttpExchange& exchange) {
@@ -184,8 +185,9 @@ void NativeRoutes::detokenize(const HttpRequest& request, HttpExchange& exchange
   std::vector<int32_t> ids;
   for (const Json& t : body["tokens"]) {
     if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= model_.tokenizer->vocab_size())
-      throw ApiError(400, "tokens: every id must be an integer in [0, " +
-                              std::to_string(model_.tokenizer->vocab_size()) + ")", "tokens");
+      throw ApiError(
+          400, "tokens: every id must be an integer in [0, " + std::to_string(model_.tokenizer->vocab_size()) + ")",
+          "tokens");
     ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
   }
   send_json(exchange, {{"prompt", model_.tokenizer->decode(ids)}});

@@ -1,5 +1,6 @@
 #include "serve/sglang_generate.h"
 
+#include <map>
 #include <set>
 
 #include "serve/api_error.h"
@@ -18,36 +19,43 @@ constexpr double kDefaultTemperature = 1.0;
   throw ApiError(400, field + ": " + why, field);
 }
 
-// sampling_params -> the completions body's fields (same meaning, OpenAI / vLLM names).
-void translate_sampling(const Json& sp, Json& out) {
-  if (!sp.is_object()) refuse("sampling_params", "must be an object");
+// One sampling parameter -> the completions body's field of the same meaning (OpenAI / vLLM
+// names); refused when it is a constraint (not implemented here) or unknown.
+void translate_param(const std::string& key, const Json& value, Json& out) {
   static const std::map<std::string, std::string> renamed = {
       {"max_new_tokens", "max_tokens"}, {"min_new_tokens", "min_tokens"}, {"sampling_seed", "seed"}};
-  static const std::set<std::string> same = {"temperature",        "top_p",          "top_k",
-                                             "min_p",              "stop",           "stop_token_ids",
-                                             "ignore_eos",         "skip_special_tokens", "frequency_penalty",
-                                             "presence_penalty",   "repetition_penalty",  "n",
-                                             "spaces_between_special_tokens", "no_stop_trim"};
-  static const std::set<std::string> constraints = {"regex", "json_schema", "ebnf", "structural_tag",
-                                                    "custom_params", "logit_bias"};
-  for (const auto& [key, value] : sp.items()) {
-    const std::string field = "sampling_params." + key;
-    if (value.is_null()) continue;
-    if (constraints.count(key)) refuse(field, "not supported on /generate");
-    if (auto it = renamed.find(key); it != renamed.end()) {
-      out[it->second] = value;
-    } else if (key == "top_k" && value.is_number_integer() && value.get<int64_t>() < 0) {
-      continue;  // SGLang's -1: no top-k
-    } else if (key == "spaces_between_special_tokens" || key == "no_stop_trim") {
-      if (!value.is_boolean()) refuse(field, "must be a boolean");
-      // Only the default is implemented: detokenized text never inserts spaces, stop strings are trimmed.
-      if (value.get<bool>() != (key == "spaces_between_special_tokens" ? true : false)) refuse(field, "only the default");
-    } else if (same.count(key)) {
-      out[key] = value;
-    } else {
-      refuse(field, "unknown sampling parameter");
-    }
+  static const std::set<std::string> same = {"temperature",
+                                             "top_p",
+                                             "top_k",
+                                             "min_p",
+                                             "stop",
+                                             "stop_token_ids",
+                                             "ignore_eos",
+                                             "skip_special_tokens",
+                                             "frequency_penalty",
+                                             "presence_penalty",
+                                             "repetition_penalty",
+                                             "n"};
+  static const std::set<std::string> constraints = {"regex",          "json_schema",   "ebnf",
+                                                    "structural_tag", "custom_params", "logit_bias"};
+  const std::string field = "sampling_params." + key;
+  if (constraints.count(key)) refuse(field, "not supported on /generate");
+  if (auto it = renamed.find(key); it != renamed.end()) {
+    out[it->second] = value;
+  } else if (key == "top_k" && value.is_number_integer() && value.get<int64_t>() < 0) {
+    return;  // SGLang's -1: no top-k
+  } else if (same.count(key)) {
+    out[key] = value;
+  } else {
+    refuse(field, "unknown sampling parameter");
   }
+}
+
+// sampling_params -> the completions body's fields, with SGLang's defaults.
+void translate_sampling(const Json& sp, Json& out) {
+  if (!sp.is_object()) refuse("sampling_params", "must be an object");
+  for (const auto& [key, value] : sp.items())
+    if (!value.is_null()) translate_param(key, value, out);
   if (!out.contains("max_tokens")) out["max_tokens"] = kDefaultMaxNewTokens;
   if (!out.contains("temperature")) out["temperature"] = kDefaultTemperature;
   if (out.contains("n") && !(out["n"].is_number_integer() && out["n"].get<int64_t>() == 1))
@@ -58,9 +66,9 @@ void translate_sampling(const Json& sp, Json& out) {
 void check_top_level(const Json& body) {
   static const std::set<std::string> handled = {"text", "input_ids", "sampling_params", "stream", "rid"};
   // Accepted when off: what they would turn on is not implemented here.
-  static const std::set<std::string> off_only = {"return_logprob", "return_routed_experts", "return_hidden_states",
-                                                 "lora_path",      "image_data",            "video_data",
-                                                 "audio_data",     "custom_logit_processor", "token_ids_logprob"};
+  static const std::set<std::string> off_only = {
+      "return_logprob", "return_routed_experts",  "return_hidden_states", "lora_path", "image_data", "video_data",
+      "audio_data",     "custom_logit_processor", "token_ids_logprob"};
   // Only meaningful with return_logprob, which is refused when on.
   static const std::set<std::string> with_logprob = {"logprob_start_len", "top_logprobs_num",
                                                      "return_text_in_logprobs"};

@@ -87,8 +87,8 @@ void SglangMetrics::render(const std::string& model_name, const SglangGaugeInput
                               : 0.0,
         out);
   gauge("sglang:gen_throughput", "Generated tokens per second over the last 5 s.", labels, gen_throughput(), out);
-  gauge("sglang:spec_accept_length", "Tokens per speculative verify step, since start.", labels,
-        g.spec_accept_length, out);
+  gauge("sglang:spec_accept_length", "Tokens per speculative verify step, since start.", labels, g.spec_accept_length,
+        out);
   counter("sglang:prompt_tokens_total", "Prompt tokens of accepted requests.", labels, prompt_tokens_.load(), out);
   counter("sglang:generation_tokens_total", "Generated tokens.", labels, generation_tokens_.load(), out);
   counter("sglang:cached_tokens_total", "Prompt tokens served from the prefix cache.", labels, cached_tokens_.load(),
