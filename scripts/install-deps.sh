@@ -39,4 +39,12 @@ if (( with_tests )); then
     echo "[install-deps] pip install of requirements-test.txt failed" >&2
     exit 1
   fi
+  # SGLang's benchmark client (tests/python/serve/test_sglang_bench_serving.py) without the
+  # SGLang server's dependencies (CUDA kernels, zmq, ...): the client needs only what
+  # requirements-test.txt lists; tests/python/serve/sglang_bench_runner.py says why.
+  if ! python3 -m pip show -q sglang >/dev/null 2>&1 &&
+     ! python3 -m pip install -q --disable-pip-version-check --no-deps "sglang==0.5.23"; then
+    echo "[install-deps] pip install --no-deps sglang failed" >&2
+    exit 1
+  fi
 fi
