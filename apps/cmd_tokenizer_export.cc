@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/commands.h"
+#include "apps/tokenizer_export.h"
 #include "apps/default_model.h"
 #include "core/error.h"
 #include "model/model_source.h"

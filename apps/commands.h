@@ -18,7 +18,5 @@ void add_restart_command(CLI::App& app);
 void add_sweep_command(CLI::App& app);
 // tokenize, detokenize, chat-template, bench-tokenizer
 void add_tokenizer_commands(CLI::App& app);
-// tokenizer export DIR: the built-in tokenizer as Hugging Face files
-void add_tokenizer_export_command(CLI::App& app);
 
 }  // namespace moeserve::apps

@@ -4,6 +4,7 @@
 
 #include "apps/cli_compat.h"
 #include "apps/commands.h"
+#include "apps/tokenizer_export.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
