@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "apps/commands.h"
-#include "apps/tokenizer_export.h"
 #include "apps/default_model.h"
+#include "apps/tokenizer_export.h"
 #include "core/error.h"
 #include "model/model_source.h"
 #include "tokenizer/tokenizer.h"
