@@ -92,9 +92,12 @@ TEST(SweepReport, PlanColoursDoNotDependOnTheOtherPlans) {
     r.plans = plans;
     r.concurrency = {1};
     for (const std::string& plan : plans) {
-      r.points.push_back({.plan = plan, .concurrency = 1});
-      r.points.back().metrics.output_throughput = 10;
-      r.points.back().metrics.tpot_ms.mean = 50;
+      SweepPoint point;
+      point.plan = plan;
+      point.concurrency = 1;
+      point.metrics.output_throughput = 10;
+      point.metrics.tpot_ms.mean = 50;
+      r.points.push_back(point);
     }
     const std::string html = sweep_html(r);
     std::map<std::string, std::string> out;
