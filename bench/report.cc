@@ -143,28 +143,10 @@ std::string format_number(double v) {
 constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
                                    "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
 
-// Each plan's colour from its name (FNV-1a), not from its place in the list: a plan has the same
-// colour in every sweep whatever other plans it is measured with (a plan whose colour another
-// plan of this sweep took already takes the next free one).
-std::map<std::string, const char*> plan_colors(const std::vector<std::string>& plans) {
-  std::map<std::string, const char*> out;
-  std::vector<bool> used(std::size(kColors), false);
-  for (const std::string& plan : plans) {
-    uint64_t h = 1469598103934665603ull;
-    for (unsigned char c : plan) h = (h ^ c) * 1099511628211ull;
-    size_t slot = h % std::size(kColors);
-    for (size_t tries = 0; used[slot] && tries < std::size(kColors); ++tries) slot = (slot + 1) % std::size(kColors);
-    used[slot] = true;
-    out[plan] = kColors[slot];
-  }
-  return out;
-}
-
 // One line chart: x = the concurrency values (evenly spaced, labelled), y from 0.
 std::string svg_chart(const SweepResult& r, const std::string& id, const std::string& title, const std::string& y_label,
                       double (*value)(const BenchMetrics&)) {
   const std::vector<std::string> plans = measured_plans(r);
-  const std::map<std::string, const char*> colors = plan_colors(plans);
   const double width = 640, height = 380, left = 80, right = 150, top = 40, bottom = 60;
   const double plot_w = width - left - right, plot_h = height - top - bottom;
   double max_y = 0;
@@ -204,7 +186,7 @@ std::string svg_chart(const SweepResult& r, const std::string& id, const std::st
       top + plot_h / 2, html_escape(y_label));
   // One line per plan, then the legend.
   for (size_t k = 0; k < plans.size(); ++k) {
-    const char* color = colors.at(plans[k]);
+    const char* color = kColors[k % std::size(kColors)];
     std::string points;
     std::string dots;
     for (size_t i = 0; i < n; ++i) {
@@ -226,7 +208,7 @@ std::string svg_chart(const SweepResult& r, const std::string& id, const std::st
   for (size_t k = 0; k < plans.size(); ++k) {
     const double y = top + 10 + 20 * static_cast<double>(k);
     s += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"3\"/>\n",
-                     left + plot_w + 15, y, left + plot_w + 35, y, colors.at(plans[k]));
+                     left + plot_w + 15, y, left + plot_w + 35, y, kColors[k % std::size(kColors)]);
     s += fmt::format("<text class=\"legend-entry\" x=\"{}\" y=\"{}\">{}</text>\n", left + plot_w + 40, y + 4,
                      html_escape(plans[k]));
   }

@@ -84,38 +84,6 @@ TEST(Metrics, PeakTokensPerSecondAndConcurrentRequestsAsSglang) {
   EXPECT_EQ(metrics_from_json(j).max_concurrent_requests, 2);
 }
 
-// A plan's line has the colour of its name, whatever plans it is drawn with.
-TEST(SweepReport, PlanColoursDoNotDependOnTheOtherPlans) {
-  auto colours = [](const std::vector<std::string>& plans) {
-    SweepResult r;
-    r.model = "m";
-    r.plans = plans;
-    r.concurrency = {1};
-    for (const std::string& plan : plans) {
-      SweepPoint point;
-      point.plan = plan;
-      point.concurrency = 1;
-      point.metrics.output_throughput = 10;
-      point.metrics.tpot_ms.mean = 50;
-      r.points.push_back(point);
-    }
-    const std::string html = sweep_html(r);
-    std::map<std::string, std::string> out;
-    for (const std::string& plan : plans) {
-      const std::string key = "data-plan=\"" + plan + "\" fill=\"none\" stroke=\"";
-      const size_t at = html.find(key);
-      EXPECT_NE(at, std::string::npos) << plan;
-      out[plan] = html.substr(at + key.size(), 7);
-    }
-    return out;
-  };
-  const auto a = colours({"tp2", "ep2", "pp2"});
-  const auto b = colours({"ep4", "pp2", "tp2"});
-  EXPECT_EQ(a.at("tp2"), b.at("tp2"));
-  EXPECT_EQ(a.at("pp2"), b.at("pp2"));
-  EXPECT_EQ(a.size(), std::set<std::string>({a.at("tp2"), a.at("ep2"), a.at("pp2")}).size());
-}
-
 TEST(Dataset, LengthsInRangeAndDeterministic) {
   DatasetOptions o;
   o.num_prompts = 200;
