@@ -29,7 +29,64 @@ struct BenchArgs {
   std::string tokenizer;            // sharegpt: whose token counts
   int64_t sharegpt_output_len = 0;  // sharegpt: > 0 fixes every output length
   bench::DatasetOptions dataset;
+  // sglang.bench_serving's flags (apps/cmd_bench.cc: what each does here).
+  std::string backend = "sglang-oai";
+  std::string host;
+  int port = 0;
+  std::string dataset_path;
+  int64_t warmup_requests = 1;
+  std::string extra_request_body;
+  bool disable_stream = false;
+  bool apply_chat_template = false;
+  bool disable_ignore_eos = false;
+  bool tokenize_prompt = false;
+  bool flush_cache = false;
+  std::string tag;
 };
+
+// The sglang.bench_serving flags checked and applied: moeserve bench speaks /v1/completions,
+// streamed, as sglang's sglang-oai / vllm / openai backends do; what it cannot do is refused.
+void apply_sglang_flags(BenchArgs& args, bench::RunOptions& run) {
+  MS_CHECK(
+      args.backend == "sglang-oai" || args.backend == "vllm" || args.backend == "openai" || args.backend == "moeserve",
+      "--backend {}: moeserve bench sends streamed /v1/completions (sglang-oai, vllm, openai); run "
+      "sglang.bench_serving itself for {}",
+      args.backend, args.backend);
+  MS_CHECK(!args.disable_stream, "--disable-stream: moeserve bench times tokens as they stream; not supported");
+  MS_CHECK(!args.apply_chat_template,
+           "--apply-chat-template: moeserve bench sends completions; use sglang.bench_serving --backend "
+           "sglang-oai-chat for chat requests");
+  if (!args.host.empty() || args.port > 0)
+    args.base_url = "http://" + (args.host.empty() ? std::string("127.0.0.1") : args.host) + ":" +
+                    std::to_string(args.port > 0 ? args.port : 30000);
+  if (!args.dataset_path.empty()) {
+    MS_CHECK(args.dataset.name == "random" || args.dataset.name == "sharegpt",
+             "--dataset-path: only with --dataset-name sharegpt (got {})", args.dataset.name);
+    args.dataset.name = "sharegpt:" + args.dataset_path;
+  }
+  // random-ids prompts are token ids already; random text is sent as text (the server tokenizes).
+  MS_CHECK(!args.tokenize_prompt || args.dataset.name == "random-ids",
+           "--tokenize-prompt: use --dataset-name random-ids (prompts as token ids)");
+  run.ignore_eos = !args.disable_ignore_eos;
+  if (!args.extra_request_body.empty()) {
+    try {
+      run.extra_body = nlohmann::ordered_json::parse(args.extra_request_body);
+    } catch (const nlohmann::json::exception& e) {
+      fail("--extra-request-body is not valid JSON: {}", e.what());
+    }
+    MS_CHECK(run.extra_body.is_object(), "--extra-request-body must be a JSON object");
+  }
+}
+
+// POST /flush_cache (the admin route: --api-key must be the server's admin key).
+void flush_server_cache(const bench::RunOptions& run) {
+  bench::HttpCall call;
+  call.method = "POST";
+  call.path = "/flush_cache";
+  if (!run.api_key.empty()) call.headers.emplace_back("Authorization", "Bearer " + run.api_key);
+  const bench::HttpResponse response = bench::http_call(run.url, call);
+  MS_CHECK(response.status == 200, "--flush-cache: POST /flush_cache answered {}: {}", response.status, response.body);
+}
 
 std::vector<int64_t> parse_int_list(const std::string& text, const char* flag) {
   std::vector<int64_t> out;
@@ -76,8 +133,9 @@ void print_summary(const bench::BenchMetrics& m, int64_t concurrency) {
   std::fflush(stdout);
 }
 
-void run_bench_command(const BenchArgs& args) {
+void run_bench_command(BenchArgs args) {
   bench::RunOptions run;
+  apply_sglang_flags(args, run);
   run.url = bench::parse_http_url(args.base_url, "--base-url");
   run.api_key = args.api_key;
   run.model = args.model.empty() ? bench::served_model(run.url, args.api_key) : args.model;
@@ -106,6 +164,16 @@ void run_bench_command(const BenchArgs& args) {
     out.open(args.output_file, std::ios::app);
     MS_CHECK(out.good(), "--output-file '{}': cannot open for appending", args.output_file);
   }
+  if (args.flush_cache) flush_server_cache(run);
+  if (args.warmup_requests > 0 && !prompts.empty()) {  // as sglang: short requests, not counted
+    std::vector<bench::BenchPrompt> warmup(static_cast<size_t>(args.warmup_requests), prompts[0]);
+    for (auto& p : warmup) p.output_len = std::min<int64_t>(p.output_len, 16);
+    bench::RunOptions quiet = run;
+    quiet.progress = false;
+    quiet.max_concurrency = args.warmup_requests;
+    MS_CHECK(bench::run_benchmark(quiet, warmup).metrics.failed == 0, "bench: a warm-up request failed");
+  }
+  const nlohmann::ordered_json info = bench::server_info(run.url, run.api_key);
   int64_t failed = 0;
   for (int64_t concurrency : levels) {
     run.max_concurrency = concurrency;
@@ -118,11 +186,35 @@ void run_bench_command(const BenchArgs& args) {
         break;
       }
     if (out.is_open()) {
-      out << bench::run_json(run, args.dataset, result, args.output_details).dump() << "\n";
+      nlohmann::ordered_json line = bench::run_json(run, args.dataset, result, args.output_details);
+      line["tag"] = args.tag.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(args.tag);
+      line["server_info"] = info;
+      out << line.dump() << "\n";
       out.flush();
     }
   }
   MS_CHECK(failed == 0, "bench: {} requests failed", failed);
+}
+
+void add_sglang_flags(CLI::App* cmd, BenchArgs& args) {
+  cmd->add_option("--backend", args.backend,
+                  "sglang.bench_serving's backend: sglang-oai, vllm or openai (all streamed /v1/completions)")
+      ->capture_default_str();
+  cmd->add_option("--host", args.host, "The server's host (with --port: instead of --base-url)");
+  cmd->add_option("--port", args.port, "The server's port");
+  cmd->add_option("--dataset-path", args.dataset_path, "The ShareGPT JSON file of --dataset-name sharegpt");
+  cmd->add_option("--warmup-requests", args.warmup_requests, "Requests sent (and not counted) before each run")
+      ->capture_default_str();
+  cmd->add_option("--extra-request-body", args.extra_request_body,
+                  "A JSON object merged into every request body (e.g. '{\"top_k\": 5}')");
+  cmd->add_flag("--disable-stream", args.disable_stream, "Refused: tokens are timed as they stream");
+  cmd->add_flag("--apply-chat-template", args.apply_chat_template,
+                "Refused: completions only (sglang.bench_serving --backend sglang-oai-chat sends chats)");
+  cmd->add_flag("--disable-ignore-eos", args.disable_ignore_eos, "Let requests stop at EOS (ignore_eos false)");
+  cmd->add_flag("--tokenize-prompt", args.tokenize_prompt,
+                "Send prompts as token ids (what --dataset-name random-ids does)");
+  cmd->add_flag("--flush-cache", args.flush_cache, "POST /flush_cache before the runs (needs the admin key)");
+  cmd->add_option("--tag", args.tag, "A label written into every JSON line");
 }
 
 }  // namespace
@@ -160,6 +252,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--output-details", args->output_details,
                 "Also write per-request lengths, TTFTs, ITLs, texts, token ids and errors");
   cmd->add_flag("--disable-tqdm,--no-progress", args->disable_progress, "No progress bar or lines");
+  add_sglang_flags(cmd, *args);
   cmd->callback([args] { run_bench_command(*args); });
 }
 

@@ -53,7 +53,7 @@ std::string model_spec(const BenchStepArgs& args) {
 runtime::EngineOptions engine_options(const BenchStepArgs& args, const ModelSource& model,
                                       const std::vector<int64_t>& batches) {
   runtime::EngineOptions options;
-  options.backend = !args.backend.empty() ? args.backend : (runtime::visible_gpus() > 0 ? "cuda" : "cpu");
+  options.backend = !args.backend.empty() ? args.backend : runtime::default_backend();
   options.graphs = !args.no_cuda_graph;
   options.plan = plan_for_model(args.plan, model.config, options.backend == "cuda" ? 2 : 4);
   options.page_size = args.page_size;

@@ -28,7 +28,7 @@ struct GenerateArgs {
   std::vector<std::string> prompts;  // text
   std::string chat;                  // OpenAI-style messages JSON
   std::string chat_template;
-  std::string backend = "cpu";
+  std::string backend;  // "": runtime::default_backend()
   bool no_cuda_graph = false;
   int64_t max_new_tokens = 16;
   float temperature = 0.0f;
@@ -190,8 +190,7 @@ void add_generate_command(CLI::App& app) {
                   "(default: the tokenizer's)");
   cmd->add_option("--backend", args->backend,
                   "Where ranks run: cpu (fp32 reference), cpu-bf16 (the CUDA backend's bf16 rounding on the host) or "
-                  "cuda (rank r on GPU r)")
-      ->capture_default_str();
+                  "cuda (rank r on GPU r); default: cuda when a GPU is visible");
   cmd->add_flag("--no-cuda-graph", args->no_cuda_graph, "Run decode steps op by op instead of replaying CUDA graphs");
   cmd->add_option("-n,--max-new-tokens", args->max_new_tokens, "Tokens to generate per prompt")->capture_default_str();
   cmd->add_option("--temperature", args->temperature, "Sampling temperature (0: greedy)")->capture_default_str();
@@ -211,7 +210,10 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--logprobs", args->logprobs,
                   "Print each result as a JSON line with every token's logprob and its N most likely alternatives");
   cmd->add_option("--dump-logits", args->dump_logits, "Write the prompts' logits [sum(len), vocab] to a .npy file");
-  cmd->callback([args] { run_generate(*args); });
+  cmd->callback([args] {
+    if (args->backend.empty()) args->backend = runtime::default_backend();
+    run_generate(*args);
+  });
 }
 
 }  // namespace moeserve::apps

@@ -8,17 +8,23 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
 
 #include "apps/commands.h"
 #include "apps/default_model.h"
+#include "apps/kv_sizing.h"
 #include "apps/plan_cli.h"
 #include "apps/spec_cli.h"
 #include "chatout/chat_output_parser.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "grammar/grammar_engine.h"
 #include "model/deepseek_v3_weights.h"
 #include "model/model_source.h"
 #include "runtime/engine.h"
+#include "runtime/rank_devices.h"
 #include "runtime/reshard_fit.h"
 #include "serve/api_error.h"
 #include "serve/api_server.h"
@@ -42,10 +48,17 @@ struct ServeArgs {
   int port = 30000;
   std::string api_key;
   std::string admin_api_key;
-  std::string backend = "cpu";
+  std::string backend;  // "": runtime::default_backend()
   PlanCliArgs plan;
   EngineCliArgs engine;
-  int64_t kv_pages = 2048;
+  int64_t kv_pages = 0;            // 0: sized by apps/kv_sizing.h
+  double mem_fraction_static = 0;  // 0: kDefaultMemFractionStatic
+  bool disable_cuda_graph = false;
+  std::string log_level = "info";
+  std::string tokenizer_path;      // "": the model's own
+  bool trust_remote_code = false;  // accepted for SGLang / vLLM command lines; nothing runs remote code here
+  uint64_t random_seed = 0;        // the seed of requests that give none
+  bool random_seed_set = false;
   int64_t chunked_prefill_size = 0;  // 0: by backend (kDefaultChunkedPrefill*)
   int64_t max_queued_requests = 1024;
   int pp_groups = 0;  // 0: one per pipeline stage
@@ -73,7 +86,8 @@ void check_output_parsers(const ServeArgs& args) {
   chatout::ChatOutputParser check(options);
 }
 
-std::unique_ptr<tokenizer::Tokenizer> tokenizer_of(const ModelSource& model) {
+std::unique_ptr<tokenizer::Tokenizer> tokenizer_of(const ModelSource& model, const std::string& tokenizer_path) {
+  if (!tokenizer_path.empty()) return tokenizer::load_tokenizer(tokenizer_path);
   if (model.synthetic) return tokenizer::make_builtin_tokenizer(model.config.vocab_size);
   MS_CHECK(!model.directory.empty(), "serve: model '{}' has no directory with tokenizer files", model.spec);
   return tokenizer::load_tokenizer(model.directory);
@@ -90,6 +104,7 @@ serve::ReplanTarget replan_target(const ModelSource& model, const ServeArgs& arg
   engine_options.plan = plan;
   engine_options.page_size = args.engine.page_size;
   engine_options.num_pages = args.kv_pages;
+  engine_options.graphs = !args.disable_cuda_graph;
   engine_options.pp_max_micro_batch_size = args.engine.pp_max_micro_batch_size;
   engine_options.pp_async_batch_depth = args.engine.pp_async_batch_depth;
   engine_options.run = run;
@@ -130,6 +145,52 @@ std::unique_ptr<runtime::Engine> load_engine(const ModelSource& model, const ser
   return engine;
 }
 
+// /get_server_info's settings, under SGLang's names where SGLang has the same setting.
+serve::ServerInfo server_info_of(const ServeArgs& args, const ModelSource& model, const parallel::ParallelPlan& plan,
+                                 const KvSizing& kv) {
+  serve::ServerInfo info;
+  if (!model.synthetic) info.model_path = model.directory;
+  info.tokenizer_path = !args.tokenizer_path.empty() ? args.tokenizer_path : info.model_path;
+  info.settings = {
+      {"host", args.host},
+      {"port", args.port},
+      {"backend", args.backend},
+      {"plan", plan.name},
+      {"tp_size", plan.ranks_per_stage()},
+      {"dp_size", plan.attn_dp},
+      {"pp_size", plan.pp},
+      {"ep_size", plan.moe_ep},
+      {"enable_dp_attention", plan.attn_dp > 1},
+      {"context_length",
+       args.plan.context_length > 0 ? args.plan.context_length : model.config.max_position_embeddings},
+      {"max_running_requests", args.plan.max_running_requests},
+      {"max_total_num_tokens", kv.tokens},
+      {"page_size", args.engine.page_size},
+      {"kv_pages", kv.pages},
+      {"kv_cache_sized_by", kv.how},
+      {"chunked_prefill_size", args.chunked_prefill_size},
+      {"mem_fraction_static", args.mem_fraction_static > 0 ? args.mem_fraction_static : kDefaultMemFractionStatic},
+      {"disable_radix_cache", args.disable_radix_cache},
+      {"disable_cuda_graph", args.disable_cuda_graph},
+      {"random_seed", args.random_seed_set ? nlohmann::ordered_json(args.random_seed) : nullptr},
+      {"speculative_algorithm", args.speculative.algorithm.empty()
+                                    ? nlohmann::ordered_json(nullptr)
+                                    : nlohmann::ordered_json(args.speculative.algorithm)}};
+  return info;
+}
+
+// --random-seed: requests without a seed take the next draw of one generator seeded with it,
+// so that a server's run is reproducible from its command line (SGLang's meaning).
+std::function<uint64_t()> seed_source(const ServeArgs& args) {
+  if (!args.random_seed_set) return nullptr;
+  auto state = std::make_shared<std::pair<std::mutex, std::mt19937_64>>();
+  state->second.seed(args.random_seed);
+  return [state] {
+    std::lock_guard<std::mutex> lock(state->first);
+    return state->second();
+  };
+}
+
 // The model as the API shows it: name, limits, end ids, chat template.
 serve::ServedModel served_model(const ServeArgs& args, const ModelSource& model, const tokenizer::Tokenizer& tok) {
   serve::ServedModel served;
@@ -146,7 +207,7 @@ serve::ServedModel served_model(const ServeArgs& args, const ModelSource& model,
     served.chat_template = tokenizer::chat_template_for(tok, args.chat_template);
   } catch (const Error& e) {
     MS_CHECK(args.chat_template.empty(), "--chat-template: {}", e.what());
-    std::fprintf(stderr, "moeserve: no chat template (%s); /v1/chat/completions is off\n", e.what());
+    log(LogLevel::kWarning, "no chat template ({}); /v1/chat/completions is off", e.what());
   }
   served.special_tokens_in_content = args.special_tokens_in_content;
   served.tool_call_parser = args.tool_call_parser;
@@ -159,6 +220,7 @@ serve::ServedModel served_model(const ServeArgs& args, const ModelSource& model,
     if (id) stop_ids.push_back(*id);
   served.grammar = std::make_shared<grammar::GrammarEngine>(
       grammar::make_vocabulary(tok, {.model_vocab_size = model.config.vocab_size, .stop_ids = stop_ids}));
+  served.next_seed = seed_source(args);
   return served;
 }
 
@@ -212,10 +274,11 @@ void run_serve(ServeArgs args) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
+  set_log_level(args.log_level);
   const serve::HttpServerOptions http_options = http_options_of(args);
   check_output_parsers(args);
   const ModelSource model = open_model(resolve_model_spec(args.model));
-  const auto tok = tokenizer_of(model);
+  const auto tok = tokenizer_of(model, args.tokenizer_path);
   MS_CHECK(tok->vocab_size() <= model.config.vocab_size,
            "serve: the tokenizer has {} ids, more than the model's vocabulary of {}", tok->vocab_size(),
            model.config.vocab_size);
@@ -230,6 +293,14 @@ void run_serve(ServeArgs args) {
     return replan_target(model, args, run, plan);
   };
   const parallel::ParallelPlan plan = plan_for_model(args.plan, model.config, bytes_per_element);
+  // Sized once, before the weights load; a re-plan keeps the page count.
+  const KvSizing kv = size_kv_cache({.config = model.config,
+                                     .plan = plan,
+                                     .backend = args.backend,
+                                     .page_size = args.engine.page_size,
+                                     .kv_pages = args.kv_pages,
+                                     .mem_fraction_static = args.mem_fraction_static});
+  args.kv_pages = kv.pages;
   serve::ReplanTarget start = target_for(plan);
 
   serve::EngineLoopOptions loop_options;
@@ -250,6 +321,7 @@ void run_serve(ServeArgs args) {
 
   const serve::ServedModel served = served_model(args, model, *tok);
   serve::ApiServer api(loop, served, {args.api_key, args.admin_api_key});
+  api.enable_native_routes(server_info_of(args, model, plan, kv));
   // A re-plan keeps every flag but the plan: the memory check (--mem-per-rank, with
   // --context-length and --max-running-requests) applies to the new plan too.
   api.enable_replan([&](const std::string& spec) {
@@ -276,9 +348,11 @@ void run_serve(ServeArgs args) {
   http.start();
   const bool ipv6 = args.host.find(':') != std::string::npos;
   std::printf(
-      "moeserve: serving %s (plan %s, %d ranks, %lld KV pages of %lld tokens per replica) on http://%s%s%s:%d\n",
-      served.name.c_str(), plan.name.c_str(), plan.world(), static_cast<long long>(args.kv_pages),
-      static_cast<long long>(args.engine.page_size), ipv6 ? "[" : "", args.host.c_str(), ipv6 ? "]" : "", http.port());
+      "moeserve: serving %s (plan %s, %d ranks on %s, %lld KV pages of %lld tokens per replica: %lld tokens fit, "
+      "by %s) on http://%s%s%s:%d\n",
+      served.name.c_str(), plan.name.c_str(), plan.world(), args.backend.c_str(), static_cast<long long>(kv.pages),
+      static_cast<long long>(args.engine.page_size), static_cast<long long>(kv.tokens), kv.how.c_str(), ipv6 ? "[" : "",
+      args.host.c_str(), ipv6 ? "]" : "", http.port());
   std::fflush(stdout);
 
   serve_until_signal(signals, loop, http, args);
@@ -290,7 +364,7 @@ void add_serve_command(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
   args->plan.max_running_requests = 128;
   CLI::App* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
-  cmd->add_option("--model,-m", args->model,
+  cmd->add_option("--model,-m,--model-path", args->model,
                   "A model directory, or synthetic:NAME[:layers=N][:seed=S] (random weights); default: the shipped "
                   "model (models/default)");
   cmd->add_option("--served-model-name", args->served_model_name, "The model name clients send (default: --model)");
@@ -300,14 +374,31 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--admin-api-key", args->admin_api_key,
                   "Enable the admin routes (/admin/replan, /admin/flush_cache) for 'Authorization: Bearer KEY'; "
                   "without it they answer 403");
-  cmd->add_option("--backend", args->backend, "cpu, cpu-bf16 (the CUDA backend's bf16 rounding on the host) or cuda")
-      ->capture_default_str();
+  cmd->add_option("--backend", args->backend,
+                  "cpu, cpu-bf16 (the CUDA backend's bf16 rounding on the host) or cuda; default: cuda when a GPU is "
+                  "visible");
   cmd->add_option("--plan", args->plan.preset, "Parallel plan preset (single, tp2, ep2, pp2, ep2-dp, ...)");
   add_plan_flags(cmd, args->plan);  // also --max-running-requests and --context-length
   add_engine_flags(cmd, args->engine);
   add_speculative_flags(cmd, args->speculative);
-  cmd->add_option("--kv-pages", args->kv_pages, "KV cache pages per DP replica (one is kept for batch padding)")
+  cmd->add_option("--kv-pages", args->kv_pages,
+                  "KV cache pages per DP replica, one kept for batch padding (default: on GPUs sized by "
+                  "--mem-fraction-static, on CPU ranks 2048)");
+  cmd->add_option("--mem-fraction-static,--gpu-memory-utilization", args->mem_fraction_static,
+                  "Fraction of each GPU's memory for weights and KV cache; the rest is kept for activations, CUDA "
+                  "graphs and cuBLAS (SGLang's flag; vLLM's name as alias; default 0.85)");
+  cmd->add_flag("--disable-cuda-graph", args->disable_cuda_graph,
+                "Run decode steps op by op instead of replaying CUDA graphs");
+  cmd->add_option("--log-level", args->log_level,
+                  "debug (also one line per request), info, warning, error or critical: what goes to stderr")
       ->capture_default_str();
+  cmd->add_option("--tokenizer-path", args->tokenizer_path,
+                  "A directory with tokenizer.json / tiktoken files to use instead of the model's");
+  cmd->add_flag("--trust-remote-code", args->trust_remote_code,
+                "Accepted so that SGLang and vLLM command lines run; meaningless here (no model code is loaded)");
+  cmd->add_option("--random-seed", args->random_seed,
+                  "Seed of the seeds drawn for requests that give none (default: random per request)")
+      ->each([args](const std::string&) { args->random_seed_set = true; });
   cmd->add_option("--chunked-prefill-size", args->chunked_prefill_size,
                   "Prefill tokens per DP replica per step; longer prompts run in chunks (default: 8192 with "
                   "--backend cuda, SGLang's choice on 80+ GB GPUs; 512 on CPU ranks, where a step is slow)");
@@ -319,7 +410,7 @@ void add_serve_command(CLI::App& app) {
                   "step at a time)")
       ->capture_default_str();
   cmd->add_flag("--disable-radix-cache", args->disable_radix_cache, "Do not share KV pages of common prefixes");
-  cmd->add_flag("--skip-warmup", args->skip_warmup,
+  cmd->add_flag("--skip-warmup,--skip-server-warmup", args->skip_warmup,
                 "Do not run the largest step and every padded decode size once at start-up "
                 "(memory then grows while serving)");
   cmd->add_option("--max-body-bytes", args->max_body_bytes, "Largest request body accepted (413 beyond)")
@@ -347,7 +438,10 @@ void add_serve_command(CLI::App& app) {
   // Tests only, hidden: a request's "moeserve_test_script" text replaces the model's first
   // output tokens, so that the output path can be tested on formats no test model produces.
   cmd->add_flag("--test-scripted-output", args->test_scripted_output)->group("");
-  cmd->callback([args] { run_serve(*args); });
+  cmd->callback([args] {
+    if (args->backend.empty()) args->backend = runtime::default_backend();
+    run_serve(*args);
+  });
 }
 
 }  // namespace moeserve::apps

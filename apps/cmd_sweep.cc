@@ -30,6 +30,7 @@
 #include "model/model_source.h"
 #include "parallel/plan_parse.h"
 #include "perf/advisor.h"
+#include "runtime/rank_devices.h"
 
 namespace moeserve::apps {
 
@@ -42,7 +43,7 @@ struct SweepArgs {
   std::string model = "synthetic:tiny";
   std::string plans;
   std::string concurrency = "1,4,16";
-  std::string backend = "cpu";
+  std::string backend;  // "": runtime::default_backend()
   std::string out_dir;
   std::string mem_per_rank;
   int64_t context_length = 0;
@@ -452,7 +453,7 @@ void add_sweep_command(CLI::App& app) {
   cmd->add_option("--model,-m", args->model, "synthetic:NAME[...], a model directory")->capture_default_str();
   cmd->add_option("--plans", args->plans, "Plans to measure, comma-separated (tp2,ep2,pp2,ep2-dp,...)")->required();
   cmd->add_option("--concurrency", args->concurrency, "Concurrency levels, comma-separated")->capture_default_str();
-  cmd->add_option("--backend", args->backend, "cpu, cpu-bf16 or cuda")->capture_default_str();
+  cmd->add_option("--backend", args->backend, "cpu, cpu-bf16 or cuda (default: cuda when a GPU is visible)");
   cmd->add_option("--out", args->out_dir, "Directory for sweep.json, sweep.md, sweep.html, bench.jsonl")->required();
   cmd->add_option("--num-prompts", args->num_prompts, "Requests per point (0: 4 x its concurrency)")
       ->capture_default_str();
@@ -477,7 +478,10 @@ void add_sweep_command(CLI::App& app) {
   cmd->add_option("--hardware", args->hardware,
                   "Hardware profile (perf/profiles name or plan calibrate's file): the plan advisor's prediction and "
                   "its error beside every point");
-  cmd->callback([args] { run_sweep(*args); });
+  cmd->callback([args] {
+    if (args->backend.empty()) args->backend = runtime::default_backend();
+    run_sweep(*args);
+  });
 }
 
 }  // namespace moeserve::apps

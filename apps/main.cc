@@ -2,7 +2,9 @@
 #include <cstdio>
 #include <exception>
 
+#include "apps/cli_compat.h"
 #include "apps/commands.h"
+#include "apps/tokenizer_export.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
@@ -19,8 +21,16 @@ int main(int argc, char** argv) {
   moeserve::apps::add_restart_command(app);
   moeserve::apps::add_sweep_command(app);
   moeserve::apps::add_tokenizer_commands(app);
+  moeserve::apps::add_tokenizer_export_command(app);
+  // vLLM's -tp N becomes --tensor-parallel-size N (CLI11 has one-letter short flags only).
+  const std::vector<std::string> args = moeserve::apps::vllm_short_flags(argc, argv);
+  std::vector<char*> arg_ptrs;
+  for (const std::string& arg : args) arg_ptrs.push_back(const_cast<char*>(arg.c_str()));
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
+  } catch (const CLI::ExtrasError& e) {
+    std::fputs(moeserve::apps::suggest_for_extras(app).c_str(), stderr);
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const moeserve::Error& e) {

@@ -42,16 +42,18 @@ void add_engine_flags(CLI::App* cmd, EngineCliArgs& args) {
 }
 
 void add_plan_flags(CLI::App* cmd, PlanCliArgs& args) {
-  cmd->add_option("--tp-size", args.flags.tp_size, "Ranks per pipeline stage (SGLang --tp-size)");
+  cmd->add_option("--tp-size,--tensor-parallel-size", args.flags.tp_size,
+                  "Ranks per pipeline stage (SGLang --tp-size)");
   cmd->add_option("--ep-size", args.flags.ep_size, "Expert-parallel groups of the MoE layers; MoE TP = tp / ep");
-  cmd->add_option("--pp-size", args.flags.pp_size, "Pipeline stages");
-  cmd->add_option("--dp-size", args.flags.dp_size, "Attention DP replicas per stage (with --enable-dp-attention)");
+  cmd->add_option("--pp-size,--pipeline-parallel-size", args.flags.pp_size, "Pipeline stages");
+  cmd->add_option("--dp-size,--data-parallel-size", args.flags.dp_size,
+                  "Attention DP replicas per stage (with --enable-dp-attention; vLLM's --data-parallel-size)");
   cmd->add_flag("--enable-dp-attention", args.flags.enable_dp_attention,
                 "Data-parallel attention; routed tokens travel to their experts by all-to-all");
   cmd->add_option("--mem-per-rank", args.mem_per_rank, "Check the plan fits this memory per rank (e.g. 141GiB)");
-  cmd->add_option("--context-length", args.context_length,
+  cmd->add_option("--context-length,--max-model-len", args.context_length,
                   "Tokens of KV cache per sequence for --mem-per-rank (default: the model's context)");
-  cmd->add_option("--max-running-requests", args.max_running_requests,
+  cmd->add_option("--max-running-requests,--max-num-seqs", args.max_running_requests,
                   "Sequences served at once for --mem-per-rank (spread over DP replicas)")
       ->capture_default_str();
 }

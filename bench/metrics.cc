@@ -33,6 +33,42 @@ Distribution distribution_ms(const std::vector<double>& seconds) {
   return d;
 }
 
+namespace {
+
+// Per whole second from the first send: tokens that arrived (the first at its TTFT, the others
+// after their gaps) and requests in flight at some point of it; the peaks of both.
+void add_peaks(const std::vector<RequestOutcome>& outcomes, BenchMetrics& m) {
+  double first = 0, last = 0;
+  bool any = false;
+  for (const RequestOutcome& r : outcomes) {
+    if (!r.success) continue;
+    first = any ? std::min(first, r.start_s) : r.start_s;
+    last = any ? std::max(last, r.start_s + r.latency_s) : r.start_s + r.latency_s;
+    any = true;
+  }
+  if (!any) return;
+  const size_t seconds = static_cast<size_t>(std::ceil(last - first)) + 1;
+  std::vector<double> tokens(seconds, 0);
+  std::vector<int64_t> in_flight(seconds, 0);
+  for (const RequestOutcome& r : outcomes) {
+    if (!r.success) continue;
+    double t = r.start_s + r.ttft_s;
+    auto count = [&](double at) {
+      const auto bucket = static_cast<size_t>(at - first);
+      if (at >= first && bucket < seconds) tokens[bucket] += 1;
+    };
+    count(t);
+    for (double gap : r.itl_s) count(t += gap);
+    const auto begin = static_cast<size_t>(r.start_s - first),
+               end = static_cast<size_t>(r.start_s + r.latency_s - first);
+    for (size_t s = begin; s <= end && s < seconds; ++s) ++in_flight[s];
+  }
+  m.max_output_tokens_per_s = *std::max_element(tokens.begin(), tokens.end());
+  m.max_concurrent_requests = *std::max_element(in_flight.begin(), in_flight.end());
+}
+
+}  // namespace
+
 BenchMetrics compute_metrics(const std::vector<RequestOutcome>& outcomes, double duration_s) {
   BenchMetrics m;
   m.duration_s = duration_s;
@@ -63,6 +99,7 @@ BenchMetrics compute_metrics(const std::vector<RequestOutcome>& outcomes, double
     m.concurrency = sum / duration_s;
   }
   if (verify_steps > 0) m.accept_length = accepted_tokens / verify_steps;
+  add_peaks(outcomes, m);
   m.ttft_ms = distribution_ms(ttft);
   m.tpot_ms = distribution_ms(tpot);
   m.itl_ms = distribution_ms(itl);
@@ -101,7 +138,10 @@ void add_metrics_json(const BenchMetrics& m, nlohmann::ordered_json& out) {
   for (const auto& d : kDistributions)
     for (const auto& s : kStats) out[std::string(s.prefix) + d.name] = (m.*d.field).*s.field;
   out["concurrency"] = m.concurrency;
-  if (m.accept_length > 0) out["accept_length"] = m.accept_length;  // as sglang.bench_serving
+  // As sglang.bench_serving: null without speculative decoding.
+  out["accept_length"] = m.accept_length > 0 ? nlohmann::ordered_json(m.accept_length) : nullptr;
+  out["max_output_tokens_per_s"] = m.max_output_tokens_per_s;
+  out["max_concurrent_requests"] = m.max_concurrent_requests;
 }
 
 BenchMetrics metrics_from_json(const nlohmann::ordered_json& in) {
@@ -118,7 +158,10 @@ BenchMetrics metrics_from_json(const nlohmann::ordered_json& in) {
   for (const auto& d : kDistributions)
     for (const auto& s : kStats) (m.*d.field).*s.field = in.at(std::string(s.prefix) + d.name).get<double>();
   m.concurrency = in.at("concurrency").get<double>();
-  m.accept_length = in.value("accept_length", 0.0);
+  if (in.contains("accept_length") && in["accept_length"].is_number())
+    m.accept_length = in["accept_length"].get<double>();
+  m.max_output_tokens_per_s = in.value("max_output_tokens_per_s", 0.0);
+  m.max_concurrent_requests = in.value("max_concurrent_requests", int64_t{0});
   return m;
 }
 

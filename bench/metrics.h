@@ -24,6 +24,7 @@ struct RequestOutcome {
   // Speculative decoding, when the server reports it (usage.spec_verify_ct, spec_accept_length).
   int64_t spec_verify_ct = 0;
   double spec_accept_length = 0;
+  double start_s = 0;  // sent, seconds after the run started
 };
 
 // Mean, median, standard deviation and percentiles of one quantity, in milliseconds.
@@ -43,6 +44,10 @@ struct BenchMetrics {
   double concurrency = 0;  // achieved: sum of request latencies / duration
   // Tokens per speculative verify step over the requests that report it (0: none did).
   double accept_length = 0;
+  // sglang.bench_serving's peaks over whole seconds of the run: tokens streamed in one second,
+  // and requests in flight during one second.
+  double max_output_tokens_per_s = 0;
+  int64_t max_concurrent_requests = 0;
 };
 
 // Over the successful requests of a run that took `duration_s` from first send to last reply.

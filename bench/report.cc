@@ -359,15 +359,25 @@ std::string sweep_html(const SweepResult& r) {
   if (has_predictions(r))
     out += html_table(r, kPredictionHeading,
                       [&r](const std::string& plan, int64_t c) { return prediction_cell(r, plan, c); });
-  out += "<h2>Best plan per concurrency</h2>\n<table>\n<tr><th>concurrency</th><th>plan</th></tr>\n";
+  out +=
+      "<h2>Best plan per concurrency (output tok/s)</h2>\n<table>\n<tr><th>concurrency</th><th>plan</th>"
+      "<th>output tok/s</th></tr>\n";
   for (const auto& [c, plan] : best_plan_by_concurrency(r))
-    out += fmt::format("<tr><td>{}</td><td>{}</td></tr>\n", c, html_escape(plan));
+    out += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td></tr>\n", c, html_escape(plan),
+                       format_number(find_point(r, plan, c)->metrics.output_throughput));
   out += "</table>\n";
   if (!r.skipped.empty()) {
     out += "<h2>Skipped plans</h2>\n<ul>\n";
     for (const SweepSkip& s : r.skipped)
       out += "<li><code>" + html_escape(s.plan) + "</code>: " + html_escape(s.reason) + "</li>\n";
     out += "</ul>\n";
+  }
+  if (!r.switches.empty()) {  // as the Markdown's "Switches"
+    out += "<h2>Switches</h2>\n<table>\n<tr><th>plan</th><th>how</th><th>time to ready (s)</th></tr>\n";
+    for (const Json& s : r.switches)
+      out += fmt::format("<tr><td>{}</td><td>{}</td><td>{:.3f}</td></tr>\n", html_escape(s.value("plan", "")),
+                         html_escape(s.value("how", "")), s.value("time_to_ready_s", 0.0));
+    out += "</table>\n";
   }
   out += "</body>\n</html>\n";
   return out;

@@ -34,10 +34,11 @@ Json completion_body(const RunOptions& options, const BenchPrompt& prompt) {
     body["prompt"] = prompt.text;
   body["max_tokens"] = prompt.output_len;
   body["temperature"] = 0;
-  body["ignore_eos"] = true;
+  body["ignore_eos"] = options.ignore_eos;
   body["stream"] = true;
   body["stream_options"] = {{"include_usage", true}};
   body["return_token_ids"] = true;
+  for (const auto& [key, value] : options.extra_body.items()) body[key] = value;  // sglang's --extra-request-body
   return body;
 }
 
@@ -157,6 +158,18 @@ std::string served_model(const HttpUrl& url, const std::string& api_key) {
   return models["data"][0].at("id").get<std::string>();
 }
 
+Json server_info(const HttpUrl& url, const std::string& api_key) {
+  HttpCall call;
+  call.path = "/get_server_info";
+  call.headers = headers_for(api_key);
+  try {
+    const HttpResponse response = http_call(url, call);
+    if (response.status == 200) return Json::parse(response.body);
+  } catch (const std::exception&) {  // a server without the route: the field stays null
+  }
+  return nullptr;
+}
+
 RunResult run_benchmark(const RunOptions& options, const std::vector<BenchPrompt>& prompts) {
   MS_CHECK(options.max_concurrency > 0, "--concurrency values must be positive (got {})", options.max_concurrency);
   MS_CHECK(options.request_rate > 0, "--request-rate must be positive or inf (got {})", options.request_rate);
@@ -184,7 +197,9 @@ RunResult run_benchmark(const RunOptions& options, const std::vector<BenchPrompt
     for (size_t i = next++; i < n; i = next++) {
       std::this_thread::sleep_until(
           start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrival_s[i])));
+      const double sent = std::chrono::duration<double>(Clock::now() - start).count();
       result.outcomes[i] = send_one(resolved, prompts[i]);
+      result.outcomes[i].start_s = sent;
       if (!result.outcomes[i].success) ++failed;
       progress.tick(++done, failed.load());
     }

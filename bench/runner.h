@@ -23,8 +23,13 @@ struct RunOptions {
   int64_t max_concurrency = 1;
   double request_rate = std::numeric_limits<double>::infinity();  // requests per second
   uint64_t seed = 1;                                              // arrival times
-  bool progress = true;  // a progress bar on a terminal (stderr), plain lines otherwise
+  bool progress = true;    // a progress bar on a terminal (stderr), plain lines otherwise
+  bool ignore_eos = true;  // false: --disable-ignore-eos
+  nlohmann::ordered_json extra_body = nlohmann::ordered_json::object();  // --extra-request-body
 };
+
+// GET /get_server_info of the server (null when it has none), for the run's JSON.
+nlohmann::ordered_json server_info(const HttpUrl& url, const std::string& api_key);
 
 struct RunResult {
   BenchMetrics metrics;

@@ -32,6 +32,18 @@ int visible_gpus() {
 #endif
 }
 
+GpuMemory gpu_memory(int gpu) {
+#ifdef MOESERVE_WITH_CUDA
+  const cuda::DeviceMemory m = cuda::device_memory(gpu);
+  return {m.free_bytes, m.total_bytes};
+#else
+  (void)gpu;
+  return {};
+#endif
+}
+
+std::string default_backend() { return visible_gpus() > 0 ? "cuda" : "cpu"; }
+
 std::unique_ptr<ops::Backend> make_rank_backend(const std::string& kind, int rank, bool batch_invariant) {
   if (kind == "cpu") return cpu::make_cpu_backend();
   if (kind == "cpu-bf16") return cpu::make_cpu_backend(cpu::CpuNumerics::kBf16);

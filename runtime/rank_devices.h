@@ -6,6 +6,7 @@
 // own thread (NCCL's split is collective), with the members runtime/rank_comms.h defines.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +21,14 @@ namespace moeserve::runtime {
 std::vector<std::string> available_backends();
 // GPUs visible to this process (0 without the CUDA flavour or a driver).
 int visible_gpus();
+// GPU `gpu`'s free and total memory now (zeros without the CUDA flavour).
+struct GpuMemory {
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
+};
+GpuMemory gpu_memory(int gpu);
+// The backend a command runs on when --backend is not given: cuda when a GPU is visible.
+std::string default_backend();
 
 // batch_invariant: cuda::CudaBackendOptions::batch_invariant (CPU ranks are batch-invariant
 // already: every row's sums run in the same order whatever the batch).

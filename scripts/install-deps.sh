@@ -15,7 +15,7 @@ for arg in "$@"; do
   esac
 done
 
-packages=(cmake g++ make pkg-config curl libcli11-dev nlohmann-json3-dev libpcre2-dev libfmt-dev libboost-dev)
+packages=(cmake g++ make pkg-config curl libcli11-dev nlohmann-json3-dev libpcre2-dev libfmt-dev libboost-dev libspdlog-dev)
 # chromium: tests/python/bench renders sweep.html headless and checks the page; clang-format:
 # scripts/check-format.sh (.ci/run); wamerican: the word list of the default model's English check;
 # clang and its sanitizer/libFuzzer runtimes: the ASan+UBSan build of scripts/sanitize-tests.sh and
@@ -48,6 +48,14 @@ fi
 if (( with_tests )); then
   if ! python3 -m pip install -q --disable-pip-version-check -r requirements-test.txt; then
     echo "[install-deps] pip install of requirements-test.txt failed" >&2
+    exit 1
+  fi
+  # SGLang's benchmark client (tests/python/serve/test_sglang_bench_serving.py) without the
+  # SGLang server's dependencies (CUDA kernels, zmq, ...): the client needs only what
+  # requirements-test.txt lists; tests/python/serve/sglang_bench_runner.py says why.
+  if ! python3 -m pip show -q sglang >/dev/null 2>&1 &&
+     ! python3 -m pip install -q --disable-pip-version-check --no-deps "sglang==0.5.23"; then
+    echo "[install-deps] pip install --no-deps sglang failed" >&2
     exit 1
   fi
 fi

@@ -4,6 +4,7 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "core/log.h"
 #include "serve/api_error.h"
 #include "serve/chat_output.h"
 #include "serve/openai_response.h"
@@ -244,6 +245,7 @@ void ApiServer::check_authorized(const HttpRequest& request) const {
 void ApiServer::handle(const HttpRequest& request, HttpExchange& exchange) {
   try {
     const std::string& path = request.path;
+    log(LogLevel::kDebug, "{} {} ({} body bytes)", request.method, path, request.body.size());
     auto only = [&](const char* method) {
       if (request.method != method)
         throw ApiError(405, "method " + request.method + " is not allowed on " + path + " (use " + method + ")");
@@ -266,7 +268,9 @@ void ApiServer::handle(const HttpRequest& request, HttpExchange& exchange) {
     }
     if (path == "/metrics") {
       only("GET");
-      exchange.respond(200, "text/plain; version=0.0.4; charset=utf-8", loop_.render_metrics());
+      std::string text = loop_.render_metrics();
+      loop_.render_sglang_metrics(model_.name, text);
+      exchange.respond(200, "text/plain; version=0.0.4; charset=utf-8", text);
       return;
     }
     if (path == "/admin/replan") {
@@ -277,6 +281,7 @@ void ApiServer::handle(const HttpRequest& request, HttpExchange& exchange) {
       only("POST");
       return send_json(exchange, {{"evicted_pages", loop_.flush_prefix_cache()}});
     }
+    if (native_ && NativeRoutes::serves(path)) return native_->handle(request, exchange);
     throw ApiError(404, "no route " + request.method + " " + path);
   } catch (const ApiError& e) {
     send_error(exchange, e);
@@ -289,6 +294,10 @@ void ApiServer::handle(const HttpRequest& request, HttpExchange& exchange) {
 
 void ApiServer::enable_replan(std::function<ReplanTarget(const std::string& plan)> prepare) {
   prepare_replan_ = std::move(prepare);
+}
+
+void ApiServer::enable_native_routes(ServerInfo info) {
+  native_ = std::make_unique<NativeRoutes>(loop_, model_, std::move(info));
 }
 
 void ApiServer::replan(const HttpRequest& request, HttpExchange& exchange) {

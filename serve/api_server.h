@@ -1,6 +1,8 @@
 // The OpenAI-compatible routes over an EngineLoop:
 //   POST /v1/completions, POST /v1/chat/completions (SSE with "stream": true)
-//   GET  /v1/models, /v1/models/{id}, /health, /metrics (Prometheus text)
+//   GET  /v1/models, /v1/models/{id}, /health, /metrics (Prometheus text: moeserve's series
+//        and SGLang's, serve/sglang_metrics.h)
+//   SGLang's and vLLM's own routes (/generate, /get_server_info, /tokenize, ...: native_routes.h)
 //   POST /admin/flush_cache (also /flush_cache: evicts the prefix cache's unused pages)
 //   POST /admin/replan {"plan": "ep2"}: live re-plan (EngineLoop::replan), when enabled
 // With an API key, every route but /health needs "Authorization: Bearer KEY". The admin
@@ -12,10 +14,12 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "serve/engine_loop.h"
 #include "serve/http_server.h"
+#include "serve/native_routes.h"
 #include "serve/openai_request.h"
 
 namespace moeserve::serve {
@@ -35,6 +39,8 @@ class ApiServer {
   // memory budget and returns how to build it; it throws (an Error naming the problem) for a
   // plan that is invalid or does not fit, which is answered 400 before anything stops.
   void enable_replan(std::function<ReplanTarget(const std::string& plan)> prepare);
+  // Enables SGLang's and vLLM's own routes (serve/native_routes.h), reporting `info`.
+  void enable_native_routes(ServerInfo info);
 
  private:
   void completions(const HttpRequest& request, HttpExchange& exchange, bool chat);
@@ -48,6 +54,7 @@ class ApiServer {
   ApiKeys keys_;
   int64_t created_;
   std::function<ReplanTarget(const std::string& plan)> prepare_replan_;
+  std::unique_ptr<NativeRoutes> native_;
 };
 
 }  // namespace moeserve::serve

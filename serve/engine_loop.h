@@ -23,6 +23,7 @@
 #include "serve/metrics.h"
 #include "serve/output_processor.h"
 #include "serve/request_stream.h"
+#include "serve/sglang_metrics.h"
 #include "spec/speculative_options.h"
 #include "tokenizer/tokenizer.h"
 
@@ -88,6 +89,12 @@ struct EngineLoopOptions {
 };
 
 // What the engine thread last published (for /metrics and tests).
+// What SGLang's /get_server_info reports live (its internal_states).
+struct LiveStats {
+  double spec_accept_length = 0;   // tokens per verify step since start (0 without speculation)
+  double last_gen_throughput = 0;  // generated tokens per second, recent window
+};
+
 struct EngineSnapshot {
   int64_t running = 0, waiting = 0;
   int64_t kv_pages_total = 0, kv_pages_used = 0, kv_pages_cached = 0, kv_pages_free = 0;
@@ -139,6 +146,9 @@ class EngineLoop {
   // The state now, taken on the engine thread between steps.
   EngineSnapshot current_snapshot();
   std::string render_metrics() const;
+  // SGLang's series (serve/sglang_metrics.h) with model_name="`model_name`".
+  void render_sglang_metrics(const std::string& model_name, std::string& out) const;
+  LiveStats live_stats() const;
 
  private:
   struct Active;
@@ -230,6 +240,7 @@ class EngineLoop {
   std::atomic<int64_t> finished_stop_{0}, finished_length_{0}, failed_{0};
   Histogram ttft_, inter_token_, e2e_, queue_time_, step_time_;
   Histogram decode_step_time_;  // steps with decode tokens only (the shape bench-step times)
+  SglangMetrics sglang_;
   std::atomic<double> scheduler_cpu_seconds_{0};
   std::atomic<int64_t> sampled_rows_{0}, sampling_fallbacks_{0}, device_drawn_rows_{0};
 

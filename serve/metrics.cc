@@ -32,16 +32,19 @@ int64_t Histogram::count() const {
   return total_;
 }
 
-void Histogram::render(const std::string& name, const std::string& help, std::string& out) const {
+void Histogram::render(const std::string& name, const std::string& help, std::string& out,
+                       const std::string& labels) const {
   std::lock_guard<std::mutex> lock(mutex_);
   out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+  const std::string bucket_prefix = labels.empty() ? "" : labels + ",";
+  const std::string plain = labels.empty() ? "" : "{" + labels + "}";
   int64_t cumulative = 0;
   for (size_t i = 0; i < bounds_.size(); ++i) {
     cumulative += counts_[i];
-    out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, number(bounds_[i]), cumulative);
+    out += fmt::format("{}_bucket{{{}le=\"{}\"}} {}\n", name, bucket_prefix, number(bounds_[i]), cumulative);
   }
-  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n", name, total_);
-  out += fmt::format("{}_sum {}\n{}_count {}\n", name, number(sum_), name, total_);
+  out += fmt::format("{}_bucket{{{}le=\"+Inf\"}} {}\n", name, bucket_prefix, total_);
+  out += fmt::format("{}_sum{} {}\n{}_count{} {}\n", name, plain, number(sum_), name, plain, total_);
 }
 
 std::vector<double> latency_buckets_seconds() {

@@ -15,8 +15,9 @@ class Histogram {
  public:
   explicit Histogram(std::vector<double> upper_bounds);
   void observe(double value);
-  // The _bucket, _sum and _count lines of metric `name`.
-  void render(const std::string& name, const std::string& help, std::string& out) const;
+  // The _bucket, _sum and _count lines of metric `name`; `labels` ("k=\"v\"", already escaped)
+  // go on every line.
+  void render(const std::string& name, const std::string& help, std::string& out, const std::string& labels = "") const;
   int64_t count() const;
 
  private:

@@ -489,6 +489,7 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat, c
   reject_ignored(f, chat);
   GenerationParams& p = out.params;
   parse_sampling(f, p);
+  if (model.next_seed && !f.get("seed")) p.sampling.seed = model.next_seed();  // --random-seed
   const bool ignore_eos = f.boolean("ignore_eos").value_or(false);
   parse_stop(f, model, p);
   p.client_stop_token_ids = p.stop_token_ids.size();

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -39,6 +40,8 @@ struct ServedModel {
   bool scripted_output = false;  // --test-scripted-output (tests only): moeserve_test_script is accepted
   const tokenizer::Tokenizer* tokenizer = nullptr;
   std::shared_ptr<grammar::GrammarEngine> grammar;  // structured output (null: refused)
+  // The seed of a request that gives none (--random-seed); unset: a random one per request.
+  std::function<uint64_t()> next_seed;
 };
 
 struct GenerationParams {

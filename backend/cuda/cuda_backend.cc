@@ -42,6 +42,13 @@ int device_count() {
   return count;
 }
 
+DeviceMemory device_memory(int device) {
+  MS_CUDA(cudaSetDevice(device));
+  size_t free_bytes = 0, total_bytes = 0;
+  MS_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return {static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
+}
+
 namespace {
 
 using namespace moeserve::ops;

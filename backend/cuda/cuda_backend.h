@@ -2,6 +2,7 @@
 // as a kernel (backend/cuda/*.cu) or a cuBLAS call; one stream per backend object.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "backend/cuda/kernel_policy.h"
@@ -13,6 +14,13 @@ namespace moeserve::cuda {
 
 // Number of visible CUDA devices (0 when there is no driver or no GPU).
 int device_count();
+
+// Device memory as the driver reports it now (cudaMemGetInfo on `device`).
+struct DeviceMemory {
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
+};
+DeviceMemory device_memory(int device);
 
 struct CudaBackendOptions {
   // Every row's result independent of the batch it runs in (its size, its other rows, how it

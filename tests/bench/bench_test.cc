@@ -8,11 +8,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "bench/dataset.h"
 #include "bench/http_client.h"
 #include "bench/metrics.h"
+#include "bench/report.h"
 #include "core/error.h"
 
 namespace moeserve::bench {
@@ -59,6 +62,26 @@ TEST(Metrics, ThroughputsLatenciesAndConcurrencyAddUp) {
   const BenchMetrics back = metrics_from_json(j);
   EXPECT_EQ(back.total_output_tokens, m.total_output_tokens);
   EXPECT_DOUBLE_EQ(back.e2e_latency_ms.p99, m.e2e_latency_ms.p99);
+}
+
+// sglang.bench_serving's peaks, by its own rule: per whole second from the first send, the
+// tokens that arrived (first at start + TTFT, then after each gap) and the requests in flight.
+TEST(Metrics, PeakTokensPerSecondAndConcurrentRequestsAsSglang) {
+  std::vector<RequestOutcome> outcomes(3);
+  outcomes[0] = {true, "", 1, 4, 0.5, 1.6, {0.2, 0.3, 0.6}, {}, ""};  // tokens at 0.5, 0.7, 1.0, 1.6
+  outcomes[0].start_s = 0;
+  outcomes[1] = {true, "", 1, 3, 0.1, 0.4, {0.1, 0.1}, {}, ""};  // tokens at 1.3, 1.4, 1.5
+  outcomes[1].start_s = 1.2;
+  outcomes[2] = {false, "HTTP 500", 0, 0, 0.1, 0.2, {}, {}, ""};  // failed: not counted
+  outcomes[2].start_s = 0.1;
+  const BenchMetrics m = compute_metrics(outcomes, 2.0);
+  EXPECT_DOUBLE_EQ(m.max_output_tokens_per_s, 5.0);  // second 1: 1.0, 1.3, 1.4, 1.5, 1.6
+  EXPECT_EQ(m.max_concurrent_requests, 2);           // second 1: both
+  nlohmann::ordered_json j;
+  add_metrics_json(m, j);
+  EXPECT_DOUBLE_EQ(j["max_output_tokens_per_s"].get<double>(), 5.0);
+  EXPECT_TRUE(j["accept_length"].is_null());  // no speculative decoding: null, as sglang writes it
+  EXPECT_EQ(metrics_from_json(j).max_concurrent_requests, 2);
 }
 
 TEST(Dataset, LengthsInRangeAndDeterministic) {

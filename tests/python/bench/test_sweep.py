@@ -85,6 +85,15 @@ def test_sweep_html_is_self_contained_with_two_charts(sweep):
         assert re.findall(r'class="legend-entry"[^>]*>([^<]+)<', svg) == PLANS
         assert len(re.findall(r'<polyline class="series"', svg)) == len(PLANS)
         assert re.findall(r'class="x-tick"[^>]*>([^<]+)<', svg) == [str(c) for c in LEVELS]
+    # Everything the Markdown has: the best plan's tok/s per concurrency and the switch times.
+    result = json.loads((out / "sweep.json").read_text())
+    md = (out / "sweep.md").read_text()
+    for level, plan in result["best_plan_by_concurrency"].items():
+        tok_s = re.search(rf"^\| {level} \| {re.escape(plan)} \| ([0-9.]+) \|$", md, re.M).group(1)
+        assert f"<tr><td>{level}</td><td>{plan}</td><td>{tok_s}</td></tr>" in html, (level, plan)
+    for switch in result["switches"]:
+        assert f"<tr><td>{switch['plan']}</td><td>{switch['how']}</td><td>{switch['time_to_ready_s']:.3f}</td>" in html
+
 
 
 def test_sweep_under_a_reduction_plan_gives_the_first_plans_outputs(tmp_path):
