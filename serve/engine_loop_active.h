@@ -16,7 +16,7 @@ struct EngineLoop::Active {
   EngineRequest request;
   OutputProcessor output;
   std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
-  std::chrono::steady_clock::time_point last_token;
+  std::chrono::steady_clock::time_point first_token, last_token;
   bool admitted = false;
   int64_t spec_verify_ct = 0, spec_accepted_tokens = 0;
   std::vector<int32_t> generated;  // every token streamed (a re-plan carries the request on from them)
