@@ -20,8 +20,10 @@ MODEL = "synthetic:tiny"
 
 
 class Server:
-    def __init__(self, *args, startup_timeout=120, model=MODEL):
-        """model None: the shipped default model (no --model)."""
+    def __init__(self, *args, startup_timeout=120, model=""):
+        """model "": the module's MODEL as it is when the server starts (tests set it); None: the
+        shipped default model (no --model)."""
+        model = MODEL if model == "" else model
         self.args = ["serve", *(["--model", model] if model else []), "--port", "0", *map(str, args)]
         self.proc = subprocess.Popen([moeserve_bin(), *self.args], stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
