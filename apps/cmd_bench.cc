@@ -171,7 +171,9 @@ void run_bench_command(BenchArgs args) {
     bench::RunOptions quiet = run;
     quiet.progress = false;
     quiet.max_concurrency = args.warmup_requests;
-    MS_CHECK(bench::run_benchmark(quiet, warmup).metrics.failed == 0, "bench: a warm-up request failed");
+    const bench::RunResult warmed = bench::run_benchmark(quiet, warmup);
+    for (const bench::RequestOutcome& o : warmed.outcomes)
+      MS_CHECK(o.error.empty(), "bench: a warm-up request failed: {}", o.error);
   }
   const nlohmann::ordered_json info = bench::server_info(run.url, run.api_key);
   int64_t failed = 0;

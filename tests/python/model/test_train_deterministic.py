@@ -14,7 +14,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 MODEL = ROOT / "models" / "default"
-TEMPLATE = ROOT / "tests" / "tokenizer" / "data" / "chat_templates" / "deepseek-v3.jinja"
+TEMPLATE = ROOT / "tokenizer" / "chat_templates" / "deepseek-v3.jinja"
 
 
 @pytest.fixture(scope="module")
