@@ -321,7 +321,7 @@ void StepLoop::check_first_logits(const Flight& flight, const StepOutputs& outpu
   for (size_t i = 0; i < rows.chunks.size(); ++i) {
     const sched::ScheduledChunk* chunk = rows.chunks[i];
     if (rows.owners[i] != nullptr && rows.owners[i]->constraint) continue;  // masked ids are -inf by design
-    if (adjust_.count(chunk->id)) continue;  // min_tokens masks are -inf on purpose
+    if (adjust_.count(chunk->id)) continue;                                 // min_tokens masks are -inf on purpose
     logits_checked_ = true;
     const int64_t r = chunk->logit_row;
     bool finite = true;

@@ -39,8 +39,8 @@ struct EngineRequest {
   // follow once they run out. The KV cache keeps the model's tokens: nothing reads them back.
   std::vector<int32_t> scripted_output;
   std::shared_ptr<TokenConstraint> constraint;  // structured output (null: none)
-  ops::LogitAdjustOptions logit_adjust;  // bias, min_tokens masks, penalties (on the devices)
-  int prompt_alternatives = -1;          // >= 0: prompt logprobs with this many alternatives (-1: none)
+  ops::LogitAdjustOptions logit_adjust;         // bias, min_tokens masks, penalties (on the devices)
+  int prompt_alternatives = -1;                 // >= 0: prompt logprobs with this many alternatives (-1: none)
 };
 
 // What a re-plan switches to: the plan's name, the scheduler's options under it (DP replicas,

@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <memory>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -56,8 +56,8 @@ struct GenerationParams {
   bool return_token_ids = false;
   bool echo = false;  // completions: the prompt text precedes the completion
   int n = 1;
-  OutputParsing parsing;                 // chat: reasoning and tool calls (serve/tool_request.h)
-  std::vector<int32_t> scripted_output;  // tests only: the tokens the model is made to emit
+  OutputParsing parsing;                        // chat: reasoning and tool calls (serve/tool_request.h)
+  std::vector<int32_t> scripted_output;         // tests only: the tokens the model is made to emit
   std::optional<grammar::GrammarSpec> grammar;  // structured output (serve/response_format.h)
   // vLLM's sampling fields. logit_bias, the penalties and min_tokens (its mask: the stop
   // token ids, EOS included unless ignore_eos) change the logits on the devices.
