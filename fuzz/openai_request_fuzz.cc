@@ -38,7 +38,8 @@ void check_accepted(const moeserve::serve::CompletionRequest& r, const ServedMod
   const moeserve::serve::GenerationParams& p = r.params;
   MS_FUZZ_ASSERT(!r.prompts.empty() && r.prompts.size() == r.prompt_texts.size(), "prompts and their texts differ");
   MS_FUZZ_ASSERT(p.n >= 1 && static_cast<int64_t>(r.prompts.size()) * p.n <= 64, "n or the choice count unbounded");
-  MS_FUZZ_ASSERT(p.max_tokens >= 1, "max_tokens below 1 accepted");
+  // max_tokens 0 scores the prompt (vLLM): only with echo.
+  MS_FUZZ_ASSERT(p.max_tokens >= 1 || (p.max_tokens == 0 && p.echo), "max_tokens below 1 accepted without echo");
   for (const auto& ids : r.prompts) {
     MS_FUZZ_ASSERT(!ids.empty(), "empty prompt accepted");
     for (const int32_t id : ids) MS_FUZZ_ASSERT(id >= 0 && id < m.vocab_size, "token id outside the vocabulary");
