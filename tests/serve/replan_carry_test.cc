@@ -105,10 +105,25 @@ TEST(ReplanCarry, StreamingRequestsThroughReplansLoseNoneAndMatchAnUndisturbedSe
   EXPECT_EQ(loop->current_snapshot().kv_pages_used, 0);
 }
 
-// 4000 output tokens (the model's 4096 positions hold them with the prompt; ~2 s of tiny's
-// decoding on one core, twice: undisturbed and through a re-plan).
+// Under AddressSanitizer (the sanitizer job: -O1, every load checked) tiny's CPU kernels run
+// two orders of magnitude slower, and 4000 tokens took 14 minutes of the job's 19.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MOESERVE_UNDER_ASAN 1
+#endif
+#endif
+#ifdef MOESERVE_UNDER_ASAN
+constexpr bool kUnderAsan = true;
+#else
+constexpr bool kUnderAsan = false;
+#endif
+
+// 4000 output tokens (issue 26's long request; the model's 4096 positions hold them with the
+// prompt; ~2 s of tiny's decoding on one core, twice: undisturbed and through a re-plan). The
+// sanitizer job checks the same carry path's memory safety with 400: the re-plan still comes
+// after 200 streamed tokens, mid-decode.
 TEST(ReplanCarry, ALongRequestGoesOnThroughAReplanWithoutRestarting) {
-  constexpr int64_t kTokens = 4000;
+  constexpr int64_t kTokens = kUnderAsan ? 400 : 4000;
   Fixture f;
   f.pages = 512;  // 4096 tokens of 8-token pages
   std::vector<int32_t> undisturbed;
