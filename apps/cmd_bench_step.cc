@@ -59,9 +59,7 @@ runtime::EngineOptions engine_options(const BenchStepArgs& args, const ModelSour
   options.page_size = args.page_size;
   options.run = run_options_for(args.reduction_plan);
   options.batch_invariant = args.batch_invariant;
-  MS_CHECK(args.kv_cache_dtype == "auto" || args.kv_cache_dtype == "bf16" || args.kv_cache_dtype == "fp8_e4m3",
-           "--kv-cache-dtype: '{}' is not auto, bf16 or fp8_e4m3", args.kv_cache_dtype);
-  options.kv_cache_fp8 = args.kv_cache_dtype == "fp8_e4m3";
+  options.kv_cache_fp8 = kv_cache_fp8(args.kv_cache_dtype);
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
   const int64_t per_replica = (max_batch + options.plan.attn_dp - 1) / options.plan.attn_dp;
   // Pipeline plans also run one group of the batch per stage in flight (pp times the sequences).
@@ -260,8 +258,7 @@ void add_bench_step_command(CLI::App& app) {
   add_batch_invariant_flag(cmd, args->batch_invariant);
   cmd->add_option("--prefill", args->prefill,
                   "Prompt lengths, comma-separated: time one prompt's prefill pass per length instead of decode steps");
-  cmd->add_option("--kv-cache-dtype", args->kv_cache_dtype, "Latent cache: auto (bf16) or fp8_e4m3 (scale 1)")
-      ->capture_default_str();
+  add_kv_cache_dtype_flag(cmd, args->kv_cache_dtype);
   cmd->callback([args] { run_bench_step(*args); });
 }
 

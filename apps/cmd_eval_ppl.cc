@@ -35,6 +35,7 @@ struct EvalPplArgs {
   int64_t batch = 8;    // windows per forward
   std::string backend = "cpu";
   std::string head = "main";  // or "mtp"
+  std::string kv_cache_dtype = "auto";
   PlanCliArgs plan;
 };
 
@@ -157,6 +158,7 @@ void run_eval_ppl(const EvalPplArgs& args) {
   options.backend = args.backend;
   options.plan = plan_for_model(args.plan, model.config, /*bytes_per_element=*/args.backend == "cuda" ? 2 : 4);
   options.run.mtp = mtp;
+  options.kv_cache_fp8 = kv_cache_fp8(args.kv_cache_dtype);
   const std::vector<Window> windows = sliding_windows(static_cast<int64_t>(ids.size()), context, stride, lead);
   NllSum sum;
   std::unique_ptr<runtime::Engine> engine;
@@ -178,10 +180,17 @@ void run_eval_ppl(const EvalPplArgs& args) {
       add_window(windows[i], logits[i - start].f32(), logits[i - start].dim(1), lead, ids, sum);
   }
   const double mean = sum.nll / static_cast<double>(sum.tokens);
-  nlohmann::ordered_json out = {
-      {"model", model.spec},   {"text", args.text_path}, {"head", args.head},           {"perplexity", std::exp(mean)},
-      {"nll_per_token", mean}, {"tokens", ids.size()},   {"scored_tokens", sum.tokens}, {"windows", windows.size()},
-      {"context", context},    {"stride", stride}};
+  nlohmann::ordered_json out = {{"model", model.spec},
+                                {"text", args.text_path},
+                                {"head", args.head},
+                                {"perplexity", std::exp(mean)},
+                                {"nll_per_token", mean},
+                                {"tokens", ids.size()},
+                                {"scored_tokens", sum.tokens},
+                                {"windows", windows.size()},
+                                {"context", context},
+                                {"stride", stride},
+                                {"kv_cache_dtype", options.kv_cache_fp8 ? "fp8_e4m3" : "bf16"}};
   std::printf("%s\n", out.dump().c_str());
 }
 
@@ -201,6 +210,7 @@ void add_eval_ppl_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--plan", args->plan.preset, "Parallel plan preset (single, tp2, ep4, ...); default single");
   add_plan_flags(cmd, args->plan);
+  add_kv_cache_dtype_flag(cmd, args->kv_cache_dtype);
   cmd->callback([args] { run_eval_ppl(*args); });
 }
 

@@ -109,8 +109,11 @@ void run_generate(const GenerateArgs& args) {
   runtime::EngineOptions options;
   options.backend = args.backend;
   options.graphs = !args.no_cuda_graph;
+  options.kv_cache_fp8 = kv_cache_fp8(args.engine.kv_cache_dtype);
+  PlanCliArgs plan_args = args.plan;
+  plan_args.kv_cache_fp8 = options.kv_cache_fp8;
   // The CPU backend holds weights and KV cache in fp32, the CUDA backend in bf16.
-  options.plan = plan_for_model(args.plan, model.config, /*bytes_per_element=*/args.backend == "cuda" ? 2 : 4);
+  options.plan = plan_for_model(plan_args, model.config, /*bytes_per_element=*/args.backend == "cuda" ? 2 : 4);
   options.page_size = args.engine.page_size;
   options.pp_max_micro_batch_size = args.engine.pp_max_micro_batch_size;
   options.pp_async_batch_depth = args.engine.pp_async_batch_depth;

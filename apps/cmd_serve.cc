@@ -109,6 +109,7 @@ serve::ReplanTarget replan_target(const ModelSource& model, const ServeArgs& arg
   engine_options.pp_async_batch_depth = args.engine.pp_async_batch_depth;
   engine_options.run = run;
   engine_options.batch_invariant = args.engine.batch_invariant;
+  engine_options.kv_cache_fp8 = kv_cache_fp8(args.engine.kv_cache_dtype);
   serve::ReplanTarget target;
   target.plan_name = plan.name;
   sched::SchedulerOptions& so = target.scheduler;
@@ -292,6 +293,7 @@ void run_serve(ServeArgs args) {
   auto target_for = [&model, &args, run](const parallel::ParallelPlan& plan) {
     return replan_target(model, args, run, plan);
   };
+  args.plan.kv_cache_fp8 = kv_cache_fp8(args.engine.kv_cache_dtype);
   const parallel::ParallelPlan plan = plan_for_model(args.plan, model.config, bytes_per_element);
   // Sized once, before the weights load; a re-plan keeps the page count.
   const KvSizing kv = size_kv_cache({.config = model.config,
@@ -299,7 +301,8 @@ void run_serve(ServeArgs args) {
                                      .backend = args.backend,
                                      .page_size = args.engine.page_size,
                                      .kv_pages = args.kv_pages,
-                                     .mem_fraction_static = args.mem_fraction_static});
+                                     .mem_fraction_static = args.mem_fraction_static,
+                                     .kv_cache_fp8 = args.plan.kv_cache_fp8});
   args.kv_pages = kv.pages;
   serve::ReplanTarget start = target_for(plan);
 

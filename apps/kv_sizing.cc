@@ -21,7 +21,8 @@ constexpr int64_t kBf16Bytes = 2;  // the CUDA backend's weights and KV cache el
 int64_t pages_on_gpu(const KvSizingParams& p, double fraction, int rank, std::string& tightest) {
   const runtime::GpuMemory memory = runtime::gpu_memory(rank);
   const int64_t weights = rank_weights(p.config, p.plan, rank, kBf16Bytes).held_bytes;
-  const int64_t page_bytes = kv_bytes_per_token(p.config, p.plan, rank, kBf16Bytes) * p.page_size;
+  const int64_t kv_element_bytes = p.kv_cache_fp8 ? 1 : kBf16Bytes;
+  const int64_t page_bytes = kv_bytes_per_token(p.config, p.plan, rank, kv_element_bytes) * p.page_size;
   const double reserved = static_cast<double>(memory.total_bytes) * (1.0 - fraction);
   const double room = static_cast<double>(memory.free_bytes) - reserved - static_cast<double>(weights);
   MS_CHECK(room >= 2.0 * static_cast<double>(page_bytes),

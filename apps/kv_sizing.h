@@ -24,6 +24,7 @@ struct KvSizingParams {
   int64_t page_size = 64;          // tokens per page
   int64_t kv_pages = 0;            // --kv-pages; > 0 wins over the fraction
   double mem_fraction_static = 0;  // --mem-fraction-static; 0: kDefaultMemFractionStatic
+  bool kv_cache_fp8 = false;       // --kv-cache-dtype fp8_e4m3: one byte per cached element
 };
 
 struct KvSizing {

@@ -29,6 +29,19 @@ void add_batch_invariant_flag(CLI::App* cmd, bool& batch_invariant) {
                 "prefill chunks): with --reduction-plan, identical outputs under any load; slower at large batches");
 }
 
+void add_kv_cache_dtype_flag(CLI::App* cmd, std::string& kv_cache_dtype) {
+  cmd->add_option("--kv-cache-dtype", kv_cache_dtype,
+                  "Latent cache: auto (bf16) or fp8_e4m3 (e4m3fn codes, scale 1, as SGLang and vLLM without "
+                  "calibrated scales; half the bytes of a GPU cache)")
+      ->capture_default_str();
+}
+
+bool kv_cache_fp8(const std::string& kv_cache_dtype) {
+  MS_CHECK(kv_cache_dtype == "auto" || kv_cache_dtype == "bf16" || kv_cache_dtype == "fp8_e4m3",
+           "--kv-cache-dtype: '{}' is not auto, bf16 or fp8_e4m3", kv_cache_dtype);
+  return kv_cache_dtype == "fp8_e4m3";
+}
+
 void add_engine_flags(CLI::App* cmd, EngineCliArgs& args) {
   cmd->add_option("--page-size", args.page_size, "KV cache page size in tokens")->capture_default_str();
   cmd->add_option("--pp-max-micro-batch-size", args.pp_max_micro_batch_size,
@@ -39,6 +52,7 @@ void add_engine_flags(CLI::App* cmd, EngineCliArgs& args) {
       ->capture_default_str();
   add_reduction_plan_flag(cmd, args.reduction_plan);
   add_batch_invariant_flag(cmd, args.batch_invariant);
+  add_kv_cache_dtype_flag(cmd, args.kv_cache_dtype);
 }
 
 void add_plan_flags(CLI::App* cmd, PlanCliArgs& args) {

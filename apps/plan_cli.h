@@ -32,6 +32,7 @@ struct EngineCliArgs {
   int64_t pp_async_batch_depth = 0;
   std::string reduction_plan = "single";
   bool batch_invariant = false;
+  std::string kv_cache_dtype = "auto";
 };
 
 // Adds --reduction-plan (ModelRunOptions), and parses it.
@@ -41,8 +42,14 @@ ModelRunOptions run_options_for(const std::string& reduction_plan);
 // Adds --batch-invariant (EngineOptions::batch_invariant).
 void add_batch_invariant_flag(CLI::App* cmd, bool& batch_invariant);
 
-// Adds --page-size, --pp-max-micro-batch-size, --pp-async-batch-depth, --reduction-plan and
-// --batch-invariant.
+// Adds --kv-cache-dtype (vLLM's and SGLang's name): auto or bf16, or fp8_e4m3 (scale 1).
+void add_kv_cache_dtype_flag(CLI::App* cmd, std::string& kv_cache_dtype);
+// Whether the flag's value asks for an fp8 cache (EngineOptions::kv_cache_fp8); throws naming
+// the flag for any other value.
+bool kv_cache_fp8(const std::string& kv_cache_dtype);
+
+// Adds --page-size, --pp-max-micro-batch-size, --pp-async-batch-depth, --reduction-plan,
+// --batch-invariant and --kv-cache-dtype.
 void add_engine_flags(CLI::App* cmd, EngineCliArgs& args);
 
 // Adds --tp-size, --ep-size, --pp-size, --dp-size, --enable-dp-attention and the memory
