@@ -12,7 +12,6 @@
 // Kernel 2, grid (tokens, heads): merges the splits: out = sum_s e^(m_s - M) acc_s / sum_s e^(m_s - M) l_s,
 // in split order.
 #include <algorithm>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -683,25 +682,9 @@ int64_t mla_workspace_bytes(const ops::MlaAttentionParams& p, bool batch_invaria
 
 namespace {
 
-// Which kernel serves a shape that both take: MOESERVE_MLA_DECODE=auto (the default: the tiled
-// kernel from kTiledMinContext cached rows of capacity per sequence, the split kernels below,
-// where they measured faster), split (the per-16-heads kernels), tiled (weights as two bf16
-// parts) or tiled-bf16p (bf16 softmax weights), for measuring them side by side.
-enum class DecodeChoice { kAuto, kSplit, kTiled, kTiledBf16P };
+// The tiled kernel from this many cached rows of capacity per sequence, the split kernels
+// below it, where they measured faster (docs/benchmarks.md, "Long contexts").
 constexpr int64_t kTiledMinContext = 4096;
-
-DecodeChoice decode_choice() {
-  static const DecodeChoice choice = [] {
-    const char* env = std::getenv("MOESERVE_MLA_DECODE");
-    const std::string v = env != nullptr ? env : "auto";
-    if (v == "auto") return DecodeChoice::kAuto;
-    if (v == "split") return DecodeChoice::kSplit;
-    if (v == "tiled-bf16p") return DecodeChoice::kTiledBf16P;
-    if (v == "tiled") return DecodeChoice::kTiled;
-    throw std::invalid_argument("MOESERVE_MLA_DECODE: '" + v + "' is not auto, split, tiled or tiled-bf16p");
-  }();
-  return choice;
-}
 
 // All heads of a token per block with a balanced schedule (mla_decode.cu) where the shape
 // allows (and always for an fp8 cache, which only it reads); its splits depend on the batch, so
@@ -714,12 +697,9 @@ bool launched_tiled(const ops::MlaAttentionParams& p, const KernelPolicy& policy
         "mla_attention: an fp8 KV cache (--kv-cache-dtype fp8_e4m3) needs latent 512, rope 64, heads a multiple of 64 "
         "(got " +
         std::to_string(p.heads) + ") and no --batch-invariant");
-  const DecodeChoice choice = decode_choice();
   const bool short_context = p.max_pages_per_seq * p.page_size < kTiledMinContext;
-  if (!p.cache_fp8 && (!fits || !policy.mla_tensor_cores || choice == DecodeChoice::kSplit ||
-                       (choice == DecodeChoice::kAuto && short_context)))
-    return false;
-  launch_mla_decode(p, decode_choice() != DecodeChoice::kTiledBf16P, workspace, stream);
+  if (!p.cache_fp8 && (!fits || !policy.mla_tensor_cores || short_context)) return false;
+  launch_mla_decode(p, workspace, stream);
   return true;
 }
 

@@ -18,8 +18,10 @@
 //   S = Q K^T [64 x 32]: warp w computes heads 32 (w % 2) .. + 31 over a quarter of the 576
 //     columns (9 MMA k-steps); the quarters' partial sums meet in shared memory.
 //   softmax: warp w owns heads 8 w .. 8 w + 7 (running max and denominator in registers),
-//     writes P [64 x 32] as bf16 (high part and remainder when kSplitP: the weights keep ~16
-//     bits like the fp32 weights of the CUDA-core kernels) and each head's rescale factor.
+//     writes P [64 x 32] as a bf16 high part and a bf16 remainder (two MMAs: the weights keep
+//     ~16 bits like the fp32 weights of the CUDA-core kernels and the CPU reference; bf16 alone,
+//     FlashMLA's choice, measured 1-4% faster but parts from the reference's roundings) and
+//     each head's rescale factor.
 //   O = O * correction + P V: warp w accumulates heads 32 (w % 2) .. + 31 by latent columns
 //     128 (w / 2) .. + 127 (128 fp32 accumulators per thread).
 #include <algorithm>
@@ -270,7 +272,6 @@ __device__ void score_tile(const bf16* q_s, const bf16* tile, float* red) {
 
 // The softmax role: head 8 warp + lane / 4, rows 8 (lane % 4) .. + 7 of the tile (`valid` of
 // them real). Writes P (high part, remainder) and the head's rescale factor.
-template <bool kSplitP>
 __device__ void softmax_tile(const float* red, int valid, float scale, PieceState& st, bf16* p_s, float* correction) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int head = 8 * warp + (lane >> 2), r0 = 8 * (lane & 3);
@@ -311,12 +312,11 @@ __device__ void softmax_tile(const float* red, int valid, float scale, PieceStat
   st.denom = st.denom * corr + sum;
   st.running_max = new_max;
   *reinterpret_cast<uint4*>(p_s + head * kPStride + r0) = hi;
-  if (kSplitP) *reinterpret_cast<uint4*>(p_s + (kHeads + head) * kPStride + r0) = lo;
+  *reinterpret_cast<uint4*>(p_s + (kHeads + head) * kPStride + r0) = lo;
   if ((lane & 3) == 0) correction[head] = corr;
 }
 
 // O = O * correction + P V for this warp's heads and 128 columns.
-template <bool kSplitP>
 __device__ void accumulate_tile(const bf16* tile, const bf16* p_s, const float* correction, PieceState& st) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lane >> 2;
   const int hh = warp & 1, column0 = 128 * (warp >> 1);
@@ -336,7 +336,7 @@ __device__ void accumulate_tile(const bf16* tile, const bf16* p_s, const float* 
     for (int mt = 0; mt < 2; ++mt) {
       const int row = 32 * hh + 16 * mt + (lane & 15), column = 16 * step + (lane >> 4) * 8;
       ldmatrix_x4(a_hi[mt], p_s + row * kPStride + column);
-      if (kSplitP) ldmatrix_x4(a_lo[mt], p_s + (kHeads + row) * kPStride + column);
+      ldmatrix_x4(a_lo[mt], p_s + (kHeads + row) * kPStride + column);
     }
 #pragma unroll
     for (int np = 0; np < 8; ++np) {
@@ -347,10 +347,8 @@ __device__ void accumulate_tile(const bf16* tile, const bf16* p_s, const float* 
       for (int mt = 0; mt < 2; ++mt) {
         mma_16x8x16(st.o[mt][2 * np], a_hi[mt], b[0], b[1]);
         mma_16x8x16(st.o[mt][2 * np + 1], a_hi[mt], b[2], b[3]);
-        if (kSplitP) {
-          mma_16x8x16(st.o[mt][2 * np], a_lo[mt], b[0], b[1]);
-          mma_16x8x16(st.o[mt][2 * np + 1], a_lo[mt], b[2], b[3]);
-        }
+        mma_16x8x16(st.o[mt][2 * np], a_lo[mt], b[0], b[1]);
+        mma_16x8x16(st.o[mt][2 * np + 1], a_lo[mt], b[2], b[3]);
       }
     }
   }
@@ -392,7 +390,7 @@ __device__ void store_piece(const DecodeInputs& in, const Piece& piece, const Pi
     }
 }
 
-template <bool kSplitP, bool kFp8>
+template <bool kFp8>
 __device__ void run_piece(const DecodeInputs& in, const Piece& piece, unsigned char* shared, DecodePartials partials) {
   using Layout = SharedLayout<kFp8>;
   bf16* q_s = reinterpret_cast<bf16*>(shared + Layout::q);
@@ -433,9 +431,9 @@ __device__ void run_piece(const DecodeInputs& in, const Piece& piece, unsigned c
     }
     score_tile(q_s, tile, red);
     __syncthreads();
-    softmax_tile<kSplitP>(red, piece.row_end - (piece.row_begin + i * kRows), in.scale, st, p_s, correction);
+    softmax_tile(red, piece.row_end - (piece.row_begin + i * kRows), in.scale, st, p_s, correction);
     __syncthreads();
-    accumulate_tile<kSplitP>(tile, p_s, correction, st);
+    accumulate_tile(tile, p_s, correction, st);
     __syncthreads();  // every warp is done with tile i's buffers before tile i + 2 lands in them
   }
   store_piece(in, piece, st, partials, reinterpret_cast<float*>(shared + Layout::inv_denom));
@@ -454,7 +452,7 @@ __device__ int4 part_task(const DecodeInputs& in, const Run& run, int part) {
   return make_int4(s / in.groups, s % in.groups, 2 * part + (s == run.first ? 0 : 1), pieces);
 }
 
-template <bool kSplitP, bool kFp8>
+template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const DecodeInputs in, DecodePartials partials) {
   extern __shared__ __align__(16) unsigned char shared[];
   pdl_enter();
@@ -473,7 +471,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const DecodeInp
     piece.row_end = min(context, (min(run.end, start + tiles) - start) * kRows);
     piece.whole = start >= run.begin && start + tiles <= run.end;
     piece.slot = 2 * part + (s == run.first ? 0 : 1);
-    run_piece<kSplitP, kFp8>(in, piece, shared, partials);
+    run_piece<kFp8>(in, piece, shared, partials);
     start += tiles;
     ++s;
   }
@@ -539,12 +537,10 @@ int parts_of_device() {
   if (device != device_of_count) {
     cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
     count = std::clamp(count, 1, 1024);  // the combine kernel's weights hold 1024 pieces
-    for (auto* kernel : {mla_decode_kernel<true, false>, mla_decode_kernel<false, false>})
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(SharedLayout<false>::bytes));
-    for (auto* kernel : {mla_decode_kernel<true, true>, mla_decode_kernel<false, true>})
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(SharedLayout<true>::bytes));
+    cudaFuncSetAttribute(mla_decode_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(SharedLayout<false>::bytes));
+    cudaFuncSetAttribute(mla_decode_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(SharedLayout<true>::bytes));
     device_of_count = device;
   }
   return count;
@@ -563,12 +559,11 @@ int64_t mla_decode_workspace_bytes() {
   return 4 * 2 * parts * kHeads * (2 + kLatent) + static_cast<int64_t>(sizeof(int4)) * parts;
 }
 
-void launch_mla_decode(const ops::MlaAttentionParams& p, bool split_p, void* workspace, cudaStream_t stream) {
+void launch_mla_decode(const ops::MlaAttentionParams& p, void* workspace, cudaStream_t stream) {
   if (p.tokens == 0) return;
   const int parts = parts_of_device();
   const DecodePartials partials = carve_partials(workspace, parts);
-  auto* kernel = p.cache_fp8 ? (split_p ? mla_decode_kernel<true, true> : mla_decode_kernel<false, true>)
-                             : (split_p ? mla_decode_kernel<true, false> : mla_decode_kernel<false, false>);
+  auto* kernel = p.cache_fp8 ? mla_decode_kernel<true> : mla_decode_kernel<false>;
   const size_t shared = p.cache_fp8 ? SharedLayout<true>::bytes : SharedLayout<false>::bytes;
   launch_pdl(kernel, dim3(parts), kThreads, shared, stream, decode_inputs(p), partials);
   launch_pdl(mla_decode_combine_kernel, dim3(parts, kHeads), kCombineThreads, 0, stream, decode_inputs(p), partials);

@@ -13,10 +13,9 @@ namespace moeserve::cuda {
 bool mla_decode_supported(const ops::MlaAttentionParams& p);
 // The partial states of the context pieces (one device's: its SM count sizes the grid).
 int64_t mla_decode_workspace_bytes();
-// split_p: the softmax weights enter P V as a bf16 high part and a bf16 remainder (two MMAs,
-// ~16 bits like fp32 weights); otherwise as bf16 alone (FlashMLA's choice, one MMA).
-// Reads a bf16 or an fp8 (p.cache_fp8) cache.
-void launch_mla_decode(const ops::MlaAttentionParams& p, bool split_p, void* workspace, cudaStream_t stream);
+// The softmax weights enter P V as a bf16 high part and a bf16 remainder (two MMAs, ~16 bits
+// like fp32 weights). Reads a bf16 or an fp8 (p.cache_fp8) cache.
+void launch_mla_decode(const ops::MlaAttentionParams& p, void* workspace, cudaStream_t stream);
 
 // kv_write of an fp8 cache (kv_fp8.cu).
 void launch_kv_write_fp8(const ops::KvWriteParams& p, cudaStream_t stream);

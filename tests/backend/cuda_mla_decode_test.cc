@@ -28,8 +28,8 @@ MlaAttentionCase paged_case(int64_t heads, int64_t page_size, const std::vector<
     }
     pages_of.push_back((prefill - 1) / page_size + 1);
   }
-  // Block tables of at least 4096 rows per sequence: under MOESERVE_MLA_DECODE=auto (the
-  // default) the tiled kernel takes such batches (mla_attention.cu kTiledMinContext).
+  // Block tables of at least 4096 rows per sequence: the tiled kernel takes such batches
+  // (mla_attention.cu kTiledMinContext).
   c.max_pages = std::max(*std::max_element(pages_of.begin(), pages_of.end()), (4096 + page_size - 1) / page_size);
   for (int64_t n : pages_of) c.cache_pages += n;
   // Page k of the pool goes to the (k * 7919 mod pool)-th slot of the sequences' pages in
