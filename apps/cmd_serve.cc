@@ -64,6 +64,7 @@ struct ServeArgs {
   int pp_groups = 0;  // 0: one per pipeline stage
   bool disable_radix_cache = false;
   bool skip_warmup = false;
+  double min_step_ms = 0;
   int64_t max_body_bytes = 8 << 20;
   double drain_timeout_s = 30;
   int max_connections = 8192;
@@ -310,6 +311,9 @@ void run_serve(ServeArgs args) {
   loop_options.rebuild_engine = start.build_engine;
   loop_options.max_queued_requests = args.max_queued_requests;
   loop_options.warmup = !args.skip_warmup;
+  MS_CHECK(args.min_step_ms >= 0 && args.min_step_ms <= 60000, "--min-step-ms must be in [0, 60000] (got {})",
+           args.min_step_ms);
+  loop_options.min_step = std::chrono::microseconds(static_cast<int64_t>(args.min_step_ms * 1000));
   std::unique_ptr<runtime::Engine> engine = load_engine(model, start);
   const auto warmup_start = std::chrono::steady_clock::now();
   serve::EngineLoop loop(std::move(engine), *tok, loop_options);
@@ -413,6 +417,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--skip-warmup,--skip-server-warmup", args->skip_warmup,
                 "Do not run the largest step and every padded decode size once at start-up "
                 "(memory then grows while serving)");
+  cmd->add_option("--min-step-ms", args->min_step_ms,
+                  "Every engine step lasts at least this long, as on a slower device (for checking benchmark "
+                  "clients on a loaded machine; 0: off)")
+      ->capture_default_str();
   cmd->add_option("--max-body-bytes", args->max_body_bytes, "Largest request body accepted (413 beyond)")
       ->capture_default_str();
   cmd->add_option("--drain-timeout", args->drain_timeout_s, "Seconds SIGTERM waits for requests in flight")
