@@ -212,8 +212,7 @@ void add_sglang_flags(CLI::App* cmd, BenchArgs& args) {
   cmd->add_option("--extra-request-body", args.extra_request_body,
                   "A JSON object merged into every request body (e.g. '{\"top_k\": 5}')");
   cmd->add_flag("--disable-stream", args.disable_stream, "Refused: tokens are timed as they stream");
-  cmd->add_flag("--apply-chat-template", args.apply_chat_template,
-                "Refused: --backend sglang-oai-chat sends chats");
+  cmd->add_flag("--apply-chat-template", args.apply_chat_template, "Refused: --backend sglang-oai-chat sends chats");
   cmd->add_flag("--disable-ignore-eos", args.disable_ignore_eos, "Let requests stop at EOS (ignore_eos false)");
   cmd->add_flag("--tokenize-prompt", args.tokenize_prompt,
                 "Send prompts as token ids (what --dataset-name random-ids does)");

@@ -15,9 +15,10 @@ Protocol protocol_of(const std::string& backend) {
     return Protocol::kCompletions;
   if (backend == "sglang-oai-chat" || backend == "vllm-chat") return Protocol::kChat;
   if (backend == "sglang") return Protocol::kNative;
-  fail("--backend {}: moeserve bench speaks sglang-oai, vllm, openai (/v1/completions), sglang-oai-chat, "
-       "vllm-chat (/v1/chat/completions) and sglang (/generate); run sglang.bench_serving itself for {}",
-       backend, backend);
+  fail(
+      "--backend {}: moeserve bench speaks sglang-oai, vllm, openai (/v1/completions), sglang-oai-chat, "
+      "vllm-chat (/v1/chat/completions) and sglang (/generate); run sglang.bench_serving itself for {}",
+      backend, backend);
 }
 
 const char* route_of(Protocol protocol) {
@@ -41,8 +42,9 @@ Json request_body(Protocol protocol, const BodyOptions& options, const BenchProm
   } else {
     body["model"] = options.model;
     if (protocol == Protocol::kChat) {
-      MS_CHECK(prompt.ids.empty(), "--backend sglang-oai-chat: chat messages are text (--dataset-name random or "
-                                   "sharegpt, not random-ids)");
+      MS_CHECK(prompt.ids.empty(),
+               "--backend sglang-oai-chat: chat messages are text (--dataset-name random or "
+               "sharegpt, not random-ids)");
       body["messages"] = Json::array({{{"role", "user"}, {"content", prompt.text}}});
       body["max_completion_tokens"] = prompt.output_len;
     } else {

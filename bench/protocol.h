@@ -38,13 +38,13 @@ nlohmann::ordered_json request_body(Protocol protocol, const BodyOptions& option
 
 // What one SSE data event carries.
 struct StreamEvent {
-  std::string text;                  // new text (the native route's cumulative text is differenced)
-  bool tokens_arrived = false;       // sglang's test: the event's text is not empty
-  int64_t new_tokens = 1;            // native: tokens since the last counted event (its ITL split)
+  std::string text;                          // new text (the native route's cumulative text is differenced)
+  bool tokens_arrived = false;               // sglang's test: the event's text is not empty
+  int64_t new_tokens = 1;                    // native: tokens since the last counted event (its ITL split)
   std::optional<int64_t> completion_tokens;  // the server's count so far, when the event says
   std::optional<int64_t> prompt_tokens;
-  std::vector<int32_t> ids;          // completions with token_ids
-  std::string error;                 // an error event's message
+  std::vector<int32_t> ids;  // completions with token_ids
+  std::string error;         // an error event's message
   int64_t spec_verify_ct = 0;
   double spec_accept_length = 0;
 };

@@ -23,8 +23,8 @@ struct RunOptions {
   int64_t max_concurrency = 1;
   double request_rate = std::numeric_limits<double>::infinity();  // requests per second
   uint64_t seed = 1;                                              // arrival times
-  bool progress = true;    // a progress bar on a terminal (stderr), plain lines otherwise
-  bool ignore_eos = true;  // false: --disable-ignore-eos
+  bool progress = true;                // a progress bar on a terminal (stderr), plain lines otherwise
+  bool ignore_eos = true;              // false: --disable-ignore-eos
   std::string backend = "sglang-oai";  // sglang.bench_serving's --backend (bench/protocol.h)
   bool token_ids = false;              // completions: return_token_ids (the output ids, checked)
   nlohmann::ordered_json extra_body = nlohmann::ordered_json::object();  // --extra-request-body

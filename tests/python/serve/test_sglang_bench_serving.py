@@ -13,7 +13,7 @@ moeserve bench measured 610 before):
   times as long as moeserve bench's ids);
 - the same definitions: moeserve bench times an event as sglang does (a token arrives with
   non-empty text; latency to the last event), bench/protocol.h;
-- a server whose steps do not depend on the load of the machine: `--min-step-ms 20` (the
+- a server whose steps do not depend on the load of the machine: `--min-step-ms 50` (the
   engine sleeps out the rest of each step, as a slower device would take it), so that neither
   another job on the 2-core machine nor the Python client's own work per event (~0.1 ms, where
   synthetic:tiny's unpaced 1 ms steps made the client what was measured) changes what is timed;
@@ -36,7 +36,7 @@ if importlib.util.find_spec("sglang") is None:
                 allow_module_level=True)
 RUNNER = pathlib.Path(__file__).resolve().parent / "sglang_bench_runner.py"
 MODEL = "synthetic:tiny"
-PROMPTS, OUTPUT_LEN, CONCURRENCY, ROUNDS, STEP_MS = 12, 24, 4, 3, 20
+PROMPTS, OUTPUT_LEN, CONCURRENCY, ROUNDS, STEP_MS = 12, 24, 4, 3, 50
 # Compared between the clients: both measure the same server on the same workload; the best
 # of ROUNDS of each (higher throughput, lower latency).
 COMPARED = {"output_throughput": max, "mean_tpot_ms": min, "mean_e2e_latency_ms": min}
