@@ -1,4 +1,4 @@
-// moeserve bench: the load generator (bench/) against a running server's /v1/completions,
+// moeserve bench: the load generator (bench/) against a running server's routes,
 // once per --concurrency value; prints sglang.bench_serving's summary and appends one JSON
 // line per run to --output-file.
 #include <cmath>
@@ -9,6 +9,7 @@
 
 #include "apps/commands.h"
 #include "bench/dataset.h"
+#include "bench/protocol.h"
 #include "bench/runner.h"
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
@@ -44,18 +45,18 @@ struct BenchArgs {
   std::string tag;
 };
 
-// The sglang.bench_serving flags checked and applied: moeserve bench speaks /v1/completions,
-// streamed, as sglang's sglang-oai / vllm / openai backends do; what it cannot do is refused.
+// The sglang.bench_serving flags checked and applied: moeserve bench sends what sglang's
+// sglang-oai / vllm / openai (/v1/completions), sglang-oai-chat / vllm-chat (chat) and sglang
+// (/generate) backends send, streamed; what it cannot do is refused.
 void apply_sglang_flags(BenchArgs& args, bench::RunOptions& run) {
-  MS_CHECK(
-      args.backend == "sglang-oai" || args.backend == "vllm" || args.backend == "openai" || args.backend == "moeserve",
-      "--backend {}: moeserve bench sends streamed /v1/completions (sglang-oai, vllm, openai); run "
-      "sglang.bench_serving itself for {}",
-      args.backend, args.backend);
+  const bench::Protocol protocol = bench::protocol_of(args.backend);
+  MS_CHECK(protocol != bench::Protocol::kChat || args.dataset.name != "random-ids",
+           "--backend {}: chat messages are text; use --dataset-name random or sharegpt", args.backend);
+  run.backend = args.backend;
+  run.token_ids = args.output_details;
   MS_CHECK(!args.disable_stream, "--disable-stream: moeserve bench times tokens as they stream; not supported");
   MS_CHECK(!args.apply_chat_template,
-           "--apply-chat-template: moeserve bench sends completions; use sglang.bench_serving --backend "
-           "sglang-oai-chat for chat requests");
+           "--apply-chat-template: use --backend sglang-oai-chat (the server applies its chat template)");
   if (!args.host.empty() || args.port > 0)
     args.base_url = "http://" + (args.host.empty() ? std::string("127.0.0.1") : args.host) + ":" +
                     std::to_string(args.port > 0 ? args.port : 30000);
@@ -200,7 +201,8 @@ void run_bench_command(BenchArgs args) {
 
 void add_sglang_flags(CLI::App* cmd, BenchArgs& args) {
   cmd->add_option("--backend", args.backend,
-                  "sglang.bench_serving's backend: sglang-oai, vllm or openai (all streamed /v1/completions)")
+                  "sglang.bench_serving's backend: sglang-oai, vllm, openai (/v1/completions), sglang-oai-chat, "
+                  "vllm-chat (/v1/chat/completions) or sglang (/generate)")
       ->capture_default_str();
   cmd->add_option("--host", args.host, "The server's host (with --port: instead of --base-url)");
   cmd->add_option("--port", args.port, "The server's port");
@@ -210,8 +212,7 @@ void add_sglang_flags(CLI::App* cmd, BenchArgs& args) {
   cmd->add_option("--extra-request-body", args.extra_request_body,
                   "A JSON object merged into every request body (e.g. '{\"top_k\": 5}')");
   cmd->add_flag("--disable-stream", args.disable_stream, "Refused: tokens are timed as they stream");
-  cmd->add_flag("--apply-chat-template", args.apply_chat_template,
-                "Refused: completions only (sglang.bench_serving --backend sglang-oai-chat sends chats)");
+  cmd->add_flag("--apply-chat-template", args.apply_chat_template, "Refused: --backend sglang-oai-chat sends chats");
   cmd->add_flag("--disable-ignore-eos", args.disable_ignore_eos, "Let requests stop at EOS (ignore_eos false)");
   cmd->add_flag("--tokenize-prompt", args.tokenize_prompt,
                 "Send prompts as token ids (what --dataset-name random-ids does)");

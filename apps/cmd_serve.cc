@@ -64,6 +64,7 @@ struct ServeArgs {
   int pp_groups = 0;  // 0: one per pipeline stage
   bool disable_radix_cache = false;
   bool skip_warmup = false;
+  double min_step_ms = 0;
   int64_t max_body_bytes = 8 << 20;
   double drain_timeout_s = 30;
   int max_connections = 8192;
@@ -266,6 +267,20 @@ serve::HttpServerOptions http_options_of(const ServeArgs& args) {
   return options;
 }
 
+serve::EngineLoopOptions loop_options_of(const ServeArgs& args, const serve::ReplanTarget& start) {
+  serve::EngineLoopOptions loop_options;
+  loop_options.scheduler = start.scheduler;
+  loop_options.speculative = spec::speculative_options(args.speculative);
+  loop_options.plan_name = start.plan_name;
+  loop_options.rebuild_engine = start.build_engine;
+  loop_options.max_queued_requests = args.max_queued_requests;
+  loop_options.warmup = !args.skip_warmup;
+  MS_CHECK(args.min_step_ms >= 0 && args.min_step_ms <= 60000, "--min-step-ms must be in [0, 60000] (got {})",
+           args.min_step_ms);
+  loop_options.min_step = std::chrono::microseconds(static_cast<int64_t>(args.min_step_ms * 1000));
+  return loop_options;
+}
+
 void run_serve(ServeArgs args) {
   // Signals are taken by sigwait on this thread only: block them before any thread starts.
   sigset_t signals;
@@ -306,13 +321,7 @@ void run_serve(ServeArgs args) {
   args.kv_pages = kv.pages;
   serve::ReplanTarget start = target_for(plan);
 
-  serve::EngineLoopOptions loop_options;
-  loop_options.scheduler = start.scheduler;
-  loop_options.speculative = spec::speculative_options(args.speculative);
-  loop_options.plan_name = start.plan_name;
-  loop_options.rebuild_engine = start.build_engine;
-  loop_options.max_queued_requests = args.max_queued_requests;
-  loop_options.warmup = !args.skip_warmup;
+  const serve::EngineLoopOptions loop_options = loop_options_of(args, start);
   std::unique_ptr<runtime::Engine> engine = load_engine(model, start);
   const auto warmup_start = std::chrono::steady_clock::now();
   serve::EngineLoop loop(std::move(engine), *tok, loop_options);
@@ -359,6 +368,22 @@ void run_serve(ServeArgs args) {
   std::fflush(stdout);
 
   serve_until_signal(signals, loop, http, args);
+}
+
+// The HTTP server's limits and timeouts.
+void add_http_flags(CLI::App* cmd, ServeArgs& args) {
+  cmd->add_option("--max-body-bytes", args.max_body_bytes, "Largest request body accepted (413 beyond)")
+      ->capture_default_str();
+  cmd->add_option("--drain-timeout", args.drain_timeout_s, "Seconds SIGTERM waits for requests in flight")
+      ->capture_default_str();
+  cmd->add_option("--max-connections", args.max_connections,
+                  "Open HTTP connections; more are answered 503 (lowered to what the open-file limit allows)")
+      ->capture_default_str();
+  cmd->add_option("--header-timeout", args.header_timeout_s,
+                  "Seconds for a request's head, from the accept or a keep-alive request's first byte (408 after)")
+      ->capture_default_str();
+  cmd->add_option("--idle-timeout", args.idle_timeout_s, "Seconds a keep-alive connection may wait for a request")
+      ->capture_default_str();
 }
 
 }  // namespace
@@ -416,18 +441,11 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--skip-warmup,--skip-server-warmup", args->skip_warmup,
                 "Do not run the largest step and every padded decode size once at start-up "
                 "(memory then grows while serving)");
-  cmd->add_option("--max-body-bytes", args->max_body_bytes, "Largest request body accepted (413 beyond)")
+  cmd->add_option("--min-step-ms", args->min_step_ms,
+                  "Every engine step lasts at least this long, as on a slower device (for checking benchmark "
+                  "clients on a loaded machine; 0: off)")
       ->capture_default_str();
-  cmd->add_option("--drain-timeout", args->drain_timeout_s, "Seconds SIGTERM waits for requests in flight")
-      ->capture_default_str();
-  cmd->add_option("--max-connections", args->max_connections,
-                  "Open HTTP connections; more are answered 503 (lowered to what the open-file limit allows)")
-      ->capture_default_str();
-  cmd->add_option("--header-timeout", args->header_timeout_s,
-                  "Seconds for a request's head, from the accept or a keep-alive request's first byte (408 after)")
-      ->capture_default_str();
-  cmd->add_option("--idle-timeout", args->idle_timeout_s, "Seconds a keep-alive connection may wait for a request")
-      ->capture_default_str();
+  add_http_flags(cmd, *args);
   cmd->add_option("--chat-template", args->chat_template,
                   "Chat template: a built-in name or a .jinja file (default: the tokenizer's)");
   cmd->add_flag("--allow-special-tokens-in-content", args->special_tokens_in_content,

@@ -323,6 +323,7 @@ class SweepRun {
     run.url = bench::parse_http_url(server_->url(), "server url");
     run.progress = false;
     run.seed = sweep_.dataset.seed;
+    run.token_ids = true;  // each request's output ids, compared between plans
     for (int64_t c : sweep_.levels) measure_point(plan, c, run);
   }
 

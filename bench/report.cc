@@ -140,13 +140,34 @@ std::string format_number(double v) {
   return fmt::format("{:.2f}", v);
 }
 
-constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
-                                   "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
+constexpr const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
+                                   "#17becf", "#7f7f7f", "#bcbd22", "#393b79", "#637939", "#8c6d31", "#843c39",
+                                   "#7b4173", "#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363"};
+
+}  // namespace
+
+std::map<std::string, std::string> plan_colors(const std::vector<std::string>& plans) {
+  std::map<std::string, std::string> out;
+  std::vector<bool> taken(std::size(kColors), false);
+  for (const std::string& plan : plans) {
+    if (out.count(plan)) continue;
+    uint32_t hash = 2166136261u;  // FNV-1a of the name: the same colour in every sweep
+    for (unsigned char c : plan) hash = (hash ^ c) * 16777619u;
+    size_t k = hash % std::size(kColors);
+    for (size_t tries = 0; taken[k] && tries < std::size(kColors); ++tries) k = (k + 1) % std::size(kColors);
+    taken[k] = true;  // two plans of one sweep never share one (the later moves on)
+    out[plan] = kColors[k];
+  }
+  return out;
+}
+
+namespace {
 
 // One line chart: x = the concurrency values (evenly spaced, labelled), y from 0.
 std::string svg_chart(const SweepResult& r, const std::string& id, const std::string& title, const std::string& y_label,
                       double (*value)(const BenchMetrics&)) {
   const std::vector<std::string> plans = measured_plans(r);
+  const std::map<std::string, std::string> colors = plan_colors(plans);
   const double width = 640, height = 380, left = 80, right = 150, top = 40, bottom = 60;
   const double plot_w = width - left - right, plot_h = height - top - bottom;
   double max_y = 0;
@@ -186,7 +207,7 @@ std::string svg_chart(const SweepResult& r, const std::string& id, const std::st
       top + plot_h / 2, html_escape(y_label));
   // One line per plan, then the legend.
   for (size_t k = 0; k < plans.size(); ++k) {
-    const char* color = kColors[k % std::size(kColors)];
+    const std::string& color = colors.at(plans[k]);
     std::string points;
     std::string dots;
     for (size_t i = 0; i < n; ++i) {
@@ -208,7 +229,7 @@ std::string svg_chart(const SweepResult& r, const std::string& id, const std::st
   for (size_t k = 0; k < plans.size(); ++k) {
     const double y = top + 10 + 20 * static_cast<double>(k);
     s += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{}\" stroke-width=\"3\"/>\n",
-                     left + plot_w + 15, y, left + plot_w + 35, y, kColors[k % std::size(kColors)]);
+                     left + plot_w + 15, y, left + plot_w + 35, y, colors.at(plans[k]));
     s += fmt::format("<text class=\"legend-entry\" x=\"{}\" y=\"{}\">{}</text>\n", left + plot_w + 40, y + 4,
                      html_escape(plans[k]));
   }

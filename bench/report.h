@@ -47,6 +47,9 @@ struct SweepResult {
 
 // Decode speed one request sees: 1000 / mean TPOT (ms); 0 without TPOT samples.
 double per_request_tok_s(const BenchMetrics& m);
+// Each plan's line colour: chosen by its name, so a plan has the same colour in every sweep
+// (unless two plans of one sweep pick the same, when the later one takes the next free).
+std::map<std::string, std::string> plan_colors(const std::vector<std::string>& plans);
 // The plan with the highest output throughput at each measured concurrency.
 std::map<int64_t, std::string> best_plan_by_concurrency(const SweepResult& result);
 

@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "bench/protocol.h"
 #include "core/error.h"
 
 namespace moeserve::bench {
@@ -25,76 +26,78 @@ std::vector<std::pair<std::string, std::string>> headers_for(const std::string& 
   return headers;
 }
 
-// A greedy streaming completion of prompt.output_len tokens that reports usage and token ids.
-Json completion_body(const RunOptions& options, const BenchPrompt& prompt) {
-  Json body = {{"model", options.model}};
-  if (!prompt.ids.empty())
-    body["prompt"] = prompt.ids;
-  else
-    body["prompt"] = prompt.text;
-  body["max_tokens"] = prompt.output_len;
-  body["temperature"] = 0;
-  body["ignore_eos"] = options.ignore_eos;
-  body["stream"] = true;
-  body["stream_options"] = {{"include_usage", true}};
-  body["return_token_ids"] = true;
-  for (const auto& [key, value] : options.extra_body.items()) body[key] = value;  // sglang's --extra-request-body
-  return body;
-}
+// Times one request's events as sglang.bench_serving does (bench/protocol.h).
+class OutcomeRecorder {
+ public:
+  OutcomeRecorder(Protocol protocol, RequestOutcome& out) : reader_(protocol), out_(out) {}
+  void on_event(const std::string& data) {
+    last_event_ = Clock::now();
+    if (data == "[DONE]") {
+      done_ = true;
+      return;
+    }
+    const StreamEvent e = reader_.read(nlohmann::ordered_json::parse(data));
+    if (!e.error.empty()) out_.error = e.error;
+    if (e.completion_tokens) out_.output_len = *e.completion_tokens, counted_ = true;
+    if (e.prompt_tokens) out_.prompt_len = *e.prompt_tokens;
+    if (e.spec_verify_ct > 0) out_.spec_verify_ct = e.spec_verify_ct, out_.spec_accept_length = e.spec_accept_length;
+    out_.output_ids.insert(out_.output_ids.end(), e.ids.begin(), e.ids.end());
+    out_.text += e.text;
+    if (!e.tokens_arrived) return;
+    if (first_) {
+      out_.ttft_s = seconds(start_, last_event_);
+    } else {  // the native route's gap is shared by the tokens it brought, as sglang splits it
+      for (int64_t k = 0; k < e.new_tokens; ++k)
+        out_.itl_s.push_back(seconds(last_token_, last_event_) / static_cast<double>(e.new_tokens));
+    }
+    first_ = false;
+    last_token_ = last_event_;
+  }
+  // sglang's latency: send to the last event ([DONE]).
+  void finish(bool token_ids) {
+    out_.latency_s = seconds(start_, last_event_);
+    if (!out_.error.empty()) return;
+    if (!done_)
+      out_.error = "the stream ended without [DONE]";
+    else if (!counted_)
+      out_.error = "the stream carried no token count (usage or meta_info.completion_tokens)";
+    else if (token_ids && out_.output_len != static_cast<int64_t>(out_.output_ids.size()))
+      out_.error = "usage says " + std::to_string(out_.output_len) + " completion tokens, the stream carried " +
+                   std::to_string(out_.output_ids.size());
+    out_.success = out_.error.empty();
+  }
+
+ private:
+  static double seconds(Clock::time_point from, Clock::time_point to) {
+    return std::chrono::duration<double>(to - from).count();
+  }
+  StreamReader reader_;
+  RequestOutcome& out_;
+  const Clock::time_point start_ = Clock::now();
+  Clock::time_point last_event_ = start_, last_token_ = start_;
+  bool first_ = true, done_ = false, counted_ = false;
+};
 
 RequestOutcome send_one(const RunOptions& options, const BenchPrompt& prompt) {
   RequestOutcome out;
+  out.prompt_len = prompt.input_len;  // until the server says (as sglang)
+  out.output_len = prompt.output_len;
+  const Protocol protocol = protocol_of(options.backend);
+  const bool token_ids = options.token_ids && protocol == Protocol::kCompletions;
   HttpCall call;
   call.method = "POST";
-  call.path = "/v1/completions";
-  call.body = completion_body(options, prompt).dump();
+  call.path = route_of(protocol);
+  call.body = request_body(protocol, {options.model, options.ignore_eos, token_ids, options.extra_body}, prompt).dump();
   call.headers = headers_for(options.api_key);
   SseParser sse;
   std::string error_body;
-  bool done = false, usage_seen = false;
-  const Clock::time_point start = Clock::now();
-  Clock::time_point last = start;
-  bool first = true;
+  OutcomeRecorder recorder(protocol, out);
   call.on_body = [&](int status, std::string_view bytes) {
-    if (status != 200) {
-      error_body.append(bytes);
-      return;
-    }
-    sse.feed(bytes, [&](const std::string& data) {
-      if (data == "[DONE]") {
-        done = true;
-        return;
-      }
-      const Json chunk = Json::parse(data);
-      if (chunk.contains("error")) {
-        out.error = chunk["error"].value("message", chunk.dump());
-        return;
-      }
-      if (chunk.contains("usage") && chunk["usage"].is_object()) {
-        out.prompt_len = chunk["usage"].value("prompt_tokens", int64_t{0});
-        out.output_len = chunk["usage"].value("completion_tokens", int64_t{0});
-        out.spec_verify_ct = chunk["usage"].value("spec_verify_ct", int64_t{0});
-        out.spec_accept_length = chunk["usage"].value("spec_accept_length", 0.0);
-        usage_seen = true;
-      }
-      for (const Json& choice : chunk.value("choices", Json::array())) {
-        const Json ids = choice.value("token_ids", Json::array());
-        if (ids.empty()) continue;
-        const Clock::time_point now = Clock::now();
-        if (first)
-          out.ttft_s = std::chrono::duration<double>(now - start).count();
-        else
-          out.itl_s.push_back(std::chrono::duration<double>(now - last).count());
-        first = false;
-        last = now;
-        for (const Json& id : ids) out.output_ids.push_back(id.get<int32_t>());
-        out.text += choice.value("text", std::string());
-      }
-    });
+    if (status != 200) return error_body.append(bytes), void();
+    sse.feed(bytes, [&](const std::string& data) { recorder.on_event(data); });
   };
   try {
     const HttpResponse response = http_call(options.url, call);
-    out.latency_s = std::chrono::duration<double>(Clock::now() - start).count();
     if (response.status != 200) {
       out.error = "HTTP " + std::to_string(response.status) + ": " + error_body;
       return out;
@@ -103,15 +106,7 @@ RequestOutcome send_one(const RunOptions& options, const BenchPrompt& prompt) {
     out.error = e.what();
     return out;
   }
-  if (!out.error.empty()) return out;
-  if (!done)
-    out.error = "the stream ended without [DONE]";
-  else if (!usage_seen)
-    out.error = "the stream carried no usage";
-  else if (out.output_len != static_cast<int64_t>(out.output_ids.size()))
-    out.error = "usage says " + std::to_string(out.output_len) + " completion tokens, the stream carried " +
-                std::to_string(out.output_ids.size());
-  out.success = out.error.empty();
+  recorder.finish(token_ids);
   return out;
 }
 

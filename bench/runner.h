@@ -1,7 +1,7 @@
-// The load generator: sends every prompt to POST /v1/completions as a streamed request
-// (greedy, ignore_eos, max_tokens = the prompt's output length, usage and token ids in the
-// stream) with at most `max_concurrency` in flight and, for a finite request rate, Poisson
-// arrivals; times each request's first token, the gaps between tokens and its end.
+// The load generator: sends every prompt as the streamed request of sglang.bench_serving's
+// backend (bench/protocol.h: greedy, ignore_eos, the prompt's output length) with at most
+// `max_concurrency` in flight and, for a finite request rate, Poisson arrivals; times each
+// request's first token, the gaps between tokens and its end as sglang.bench_serving does.
 #pragma once
 
 #include <cstdint>
@@ -23,8 +23,10 @@ struct RunOptions {
   int64_t max_concurrency = 1;
   double request_rate = std::numeric_limits<double>::infinity();  // requests per second
   uint64_t seed = 1;                                              // arrival times
-  bool progress = true;    // a progress bar on a terminal (stderr), plain lines otherwise
-  bool ignore_eos = true;  // false: --disable-ignore-eos
+  bool progress = true;                // a progress bar on a terminal (stderr), plain lines otherwise
+  bool ignore_eos = true;              // false: --disable-ignore-eos
+  std::string backend = "sglang-oai";  // sglang.bench_serving's --backend (bench/protocol.h)
+  bool token_ids = false;              // completions: return_token_ids (the output ids, checked)
   nlohmann::ordered_json extra_body = nlohmann::ordered_json::object();  // --extra-request-body
 };
 

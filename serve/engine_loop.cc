@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <thread>
+
 #include "core/error.h"
 #include "serve/api_error.h"
 #include "serve/engine_loop_active.h"
@@ -329,6 +331,7 @@ void EngineLoop::note_admissions(const sched::ScheduledStep& step, Clock::time_p
 }
 
 void EngineLoop::step() {
+  const Clock::time_point began = Clock::now();
   try {
     runtime::StepResult result = loop_->step();
     if (result.stalled) {
@@ -341,6 +344,7 @@ void EngineLoop::step() {
   } catch (const runtime::EngineFailure& e) {
     engine_failed(e);
   }
+  if (options_.min_step.count() > 0) std::this_thread::sleep_until(began + options_.min_step);
   std::lock_guard<std::mutex> lock(mutex_);
   ++snapshot_.steps;
 }

@@ -86,6 +86,10 @@ struct EngineLoopOptions {
   int64_t max_queued_requests = 1024;  // beyond max_running_requests; more is 429
   // Run every padded step size once before serving (Scheduler::warmup_steps).
   bool warmup = true;
+  // --min-step-ms: every step lasts at least this long (the engine thread sleeps out the
+  // rest), as on a slower device. It lets a benchmark client be checked against another on a
+  // loaded CPU machine: a step that is mostly waiting lasts as long whatever else runs.
+  std::chrono::microseconds min_step{0};
 };
 
 // What the engine thread last published (for /metrics and tests).

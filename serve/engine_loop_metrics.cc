@@ -27,7 +27,8 @@ std::string EngineLoop::render_metrics() const {
                 static_cast<double>(s.running), out);
   render_metric("moeserve_requests_waiting", "gauge", "Requests queued for admission.", static_cast<double>(s.waiting),
                 out);
-  render_metric("moeserve_kv_pages_total", "gauge", "KV cache pages over all DP replicas.",
+  // Not "_total": promtool (promlint) keeps that suffix for counters.
+  render_metric("moeserve_kv_pages_capacity", "gauge", "KV cache pages over all DP replicas.",
                 static_cast<double>(s.kv_pages_total), out);
   render_metric("moeserve_kv_pages_used", "gauge", "KV pages held by requests.", static_cast<double>(s.kv_pages_used),
                 out);

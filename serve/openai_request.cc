@@ -99,7 +99,9 @@ void parse_prompt(const Json& prompt, const ServedModel& model, CompletionReques
   auto add_text = [&](const Json& s, const std::string& where) {
     const std::string& text = s.get_ref<const std::string&>();
     if (text.empty()) bad("prompt", where + ": the prompt is empty");
-    out.prompts.push_back(encode(text, "prompt", model, /*allow_special=*/false));
+    // As vLLM and SGLang (transformers' tokenizers): a raw prompt's special-token text is that
+    // token. The caller writes the whole prompt, so there is no other role's turn to forge.
+    out.prompts.push_back(encode(text, "prompt", model, /*allow_special=*/true));
     out.prompt_texts.push_back(text);
   };
   auto add_ids = [&](const Json& list, const std::string& where) {

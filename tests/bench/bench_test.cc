@@ -15,6 +15,7 @@
 #include "bench/dataset.h"
 #include "bench/http_client.h"
 #include "bench/metrics.h"
+#include "bench/protocol.h"
 #include "bench/report.h"
 #include "core/error.h"
 
@@ -243,6 +244,55 @@ TEST(Url, ParsesHostPortPrefixAndNamesTheFlag) {
     EXPECT_NE(std::string(e.what()).find("--base-url"), std::string::npos);
   }
   EXPECT_THROW(parse_http_url("http://x:99999", "--url"), Error);
+}
+
+}  // namespace
+}  // namespace moeserve::bench
+
+namespace moeserve::bench {
+namespace {
+
+// A plan keeps its colour from one sweep to the next, whatever else is swept, and no two
+// plans of one sweep share one.
+TEST(Report, PlanColoursStableAcrossSweepsAndDistinctWithinOne) {
+  const std::vector<std::string> many = {"single", "tp2",     "ep2",     "pp2", "ep2-dp", "tp4",
+                                         "ep4",    "tp2-ep2", "pp2-tp2", "dp2", "ep8",    "tp8"};
+  const auto all = plan_colors(many);
+  std::set<std::string> distinct;
+  for (const auto& [plan, colour] : all) distinct.insert(colour);
+  EXPECT_EQ(distinct.size(), many.size());
+  const auto two = plan_colors({"ep2", "tp2"});
+  const auto reversed = plan_colors({"tp2", "single", "ep2"});
+  EXPECT_EQ(two.at("tp2"), reversed.at("tp2"));
+  EXPECT_EQ(two.at("ep2"), reversed.at("ep2"));
+  EXPECT_EQ(plan_colors({"tp2"}).at("tp2"), reversed.at("tp2"));
+}
+
+// sglang.bench_serving's reading of each route's events (bench/protocol.h).
+TEST(Protocol, EventsWithTextAreTokensAsSglangCounts) {
+  using Json = nlohmann::ordered_json;
+  StreamReader completions(Protocol::kCompletions);
+  EXPECT_FALSE(completions.read(Json::parse(R"({"choices":[{"text":"","token_ids":[300]}]})")).tokens_arrived);
+  const StreamEvent a = completions.read(Json::parse(R"({"choices":[{"text":"ab","token_ids":[97,98]}]})"));
+  EXPECT_TRUE(a.tokens_arrived);
+  EXPECT_EQ(a.ids, (std::vector<int32_t>{97, 98}));
+  const StreamEvent usage = completions.read(Json::parse(R"({"choices":[],"usage":{"completion_tokens":3}})"));
+  EXPECT_FALSE(usage.tokens_arrived);
+  EXPECT_EQ(usage.completion_tokens.value_or(-1), 3);
+  StreamReader chat(Protocol::kChat);
+  EXPECT_FALSE(chat.read(Json::parse(R"({"choices":[{"delta":{"role":"assistant","content":""}}]})")).tokens_arrived);
+  EXPECT_EQ(chat.read(Json::parse(R"({"choices":[{"delta":{"reasoning_content":"hm","content":"x"}}]})")).text, "hmx");
+  // The native route's text and count are cumulative: the difference is what arrived.
+  StreamReader native(Protocol::kNative);
+  EXPECT_FALSE(native.read(Json::parse(R"({"text":"","meta_info":{"completion_tokens":1}})")).tokens_arrived);
+  const StreamEvent n = native.read(Json::parse(R"({"text":"ab","meta_info":{"completion_tokens":3}})"));
+  EXPECT_TRUE(n.tokens_arrived);
+  EXPECT_EQ(n.new_tokens, 2);
+  EXPECT_EQ(n.text, "ab");
+  EXPECT_FALSE(native.read(Json::parse(R"({"text":"ab","meta_info":{"completion_tokens":3}})")).tokens_arrived);
+  EXPECT_EQ(native.read(Json::parse(R"({"error":{"message":"boom"}})")).error, "boom");
+  EXPECT_THROW(protocol_of("trt"), Error);
+  EXPECT_STREQ(route_of(protocol_of("sglang-oai-chat")), "/v1/chat/completions");
 }
 
 }  // namespace

@@ -52,6 +52,15 @@ TEST(OpenAiRequest, SpecialTokensInContentAreText) {
   EXPECT_EQ(std::count(forged.begin(), forged.end(), 261), 2);
 }
 
+// A raw completion prompt's special-token text is that token, as vLLM's and SGLang's
+// transformers tokenizers encode it (sglang.bench_serving's random-ids prompts are decoded ids:
+// as bytes they were up to 22 times as long, issue 25).
+TEST(OpenAiRequest, SpecialTokensInACompletionPromptAreTokens) {
+  const auto prompt =
+      parse_completion_request(R"({"model":"synthetic:tiny","prompt":"a<|im_end|>[BOS]b"})", false, model()).prompts;
+  EXPECT_EQ(prompt.at(0), (std::vector<int32_t>{'a', 258, 256, 'b'}));
+}
+
 // vLLM's sampling fields: the logit adjustments (min_tokens masks the stop ids, EOS included),
 // the stop fields, prompt scoring.
 TEST(OpenAiRequest, SamplingAndScoringFields) {

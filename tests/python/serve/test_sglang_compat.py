@@ -1,6 +1,6 @@
 """What SGLang's and vLLM's users point at a server: SGLang's published Grafana dashboard reads
 every series it queries (with a model_name label) from /metrics, the exposition parses with
-prometheus_client's parser, and the native routes (/generate, /get_server_info, /tokenize,
+prometheus_client's parser and passes promtool's checks (promlint.py), and the native routes (/generate, /get_server_info, /tokenize,
 /detokenize, /health_generate, /version) answer in those projects' shapes."""
 import json
 import pathlib
@@ -11,6 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import promlint  # noqa: E402
 from server_harness import MODEL, Server  # noqa: E402
 
 DASHBOARD = pathlib.Path(__file__).resolve().parents[2] / "data" / "sglang_grafana_dashboard.json"
@@ -64,14 +65,31 @@ def test_every_dashboard_series_is_exposed_with_model_name(server):
 
 def test_exposition_parses_and_names_are_prometheus_clean(server):
     families, text = exposed_samples(server)
-    names = [f.name for f in families]
-    assert len(names) == len(set(names)), "a metric family is declared twice"
-    for family in families:
-        assert family.documentation, f"{family.name}: no HELP"
-        if family.type == "counter":
-            assert any(s.name.endswith("_total") for s in family.samples), family.name
+    # promtool check metrics's rules (promlint.py: its two sglang: waivers and why).
+    assert promlint.lint(text) == []
     # moeserve's own series sit beside SGLang's.
-    assert "moeserve_kv_pages_total" in names and "moeserve_plan_info" in names and "moeserve_replans" in names
+    names = [f.name for f in families]
+    assert "moeserve_kv_pages_capacity" in names and "moeserve_plan_info" in names and "moeserve_replans" in names
+
+
+def test_the_lint_finds_what_promtool_reports():
+    """The checker is not vacuous: each of promtool's complaints on a bad exposition."""
+    bad = "\n".join([
+        "# HELP requestsServed x", "# TYPE requestsServed counter", "requestsServed 1",
+        "# TYPE pages_total gauge", "pages_total 2",
+        "# HELP latency_ms x", "# TYPE latency_ms gauge", "latency_ms 3",
+        "# HELP wait_milliseconds x", "# TYPE wait_milliseconds gauge", "wait_milliseconds 3",
+        "# HELP step_seconds x", "# TYPE step_seconds histogram",
+        'step_seconds_bucket{le="1"} 3', 'step_seconds_bucket{le="+Inf"} 2', "step_seconds_count 2",
+        "step_seconds_sum 1", ""])
+    problems = "\n".join(promlint.lint(bad))
+    for expected in ["requestsServed: metric names should be written in 'snake_case'",
+                     'requestsServed: counter metrics should have "_total" suffix',
+                     'pages_total: non-counter metrics should not have "_total" suffix', "pages_total: no help text",
+                     "latency_ms: metric names should not contain abbreviated units ('ms')",
+                     "wait_milliseconds: use base unit 'seconds' instead of 'milliseconds'",
+                     "step_seconds{}: buckets not cumulative"]:
+        assert expected in problems, problems
 
 
 def test_native_generate_text_ids_batch_and_stream(server):
