@@ -55,7 +55,6 @@ DeepseekV3::DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& 
     mtp_hidden_store_ =
         backend.alloc(2 * slots * static_cast<size_t>(config.hidden_size) * dtype_size(backend.activation_dtype()));
   }
-  MS_CHECK(!run.mtp || plan.attn_dp == 1, "plan '{}': the MTP layer does not run under attention DP yet", plan.name);
   backend.synchronize();
   // Candidates per row and vocab part of a kCandidates draw (fewer when the part is smaller).
   candidates_per_slice_ = std::min(sample::kCandidatesPerSlice, shard_.vocab.size() / parts_);
@@ -120,7 +119,7 @@ sample::SamplerBuffers DeepseekV3::forward(const ForwardBatch& batch, sample::Sa
                               .first_stage = shard_.first_stage,
                               .last_stage = shard_.last_stage,
                               .mtp_layer = weights_->mtp != nullptr});
-  if (batch.mtp_draft() && !shard_.last_stage) return {};  // a draft step runs on the last stage only
+  if (batch.mtp_draft && !shard_.last_stage) return {};  // a draft step runs on the last stage only
   Activations& a = workspace_->prepare(batch);
 
   // Decode-shaped steps (one logit row per token, in order, no host work inside) replay a
@@ -149,7 +148,7 @@ sample::SamplerBuffers DeepseekV3::forward(const ForwardBatch& batch, sample::Sa
 void DeepseekV3::run(Activations& a, const ForwardBatch& batch, sample::Sampler* sampler) {
   const int64_t T = a.tokens, hidden = config_.hidden_size;
   const std::vector<std::unique_ptr<LayerWeights>>& layers = weights_->layers;
-  if (batch.mtp_draft()) return mtp_draft(a, batch, sampler);
+  if (batch.mtp_draft) return mtp_draft(a, batch, sampler);
   if (shard_.first_stage) embed(a);
   int64_t moe_layer = 0;
   // normed [T, hidden] = input_norm(hidden) for the first layer; after that, every residual

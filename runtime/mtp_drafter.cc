@@ -15,8 +15,6 @@ int64_t table_width(int64_t pages) {
 }
 }  // namespace
 
-int64_t MtpDrafter::Chain::drafted() const { return static_cast<int64_t>(tokens.size()) - own; }
-
 MtpDrafter::MtpDrafter(Engine& engine, const sched::Scheduler& scheduler)
     : engine_(engine),
       scheduler_(scheduler),
@@ -26,8 +24,6 @@ MtpDrafter::MtpDrafter(Engine& engine, const sched::Scheduler& scheduler)
            "--speculative-algorithm NEXTN: model '{}' has no MTP layer (num_nextn_predict_layers is {})",
            engine.model_name(), engine.config().num_nextn_predict_layers);
   MS_CHECK(engine.options().run.mtp, "--speculative-algorithm NEXTN: the engine was built without its MTP layer");
-  MS_CHECK(engine.options().plan.attn_dp == 1, "--speculative-algorithm NEXTN: plan '{}' has attention DP (not yet)",
-           engine.options().plan.name);
 }
 
 std::vector<int32_t> MtpDrafter::take(uint64_t id) {
@@ -38,19 +34,24 @@ std::vector<int32_t> MtpDrafter::take(uint64_t id) {
   return drafts;
 }
 
-std::vector<int32_t> MtpDrafter::run(step::ReplicaBatch rb) {
-  rb.batch.draw = DrawKind::kGreedy;
-  const auto rows = static_cast<int64_t>(rb.batch.logit_rows.size());
+std::vector<step::ReplicaBatch> MtpDrafter::draft_batches(int64_t width) const {
+  std::vector<step::ReplicaBatch> batches(static_cast<size_t>(engine_.options().plan.attn_dp));
+  for (step::ReplicaBatch& rb : batches) {
+    rb.batch.mtp_draft = true;
+    rb.batch.draw = DrawKind::kGreedy;
+    rb.batch.max_pages_per_seq = table_width(width);
+  }
+  return batches;
+}
+
+void MtpDrafter::run(std::vector<step::ReplicaBatch> batches, std::vector<Chain>& chains) {
   step::StepPlan plan;
-  plan.micro_batches.push_back({.replicas = {std::move(rb)}});
-  StepOutputs out = engine_.wait(engine_.submit(std::move(plan)));
-  ++forwards_;
-  const int32_t* ids = out.rows.at(0).at(0).i32();
-  return std::vector<int32_t>(ids, ids + rows);
+  plan.micro_batches.push_back({.replicas = std::move(batches)});
+  const StepOutputs out = engine_.wait(engine_.submit(std::move(plan)));
+  for (Chain& c : chains) c.tokens.push_back(out.rows.at(0).at(static_cast<size_t>(c.replica)).i32()[c.row]);
 }
 
 std::vector<MtpDrafter::Chain> MtpDrafter::catch_up(std::span<const spec::CommittedSpan> committed) {
-  step::ReplicaBatch rb;
   std::vector<Chain> chains;
   std::vector<sched::Scheduler::SequenceView> views;
   int64_t widest = 1;
@@ -58,36 +59,40 @@ std::vector<MtpDrafter::Chain> MtpDrafter::catch_up(std::span<const spec::Commit
     views.push_back(scheduler_.sequence(c.id));
     widest = std::max<int64_t>(widest, static_cast<int64_t>(views.back().pages.size()));
   }
-  rb.batch.max_pages_per_seq = table_width(widest);
+  std::vector<step::ReplicaBatch> batches = draft_batches(widest);
+  int64_t tokens_in_step = 0;
   for (size_t i = 0; i < committed.size(); ++i) {
     const spec::CommittedSpan& c = committed[i];
     const auto& [tokens, pages] = views[i];
     const auto len = static_cast<int64_t>(tokens.size());
     // The MTP input at position t is the token at t + 1: known for every computed position.
     if (tokens.empty() || c.end <= c.begin || c.end > len - 1) continue;
+    step::ReplicaBatch& rb = batches.at(static_cast<size_t>(c.replica));
     const bool drafts = c.max_drafts > 0 && c.end == len - 1;
     const int64_t first = rb.batch.num_tokens();
+    const size_t row = rb.batch.logit_rows.size();
     step::append_sequence(rb, i, tokens, c.begin, c.end, pages, page_size_,
                           drafts ? step::LogitRows::kLast : step::LogitRows::kNone);
     for (int64_t t = c.begin; t < c.end; ++t) {
       rb.batch.mtp_tokens.push_back(tokens[static_cast<size_t>(t + 1)]);
       rb.batch.mtp_hidden_rows.push_back(rb.batch.slots[static_cast<size_t>(first + t - c.begin)]);
     }
+    tokens_in_step += c.end - c.begin;
     if (drafts)
       chains.push_back({.id = c.id,
+                        .replica = c.replica,
                         .tokens = {tokens.begin(), tokens.end()},
                         .pages = pages,
                         .max_drafts = c.max_drafts,
-                        .own = len});
+                        .own = len,
+                        .row = row});
   }
-  if (rb.batch.num_tokens() == 0) return chains;
-  const std::vector<int32_t> ids = run(std::move(rb));
-  for (size_t i = 0; i < chains.size(); ++i) chains[i].tokens.push_back(ids[i]);
+  if (tokens_in_step > 0) run(std::move(batches), chains);
   return chains;
 }
 
 void MtpDrafter::chain_step(std::vector<Chain>& chains) {
-  // Chain j's next MTP position t is the one before its last draft's: input the MTP output at
+  // A chain's next MTP position t is the one before its last draft's: input the MTP output at
   // t - 1 (store rows past slots_) and the last draft; it writes its latent at t, which the
   // sequence's pages must hold.
   std::erase_if(chains, [&](const Chain& c) {
@@ -95,20 +100,20 @@ void MtpDrafter::chain_step(std::vector<Chain>& chains) {
     return c.drafted() >= c.max_drafts || t >= static_cast<int64_t>(c.pages.size()) * page_size_;
   });
   if (chains.empty()) return;
-  step::ReplicaBatch rb;
   int64_t widest = 1;
   for (const Chain& c : chains) widest = std::max<int64_t>(widest, static_cast<int64_t>(c.pages.size()));
-  rb.batch.max_pages_per_seq = table_width(widest);
+  std::vector<step::ReplicaBatch> batches = draft_batches(widest);
   for (size_t i = 0; i < chains.size(); ++i) {
-    const Chain& c = chains[i];
+    Chain& c = chains[i];
+    step::ReplicaBatch& rb = batches.at(static_cast<size_t>(c.replica));
     const auto t = static_cast<int64_t>(c.tokens.size()) - 2;
+    c.row = rb.batch.logit_rows.size();
     step::append_sequence(rb, i, c.tokens, t, t + 1, c.pages, page_size_, step::LogitRows::kLast);
     rb.batch.mtp_tokens.push_back(c.tokens.back());
     const int64_t prev = c.pages[static_cast<size_t>((t - 1) / page_size_)] * page_size_ + (t - 1) % page_size_;
     rb.batch.mtp_hidden_rows.push_back(static_cast<int32_t>(slots_ + prev));
   }
-  const std::vector<int32_t> ids = run(std::move(rb));
-  for (size_t i = 0; i < chains.size(); ++i) chains[i].tokens.push_back(ids[i]);
+  run(std::move(batches), chains);
 }
 
 void MtpDrafter::after_step(std::span<const spec::CommittedSpan> committed) {

@@ -245,7 +245,7 @@ void StepLoop::after_step(const Flight& flight, const std::vector<int64_t>& acce
     // prefix pages); only speculative ones get drafts.
     const int64_t end = chunk.end + kept;
     const int64_t room = sampled ? draft_room(chunk.id, it->second, end + 1) : 0;
-    spans.push_back({.id = chunk.id, .begin = chunk.begin, .end = end, .max_drafts = room});
+    spans.push_back({.id = chunk.id, .replica = chunk.replica, .begin = chunk.begin, .end = end, .max_drafts = room});
   }
   on_engine([&] {
     model_drafter_->after_step(spans);

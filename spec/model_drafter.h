@@ -15,6 +15,7 @@ namespace moeserve::spec {
 // One sequence's part of a committed target step.
 struct CommittedSpan {
   uint64_t id = 0;
+  int replica = 0;  // its attention-DP replica (its pages are that replica's)
   // Positions [begin, end) whose target hidden states the step computed and the sequence kept
   // (a prefill chunk, or the verified token and its accepted drafts).
   int64_t begin = 0, end = 0;
@@ -31,8 +32,6 @@ class ModelDrafter {
   virtual std::vector<int32_t> take(uint64_t id) = 0;
   // The sequence ended: its drafts are dropped.
   virtual void forget(uint64_t id) = 0;
-  // Drafter forwards run since construction, and the drafts they proposed.
-  virtual int64_t forwards() const = 0;
 };
 
 }  // namespace moeserve::spec
