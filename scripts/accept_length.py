@@ -3,7 +3,8 @@
 N prompts of L tokens cut at even offsets of models/default/heldout.txt (never trained on),
 greedy, through `moeserve generate` (CPU, fp32); each algorithm's outputs must equal those
 without speculation. Prints one line per configuration: accept length (tokens per verify step,
-as SGLang's spec_accept_length) and drafts accepted / drafted.
+as SGLang's spec_accept_length), drafts accepted / drafted, and tokens per decode step (target
+forwards after the prefill, counting the steps where the drafter had nothing to propose).
 
   python3 scripts/accept_length.py --moeserve build/bin/moeserve [--prompts 16 --prompt-len 64 -n 128]
 """
@@ -47,8 +48,12 @@ def main():
         out, m = generate(a.moeserve, batch, a.n,
                           ["--speculative-algorithm", algorithm, "--speculative-num-steps", str(steps)])
         assert out == plain, f"{algorithm} num_steps {steps}: outputs differ from no speculation"
-        print(f"{algorithm} num_steps {steps}: accept_length {m.group(4)} ({m.group(2)} of {m.group(3)} drafts "
-              f"accepted, {m.group(1)} verify steps; outputs equal to no speculation)")
+        verify, accepted = int(m.group(1)), int(m.group(2))
+        decode_tokens = len(batch) * (a.n - 1)  # the first token of each comes from its prefill
+        steps_taken = verify + (decode_tokens - accepted - verify)  # the rest were plain decode steps
+        print(f"{algorithm} num_steps {steps}: accept_length {m.group(4)} ({accepted} of {m.group(3)} drafts "
+              f"accepted, {verify} verify steps), {decode_tokens / steps_taken:.3f} tokens per decode step; "
+              f"outputs equal to no speculation")
 
 
 if __name__ == "__main__":
