@@ -21,9 +21,9 @@ NEW_TOKENS = 24
 SPEC = ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "5", "--max-running-requests", "8"]
 
 
-def complete(server, prompt, **extra):
+def complete(server, prompt, model=MODEL, **extra):
     status, body = server.request("POST", "/v1/completions", {
-        "model": MODEL, "prompt": prompt, "max_tokens": NEW_TOKENS, "temperature": 0, "ignore_eos": True,
+        "model": model, "prompt": prompt, "max_tokens": NEW_TOKENS, "temperature": 0, "ignore_eos": True,
         "return_token_ids": True, **extra})
     assert status == 200, body
     return body
@@ -83,7 +83,7 @@ def test_nextn_greedy_completions_equal_plain_generate_on_the_default_model():
     with Server("--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3", "--page-size", "4",
                 "--max-running-requests", "8", model=None) as server:
         with ThreadPoolExecutor(len(prompts)) as pool:
-            bodies = list(pool.map(lambda p: complete(server, p), prompts))
+            bodies = list(pool.map(lambda p: complete(server, p, model="default"), prompts))
         accepted = 0
         for prompt, want, body in zip(prompts, expected, bodies):
             assert body["choices"][0]["token_ids"] == want, f"prompt {prompt}"
