@@ -164,6 +164,7 @@ void run_generate(const GenerateArgs& args) {
   }
   MS_CHECK(!requests.empty(), "generate: give at least one --prompt-ids, --prompt or --chat");
   const spec::SpeculativeOptions speculative = spec::speculative_options(args.speculative);
+  options.run.mtp = speculative.algorithm == spec::Algorithm::kNextn;  // NEXTN drafts with the MTP layer
   // --kv-pages: the pages requests may use; the scheduler keeps one more for padding.
   options.num_pages = args.kv_pages > 0
                           ? args.kv_pages + 1

@@ -304,7 +304,9 @@ void run_serve(ServeArgs args) {
   MS_CHECK(args.pp_groups >= 0, "--pp-groups must be >= 0 (0: one per pipeline stage), got {}", args.pp_groups);
   if (args.chunked_prefill_size == 0)
     args.chunked_prefill_size = args.backend == "cuda" ? kDefaultChunkedPrefillCuda : kDefaultChunkedPrefillCpu;
-  const ModelRunOptions run = run_options_for(args.engine.reduction_plan);
+  ModelRunOptions run = run_options_for(args.engine.reduction_plan);
+  // NEXTN drafts with the model's MTP layer: the last stage loads it.
+  run.mtp = spec::speculative_options(args.speculative).algorithm == spec::Algorithm::kNextn;
   auto target_for = [&model, &args, run](const parallel::ParallelPlan& plan) {
     return replan_target(model, args, run, plan);
   };

@@ -3,9 +3,10 @@
 namespace moeserve::apps {
 
 void add_speculative_flags(CLI::App* cmd, spec::SpeculativeFlags& flags) {
-  cmd->add_option("--speculative-algorithm", flags.algorithm,
-                  "Speculative decoding: NGRAM (drafts by suffix matching over each request's prompt and output; "
-                  "NEXTN, EAGLE3 and DFLASH are not implemented yet)");
+  cmd->add_option(
+      "--speculative-algorithm", flags.algorithm,
+      "Speculative decoding: NGRAM (drafts by suffix matching over each request's prompt and output) or "
+      "NEXTN (the model's MTP layer, chained; EAGLE is the same); EAGLE3 and DFLASH are not implemented yet");
   cmd->add_option("--speculative-num-draft-tokens", flags.num_draft_tokens,
                   "Tokens verified per sequence and step, the last accepted one included (default: num-steps + 1, "
                   "else 5)");

@@ -48,8 +48,13 @@ DeepseekV3::DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& 
       cache.fp8 && backend.activation_dtype() == DType::BF16 ? 1 : dtype_size(backend.activation_dtype());
   const size_t cache_bytes = static_cast<size_t>(cache.num_pages * cache.page_size * width) * element_bytes;
   for (int64_t l = shard_.layers.begin; l < shard_.layers.end; ++l) kv_cache_.push_back(backend.alloc(cache_bytes));
-  if (weights_->mtp) mtp_kv_cache_ = backend.alloc(cache_bytes);
-  MS_CHECK(!run.mtp || plan.attn_dp == 1, "plan '{}': the MTP layer does not run under attention DP yet", plan.name);
+  if (weights_->mtp) {
+    mtp_kv_cache_ = backend.alloc(cache_bytes);
+    // Two rows per cache slot (ForwardBatch::mtp_hidden_rows): the main model's, the MTP layer's.
+    const auto slots = static_cast<size_t>(cache.num_pages * cache.page_size);
+    mtp_hidden_store_ =
+        backend.alloc(2 * slots * static_cast<size_t>(config.hidden_size) * dtype_size(backend.activation_dtype()));
+  }
   backend.synchronize();
   // Candidates per row and vocab part of a kCandidates draw (fewer when the part is smaller).
   candidates_per_slice_ = std::min(sample::kCandidatesPerSlice, shard_.vocab.size() / parts_);
@@ -114,6 +119,7 @@ sample::SamplerBuffers DeepseekV3::forward(const ForwardBatch& batch, sample::Sa
                               .first_stage = shard_.first_stage,
                               .last_stage = shard_.last_stage,
                               .mtp_layer = weights_->mtp != nullptr});
+  if (batch.mtp_draft && !shard_.last_stage) return {};  // a draft step runs on the last stage only
   Activations& a = workspace_->prepare(batch);
 
   // Decode-shaped steps (one logit row per token, in order, no host work inside) replay a
@@ -140,8 +146,9 @@ sample::SamplerBuffers DeepseekV3::forward(const ForwardBatch& batch, sample::Sa
 }
 
 void DeepseekV3::run(Activations& a, const ForwardBatch& batch, sample::Sampler* sampler) {
-  const int64_t T = a.tokens, hidden = config_.hidden_size, logit_rows = static_cast<int64_t>(batch.logit_rows.size());
+  const int64_t T = a.tokens, hidden = config_.hidden_size;
   const std::vector<std::unique_ptr<LayerWeights>>& layers = weights_->layers;
+  if (batch.mtp_draft) return mtp_draft(a, batch, sampler);
   if (shard_.first_stage) embed(a);
   int64_t moe_layer = 0;
   // normed [T, hidden] = input_norm(hidden) for the first layer; after that, every residual
@@ -155,13 +162,19 @@ void DeepseekV3::run(Activations& a, const ForwardBatch& batch, sample::Sampler*
     decoder_layer(layer, *kv_cache_[i], layer.is_moe ? moe_layer++ : -1, a, batch.max_pages_per_seq,
                   i + 1 < layers.size() ? ptr(layers[i + 1]->input_norm) : nullptr);
   }
-  if (shard_.last_stage) {
-    const bool mtp_head = !batch.mtp_tokens.empty();
-    if (mtp_head) mtp(a, batch.max_pages_per_seq);
-    head_->run(a, logit_rows, mtp_head ? ptr(weights_->mtp->head_norm) : nullptr);
-    if (!batch.token_bitmask.empty()) sampler->apply_token_bitmask(workspace_->sampler_buffers(a), logit_rows);
-    sampler->reduce(workspace_->sampler_buffers(a), logit_rows, batch.draw);
-  }
+  if (!shard_.last_stage) return;
+  const bool mtp_head = !batch.mtp_tokens.empty();
+  if (weights_->mtp) store_hidden(a, weights_->final_norm, 0);  // a later draft step's input
+  if (mtp_head) mtp(a, batch.max_pages_per_seq, /*normed_ready=*/false);
+  finish_head(a, batch, sampler, mtp_head ? ptr(weights_->mtp->head_norm) : nullptr);
+}
+
+void DeepseekV3::finish_head(Activations& a, const ForwardBatch& batch, sample::Sampler* sampler,
+                             const void* head_norm) {
+  const auto logit_rows = static_cast<int64_t>(batch.logit_rows.size());
+  head_->run(a, logit_rows, head_norm);
+  if (!batch.token_bitmask.empty()) sampler->apply_token_bitmask(workspace_->sampler_buffers(a), logit_rows);
+  sampler->reduce(workspace_->sampler_buffers(a), logit_rows, batch.draw);
 }
 
 void DeepseekV3::decoder_layer(const LayerWeights& layer, ops::Buffer& cache, int64_t moe_layer, Activations& a,

@@ -148,7 +148,15 @@ class DeepseekV3 {
                      int64_t max_pages_per_seq, const void* next_norm);
   // The MTP layer over the stage's output a.hidden and a.mtp_ids (model/deepseek_v3_mtp.cc):
   // leaves its block's output in a.hidden (the head normalises it with shared_head.norm).
-  void mtp(Activations& a, int64_t max_pages_per_seq);
+  // normed_ready: a.normed already holds the (normalised) input hidden state (a draft step).
+  void mtp(Activations& a, int64_t max_pages_per_seq, bool normed_ready);
+  // An MTP draft step (ForwardBatch::mtp_draft): the store's rows through the MTP layer and head.
+  void mtp_draft(Activations& a, const ForwardBatch& batch, sample::Sampler* sampler);
+  // Hidden store rows [first_row + slot] = norm(a.hidden) per token (ForwardBatch::mtp_hidden_rows).
+  void store_hidden(Activations& a, const ops::BufferPtr& norm, int64_t first_row);
+  // The head on the batch's logit rows (normalised with head_norm, null: the final norm), the
+  // grammar masks and the sampler's device part.
+  void finish_head(Activations& a, const ForwardBatch& batch, sample::Sampler* sampler, const void* head_norm);
   void attention_part(const LayerPart& part, int v, ops::Buffer& cache, Activations& a, int64_t max_pages_per_seq);
   BranchSum dense_mlp(const LayerWeights& layer, Activations& a);
   BranchSum moe(const LayerWeights& layer, int64_t moe_layer, Activations& a);
@@ -181,6 +189,7 @@ class DeepseekV3 {
   std::unique_ptr<ModelWeights> weights_;
   std::vector<ops::BufferPtr> kv_cache_;            // per local layer
   ops::BufferPtr mtp_kv_cache_;                     // the MTP layer's (ModelRunOptions::mtp, last stage)
+  ops::BufferPtr mtp_hidden_store_;                 // [2 * slots, hidden]: ForwardBatch::mtp_hidden_rows
   std::unique_ptr<comm::ExpertExchange> exchange_;  // attention DP: routed tokens by all-to-all
   std::unique_ptr<LmHead> head_;
   int64_t candidates_per_slice_ = 0;  // of a kCandidates draw: min(kCandidatesPerSlice, vocab part)

@@ -53,6 +53,11 @@ void check_head_rows(const ForwardBatch& batch, const BatchLimits& limits) {
 }
 
 void check_mtp_tokens(const ForwardBatch& batch, const BatchLimits& limits) {
+  MS_CHECK(batch.mtp_draft || batch.mtp_hidden_rows.empty(), "forward batch: MTP hidden rows outside a draft step");
+  MS_CHECK(!batch.mtp_draft || limits.mtp_layer || !limits.last_stage,
+           "forward batch: an MTP draft step, but the model was loaded without its MTP layer (ModelRunOptions::mtp)");
+  MS_CHECK(!batch.mtp_draft || batch.num_tokens() == static_cast<int64_t>(batch.mtp_tokens.size()),
+           "forward batch: a draft step of {} tokens with {} MTP tokens", batch.num_tokens(), batch.mtp_tokens.size());
   if (batch.mtp_tokens.empty()) return;
   MS_CHECK(limits.mtp_layer || !limits.last_stage,
            "forward batch: MTP tokens given, but the model was loaded without its MTP layer (ModelRunOptions::mtp)");
@@ -61,6 +66,12 @@ void check_mtp_tokens(const ForwardBatch& batch, const BatchLimits& limits) {
   for (int32_t id : batch.mtp_tokens)
     MS_CHECK(id >= 0 && id < limits.config.vocab_size, "MTP token id {} outside the vocabulary [0, {})", id,
              limits.config.vocab_size);
+  if (!batch.mtp_draft) return;
+  MS_CHECK(batch.num_tokens() == static_cast<int64_t>(batch.mtp_hidden_rows.size()),
+           "forward batch: {} MTP hidden rows for {} tokens", batch.mtp_hidden_rows.size(), batch.num_tokens());
+  const int64_t rows = 2 * limits.cache.num_pages * limits.cache.page_size;
+  for (int32_t row : batch.mtp_hidden_rows)
+    MS_CHECK(row >= 0 && row < rows, "forward batch: MTP hidden row {} outside the hidden store [0, {})", row, rows);
 }
 
 }  // namespace

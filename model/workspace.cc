@@ -142,6 +142,7 @@ Activations& Workspace::of(int64_t T) {
   a->slots = alloc(T, 4);
   a->logit_rows = alloc(T, 4);
   if (dims_.mtp) a->mtp_ids = alloc(T, 4);
+  if (dims_.mtp) a->mtp_rows = alloc(T, 4);
   lay_out_activations(a.get(), T, arena_.get());
   if (head_arena_) lay_out_head(a.get(), head_rows_, head_arena_.get());
   slot = std::move(a);
@@ -186,6 +187,7 @@ Activations& Workspace::prepare(const ForwardBatch& batch) {
   put(a.block_tables, batch.block_tables);
   put(a.logit_rows, batch.logit_rows);
   if (a.mtp_ids) put(a.mtp_ids, batch.mtp_tokens);
+  if (a.mtp_rows) put(a.mtp_rows, batch.mtp_hidden_rows);
   if (batch.draw == DrawKind::kCandidates && dims_.shard.last_stage && !batch.temperatures.empty())
     backend_.upload(*a.temperatures, 0, batch.temperatures.data(), batch.temperatures.size() * 4);
   if (dims_.shard.last_stage && !batch.token_bitmask.empty())

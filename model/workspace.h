@@ -29,8 +29,9 @@ struct Activations {
   bool logit_adjust = false;         // the last prepared batch of this size has logit adjustments
   BufferPtr ids, positions, seq_of_token, slots, block_tables, logit_rows;  // int32 metadata
   BufferPtr mtp_ids;                                                        // [T] int32 (an MTP layer)
-  BufferPtr hidden;                                                         // [T, hidden] residual stream
-  BufferPtr normed;                                                         // [T, hidden]
+  BufferPtr mtp_rows;  // [T] int32: an MTP draft step's hidden store rows (ForwardBatch::mtp_hidden_rows)
+  BufferPtr hidden;    // [T, hidden] residual stream
+  BufferPtr normed;    // [T, hidden]
   // [T, hidden] fp32: output of attention / MLP before the residual add. Partial sums over
   // heads, columns and experts are added across ranks in fp32 and rounded to the activation
   // dtype once, in the residual add: every plan rounds where one GPU does.

@@ -43,7 +43,9 @@ sample::Drawn run_stage(Rank& rank, const ForwardBatch& batch, int64_t hidden) {
   pipeline.set_site("pipeline");
   const DType act = rank.backend->activation_dtype();
   const int64_t T = batch.num_tokens();
-  if (!shard.first_stage)
+  // An MTP draft step runs on the last stage alone (the MTP layer's place): nothing passes.
+  if (batch.mtp_draft && !shard.last_stage) return {};
+  if (!shard.first_stage && !batch.mtp_draft)
     pipeline.recv(rank.model->hidden_states(T).data(), static_cast<size_t>(T * hidden), act, stage - 1);
   const sample::SamplerBuffers logits = rank.model->forward(batch, rank.sampler.get());
   ++rank.forward_passes;

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/thread_pool.h"
+#include "runtime/mtp_drafter.h"
 #include "runtime/token_masks.h"
 #include "sample/sampler.h"
 
@@ -35,7 +36,10 @@ StepLoop::StepLoop(Engine& engine, StepLoopOptions options)
     : engine_(engine),
       options_(with_drafts(std::move(options))),
       drafter_(spec::make_drafter(options_.speculative)),
-      scheduler_(options_.scheduler) {}
+      scheduler_(options_.scheduler) {
+  if (options_.speculative.algorithm == spec::Algorithm::kNextn)
+    model_drafter_ = std::make_unique<MtpDrafter>(engine_, scheduler_);
+}
 
 void StepLoop::finish_in_flight() {
   for (const Flight& flight : in_flight_) {
@@ -72,6 +76,7 @@ void StepLoop::add(sched::RequestId id, LoopRequest request) {
 }
 
 void StepLoop::finish(sched::RequestId id) {
+  if (model_drafter_) model_drafter_->forget(id);
   scheduler_.finish(id);
   requests_.erase(id);
   adjust_.erase(id);
@@ -182,6 +187,7 @@ StepResult StepLoop::step() {
   std::vector<int32_t> sampled;
   for (const DrawnToken& t : result.tokens) sampled.push_back(t.token);
   scheduler_.commit(oldest.step, sampled, accepted);
+  if (model_drafter_) after_step(oldest, accepted);
   for (const DrawnToken& t : result.tokens)  // requests with adjustments take no drafts
     if (auto it = adjust_.find(t.id); it != adjust_.end()) it->second.add_output(t.token);
   expand_accepted(oldest, accepted, result);
@@ -206,17 +212,45 @@ StepLoop::Rows StepLoop::rows_of(const sched::ScheduledStep& step) const {
   return rows;
 }
 
+int64_t StepLoop::draft_room(sched::RequestId id, const LoopRequest& r, int64_t tokens) const {
+  if (!r.speculative || r.top_logprobs >= 0 || r.prompt_logits) return 0;
+  // No drafts past the request's last token or the model's context (the next token is always drawn).
+  int64_t room = engine_.config().max_position_embeddings - tokens;
+  if (r.max_new_tokens > 0) room = std::min(room, r.max_new_tokens - scheduler_.generated_tokens(id) - 1);
+  return std::max<int64_t>(0, std::min(room, options_.speculative.max_drafts()));
+}
+
 std::vector<int32_t> StepLoop::drafts_for(sched::RequestId id, std::span<const int32_t> tokens) const {
   auto it = requests_.find(id);
-  if (!drafter_ || it == requests_.end()) return {};
+  if ((!drafter_ && !model_drafter_) || it == requests_.end()) return {};
   const LoopRequest& r = it->second;
-  if (!r.speculative || r.top_logprobs >= 0 || r.prompt_logits) return {};
-  // No drafts past the request's last token or the model's context (the next token is always drawn).
-  int64_t room = engine_.config().max_position_embeddings - static_cast<int64_t>(tokens.size());
-  if (r.max_new_tokens > 0) room = std::min(room, r.max_new_tokens - scheduler_.generated_tokens(id) - 1);
-  std::vector<int32_t> drafts = drafter_->propose(tokens, std::min(room, options_.speculative.max_drafts()));
+  const int64_t room = draft_room(id, r, static_cast<int64_t>(tokens.size()));
+  // A model drafter drafted after the sequence's last commit (after_step).
+  std::vector<int32_t> drafts = model_drafter_ ? model_drafter_->take(id) : drafter_->propose(tokens, room);
+  if (static_cast<int64_t>(drafts.size()) > room) drafts.resize(static_cast<size_t>(room));
   if (r.constraint) drafts.resize(allowed_drafts(*r.constraint, drafts));  // cut at the first the grammar rejects
   return drafts;
+}
+
+void StepLoop::after_step(const Flight& flight, const std::vector<int64_t>& accepted) {
+  std::vector<spec::CommittedSpan> spans;
+  size_t row = 0;  // accepted[] is per chunk with a logit row
+  for (const sched::ScheduledChunk& chunk : flight.step.chunks) {
+    const bool sampled = chunk.logit_row >= 0;
+    const int64_t kept = sampled && !accepted.empty() ? accepted[row] : 0;
+    row += sampled ? 1 : 0;
+    auto it = requests_.find(chunk.id);
+    if (it == requests_.end()) continue;  // ended while the step ran
+    // Every request's computed positions feed the MTP cache (a later request may share its
+    // prefix pages); only speculative ones get drafts.
+    const int64_t end = chunk.end + kept;
+    const int64_t room = sampled ? draft_room(chunk.id, it->second, end + 1) : 0;
+    spans.push_back({.id = chunk.id, .replica = chunk.replica, .begin = chunk.begin, .end = end, .max_drafts = room});
+  }
+  on_engine([&] {
+    model_drafter_->after_step(spans);
+    return 0;
+  });
 }
 
 void StepLoop::accept_constrained(const StepResult& result) {

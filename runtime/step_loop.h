@@ -24,6 +24,7 @@
 #include "runtime/logprobs.h"
 #include "sched/scheduler.h"
 #include "spec/drafter.h"
+#include "spec/model_drafter.h"
 #include "spec/verify.h"
 #include "step/token_constraint.h"
 
@@ -175,7 +176,13 @@ class StepLoop {
 
   Engine& engine_;
   StepLoopOptions options_;
-  std::unique_ptr<spec::Drafter> drafter_;  // null: no speculation
+  // After a committed step, the model drafter's catch-up and drafts (CommittedSpan per chunk).
+  void after_step(const Flight& flight, const std::vector<int64_t>& accepted);
+  // Drafts a request's next step may verify: its room in the context and in max_new_tokens.
+  int64_t draft_room(sched::RequestId id, const LoopRequest& r, int64_t tokens) const;
+
+  std::unique_ptr<spec::Drafter> drafter_;             // NGRAM (null: none)
+  std::unique_ptr<spec::ModelDrafter> model_drafter_;  // NEXTN (null: none)
   sched::Scheduler scheduler_;
   std::unordered_map<sched::RequestId, LoopRequest> requests_;
   std::unordered_map<sched::RequestId, LogitAdjustState> adjust_;  // the requests with logit adjustments

@@ -44,6 +44,12 @@ int64_t Scheduler::generated_tokens(RequestId id) const {
   return it == seqs_.end() ? 0 : static_cast<int64_t>(it->second.tokens.size()) - it->second.prompt_len;
 }
 
+Scheduler::SequenceView Scheduler::sequence(RequestId id) const {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || it->second.replica < 0) return {};
+  return {it->second.tokens, it->second.pages};
+}
+
 void Scheduler::add(RequestId id, std::vector<int32_t> prompt, RequestOptions options) {
   MS_CHECK(!prompt.empty(), "request {}: empty prompt", id);
   MS_CHECK(static_cast<int64_t>(prompt.size()) <= max_tokens_per_request(),

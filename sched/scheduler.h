@@ -142,6 +142,12 @@ class Scheduler {
   int64_t cached_prompt_tokens(RequestId id) const;
   // Generated tokens of a request (committed so far).
   int64_t generated_tokens(RequestId id) const;
+  // A running request's tokens (prompt, then generated) and block table as of its last commit
+  // (a model drafter's input: runtime/mtp_drafter.h); empty for a request not running.
+  struct SequenceView {
+    std::span<const int32_t> tokens, pages;
+  };
+  SequenceView sequence(RequestId id) const;
 
   // The largest step one replica can run: a prefill budget plus a decode token per request.
   int64_t max_step_tokens() const {

@@ -12,16 +12,26 @@ constexpr int64_t kDefaultDrafts = 4;
 constexpr int64_t kMaxDraftTokens = 64;  // a verify step's tokens per sequence
 }  // namespace
 
-const char* algorithm_name(Algorithm algorithm) { return algorithm == Algorithm::kNgram ? "NGRAM" : "NONE"; }
+const char* algorithm_name(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::kNgram:
+      return "NGRAM";
+    case Algorithm::kNextn:
+      return "NEXTN";
+    default:
+      return "NONE";
+  }
+}
 
 namespace {
 Algorithm algorithm_of(const std::string& flag) {
   std::string name = flag;
   std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::toupper(c); });
   if (name.empty() || name == "NONE") return Algorithm::kNone;
-  if (name == "NEXTN" || name == "EAGLE" || name == "EAGLE3" || name == "DFLASH" || name == "STANDALONE")
-    fail("--speculative-algorithm {}: not implemented yet (available: NGRAM)", flag);
-  MS_CHECK(name == "NGRAM", "--speculative-algorithm '{}': unknown (available: NGRAM)", flag);
+  if (name == "NEXTN" || name == "EAGLE") return Algorithm::kNextn;
+  if (name == "EAGLE3" || name == "DFLASH" || name == "STANDALONE")
+    fail("--speculative-algorithm {}: not implemented yet (available: NGRAM, NEXTN)", flag);
+  MS_CHECK(name == "NGRAM", "--speculative-algorithm '{}': unknown (available: NGRAM, NEXTN)", flag);
   return Algorithm::kNgram;
 }
 }  // namespace

@@ -9,7 +9,7 @@
 
 namespace moeserve::spec {
 
-enum class Algorithm { kNone, kNgram };
+enum class Algorithm { kNone, kNgram, kNextn };
 
 struct SpeculativeOptions {
   Algorithm algorithm = Algorithm::kNone;
@@ -30,9 +30,10 @@ struct SpeculativeFlags {
   int64_t ngram_max_match_window = 12;
 };
 
-// Validated options; errors name the flag. Algorithms not implemented yet (NEXTN, EAGLE,
-// EAGLE3, DFLASH) are refused by name. num_draft_tokens defaults to num_steps + 1, num_steps
-// to num_draft_tokens - 1, both to 4 drafts when neither is given.
+// Validated options; errors name the flag. NEXTN is the model's MTP layer (runtime/mtp_drafter.h);
+// EAGLE means NEXTN too, as SGLang runs DeepSeek-V3's MTP under either name. Algorithms not
+// implemented yet (EAGLE3, DFLASH, STANDALONE) are refused by name. num_draft_tokens defaults to num_steps + 1,
+// num_steps to num_draft_tokens - 1, both to 4 drafts when neither is given.
 SpeculativeOptions speculative_options(const SpeculativeFlags& flags);
 
 const char* algorithm_name(Algorithm algorithm);

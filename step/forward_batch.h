@@ -39,6 +39,16 @@ struct ForwardBatch {
   // follows t), its logits predict the token after that, and its MTP latent is cached at
   // slots[t] of the MTP layer's own cache.
   std::vector<int32_t> mtp_tokens;
+  // An MTP draft step (NEXTN; mtp_tokens and mtp_hidden_rows then have T entries, T may be 0
+  // on an attention-DP replica that only joins the MoE collectives): only the last stage runs,
+  // only the MTP layer, and token t's input hidden state is row mtp_hidden_rows[t] of its
+  // hidden store instead of the main model's: rows [0, slots) hold the main model's final
+  // (normalised) hidden state written at each cache slot by every step, rows [slots, 2 slots)
+  // the MTP layer's own output (after shared_head.norm) written at each slot by draft steps,
+  // so a chain's next draft reads the previous draft's output. Its logit rows are the MTP
+  // head's; its MTP latents go to slots[t] of the MTP cache. (slots: num_pages * page_size.)
+  bool mtp_draft = false;
+  std::vector<int32_t> mtp_hidden_rows;
   // [logit_rows, ceil(vocab / 32)]: the tokens each row's grammar allows (ops::TokenBitmaskParams;
   // unconstrained rows allow all); empty when no row is constrained.
   std::vector<int32_t> token_bitmask;

@@ -6,26 +6,12 @@
 // KV page is free or only cached, and flushing the prefix cache frees them all.
 #include <gtest/gtest.h>
 
-#include <map>
-#include <set>
-
-#include "parallel/plan_parse.h"
-#include "runtime/engine.h"
-#include "runtime/step_loop.h"
-#include "spec/speculative_options.h"
+#include "tests/runtime/speculative_load.h"
 
 namespace moeserve::runtime {
 namespace {
 
-using Tokens = std::vector<int32_t>;
-
-struct Arrival {
-  int64_t step;  // the loop step it arrives at
-  Tokens prompt;
-  int64_t max_new_tokens;
-  bool speculative = true;
-  ops::SamplingOptions sampling = {};
-};
+using namespace testing_load;
 
 const std::vector<Arrival>& arrivals() {
   static const std::vector<Arrival> a = {
@@ -39,72 +25,6 @@ const std::vector<Arrival>& arrivals() {
       {9, {300, 301, 300, 301, 300}, 9},
   };
   return a;
-}
-
-EngineOptions engine_options(const std::string& plan) {
-  EngineOptions o;
-  o.plan = parallel::parse_plan(plan);
-  o.page_size = 4;  // drafts cross pages
-  o.num_pages = 96;
-  return o;
-}
-
-StepLoopOptions loop_options(const Engine& engine, const spec::SpeculativeOptions& speculative) {
-  const EngineOptions& e = engine.options();
-  return {.scheduler = {.page_size = e.page_size,
-                        .pages_per_replica = e.num_pages,
-                        .attn_dp = e.plan.attn_dp,
-                        .pp = e.plan.pp,
-                        .pipeline_groups = e.plan.pp,
-                        .max_running_requests = 8,
-                        .chunked_prefill_size = 16},
-          .speculative = speculative};
-}
-
-struct LoadResult {
-  std::map<sched::RequestId, Tokens> tokens;
-  int64_t drafted = 0, accepted = 0;
-};
-
-// Runs the arrivals through one loop; each request ends at its max_new_tokens.
-LoadResult run_load(Engine& engine, const spec::SpeculativeOptions& speculative, const std::vector<Arrival>& load) {
-  StepLoop loop(engine, loop_options(engine, speculative));
-  LoadResult out;
-  std::set<sched::RequestId> done;
-  size_t next = 0;
-  for (int64_t step = 0; next < load.size() || !loop.idle(); ++step) {
-    for (; next < load.size() && load[next].step <= step; ++next)
-      loop.add(next, {.prompt = load[next].prompt,
-                      .sampling = load[next].sampling,
-                      .speculative = load[next].speculative,
-                      .max_new_tokens = load[next].max_new_tokens});
-    if (loop.idle()) continue;
-    const StepResult result = loop.step();
-    EXPECT_FALSE(result.stalled);
-    for (const VerifiedDrafts& v : result.verified) {
-      out.drafted += v.drafted;
-      out.accepted += v.accepted;
-    }
-    for (const DrawnToken& t : result.tokens) {
-      if (done.count(t.id)) continue;  // past its end within a speculative step
-      out.tokens[t.id].push_back(t.token);
-      if (static_cast<int64_t>(out.tokens[t.id].size()) == load[t.id].max_new_tokens) {
-        done.insert(t.id);
-        loop.finish(t.id);
-      }
-    }
-  }
-  // Every page is back: none held by a sequence, and the prefix cache holds only whole pages
-  // of committed tokens, which a flush frees.
-  for (int d = 0; d < loop.scheduler().num_replicas(); ++d) {
-    kv::KvCache& kv = loop.scheduler().kv(d);
-    kv.check_consistency();
-    EXPECT_EQ(kv.used_pages(), 0) << "replica " << d;
-  }
-  loop.scheduler().flush_prefix_cache();
-  for (int d = 0; d < loop.scheduler().num_replicas(); ++d)
-    EXPECT_EQ(loop.scheduler().kv(d).free_pages(), loop.scheduler().kv(d).num_pages());
-  return out;
 }
 
 spec::SpeculativeOptions ngram(int64_t draft_tokens) {

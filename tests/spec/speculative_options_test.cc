@@ -36,8 +36,18 @@ TEST(SpeculativeOptions, DraftTokensAndStepsDescribeOneChain) {
             std::string::npos);
 }
 
+TEST(SpeculativeOptions, NextnAndEagleAreTheMtpDrafter) {
+  // SGLang runs DeepSeek-V3's MTP layer under either name.
+  for (const char* name : {"NEXTN", "eagle"}) {
+    const SpeculativeOptions o = speculative_options({.algorithm = name, .num_steps = 3});
+    EXPECT_EQ(o.algorithm, Algorithm::kNextn) << name;
+    EXPECT_EQ(o.max_drafts(), 3) << name;
+  }
+  EXPECT_STREQ(algorithm_name(Algorithm::kNextn), "NEXTN");
+}
+
 TEST(SpeculativeOptions, RefusesAlgorithmsNotImplemented) {
-  for (const char* name : {"EAGLE3", "NEXTN", "DFLASH"})
+  for (const char* name : {"EAGLE3", "DFLASH", "STANDALONE"})
     EXPECT_NE(error_of({.algorithm = name}).find("not implemented yet"), std::string::npos) << name;
   EXPECT_NE(error_of({.algorithm = "MEDUSA"}).find("unknown"), std::string::npos);
   EXPECT_NE(error_of({.algorithm = "NGRAM", .ngram_min_match_window = 5, .ngram_max_match_window = 2})

@@ -2,8 +2,10 @@
 completions equal `moeserve generate` without speculation, token for token, for prompts with
 repetition sent at once (continuous batching, speculative and logprob requests side by side);
 the usage reports spec_verify_ct and spec_accept_length as SGLang's meta info does, /metrics
-counts drafts and accepted ones, and `moeserve bench` reports accept_length. Other algorithms
-are refused at start-up with a clear message."""
+counts drafts and accepted ones, and `moeserve bench` reports accept_length. With NEXTN (the
+shipped default model's MTP layer as the drafter) greedy completions of held-out text equal
+`moeserve generate` without speculation and drafts are accepted. Other algorithms are refused at
+start-up with a clear message."""
 import json
 import pathlib
 import sys
@@ -12,14 +14,16 @@ from concurrent.futures import ThreadPoolExecutor
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from server_harness import MODEL, Server, generate_ids, run_moeserve  # noqa: E402
 
+DEFAULT_MODEL = pathlib.Path(__file__).resolve().parents[3] / "models" / "default"
+
 PROMPTS = [[5, 6, 7, 8, 5, 6, 7, 8, 5, 6, 7], [9, 9, 9, 9, 9, 9], [1, 2, 1, 2, 1, 2, 1], [100, 200, 300, 100, 200]]
 NEW_TOKENS = 24
 SPEC = ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "5", "--max-running-requests", "8"]
 
 
-def complete(server, prompt, **extra):
+def complete(server, prompt, model=MODEL, **extra):
     status, body = server.request("POST", "/v1/completions", {
-        "model": MODEL, "prompt": prompt, "max_tokens": NEW_TOKENS, "temperature": 0, "ignore_eos": True,
+        "model": model, "prompt": prompt, "max_tokens": NEW_TOKENS, "temperature": 0, "ignore_eos": True,
         "return_token_ids": True, **extra})
     assert status == 200, body
     return body
@@ -60,6 +64,32 @@ def test_bench_reports_accept_length(tmp_path):
     record = json.loads(out.read_text().strip().splitlines()[-1])
     assert record["completed"] == 4
     assert record["accept_length"] >= 1.0
+
+
+def heldout_prompts(lengths):
+    """Prompts of the given lengths cut from the default model's held-out text (its tokenizer)."""
+    from tokenizers import Tokenizer
+    ids = Tokenizer.from_file(str(DEFAULT_MODEL / "tokenizer.json")).encode(
+        (DEFAULT_MODEL / "heldout.txt").read_text()).ids
+    return [ids[300 * i:300 * i + n] for i, n in enumerate(lengths)]
+
+
+def test_nextn_greedy_completions_equal_plain_generate_on_the_default_model():
+    prompts = heldout_prompts((24, 40, 7, 64, 16))
+    args = ["generate", "--model", DEFAULT_MODEL, "-n", NEW_TOKENS, "--ignore-eos"]
+    for p in prompts:
+        args += ["--prompt-ids", ",".join(map(str, p))]
+    expected = [[int(t) for t in line.split(",")] for line in run_moeserve(*args).stdout.strip().splitlines()]
+    with Server("--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3", "--page-size", "4",
+                "--max-running-requests", "8", model=None) as server:
+        with ThreadPoolExecutor(len(prompts)) as pool:
+            bodies = list(pool.map(lambda p: complete(server, p, model="default"), prompts))
+        accepted = 0
+        for prompt, want, body in zip(prompts, expected, bodies):
+            assert body["choices"][0]["token_ids"] == want, f"prompt {prompt}"
+            accepted += body["usage"].get("spec_accept_length", 1.0) > 1.0
+        assert accepted > 0, "the trained MTP layer's drafts were never accepted"
+        assert server.metrics()["moeserve_kv_pages_used"] == 0
 
 
 def test_unimplemented_algorithms_are_refused():

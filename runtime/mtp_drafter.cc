@@ -1,0 +1,128 @@
+#include "runtime/mtp_drafter.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace moeserve::runtime {
+
+namespace {
+// Block-table width for sequences of up to `pages` pages: a power of two (few step shapes).
+int64_t table_width(int64_t pages) {
+  int64_t width = 1;
+  while (width < pages) width *= 2;
+  return width;
+}
+}  // namespace
+
+MtpDrafter::MtpDrafter(Engine& engine, const sched::Scheduler& scheduler)
+    : engine_(engine),
+      scheduler_(scheduler),
+      page_size_(engine.options().page_size),
+      slots_(engine.options().num_pages * engine.options().page_size) {
+  MS_CHECK(engine.config().num_nextn_predict_layers >= 1,
+           "--speculative-algorithm NEXTN: model '{}' has no MTP layer (num_nextn_predict_layers is {})",
+           engine.model_name(), engine.config().num_nextn_predict_layers);
+  MS_CHECK(engine.options().run.mtp, "--speculative-algorithm NEXTN: the engine was built without its MTP layer");
+}
+
+std::vector<int32_t> MtpDrafter::take(uint64_t id) {
+  auto it = drafts_.find(id);
+  if (it == drafts_.end()) return {};
+  std::vector<int32_t> drafts = std::move(it->second);
+  drafts_.erase(it);
+  return drafts;
+}
+
+std::vector<step::ReplicaBatch> MtpDrafter::draft_batches(int64_t width) const {
+  std::vector<step::ReplicaBatch> batches(static_cast<size_t>(engine_.options().plan.attn_dp));
+  for (step::ReplicaBatch& rb : batches) {
+    rb.batch.mtp_draft = true;
+    rb.batch.draw = DrawKind::kGreedy;
+    rb.batch.max_pages_per_seq = table_width(width);
+  }
+  return batches;
+}
+
+void MtpDrafter::run(std::vector<step::ReplicaBatch> batches, std::vector<Chain>& chains) {
+  step::StepPlan plan;
+  plan.micro_batches.push_back({.replicas = std::move(batches)});
+  const StepOutputs out = engine_.wait(engine_.submit(std::move(plan)));
+  for (Chain& c : chains) c.tokens.push_back(out.rows.at(0).at(static_cast<size_t>(c.replica)).i32()[c.row]);
+}
+
+std::vector<MtpDrafter::Chain> MtpDrafter::catch_up(std::span<const spec::CommittedSpan> committed) {
+  std::vector<Chain> chains;
+  std::vector<sched::Scheduler::SequenceView> views;
+  int64_t widest = 1;
+  for (const spec::CommittedSpan& c : committed) {
+    views.push_back(scheduler_.sequence(c.id));
+    widest = std::max<int64_t>(widest, static_cast<int64_t>(views.back().pages.size()));
+  }
+  std::vector<step::ReplicaBatch> batches = draft_batches(widest);
+  int64_t tokens_in_step = 0;
+  for (size_t i = 0; i < committed.size(); ++i) {
+    const spec::CommittedSpan& c = committed[i];
+    const auto& [tokens, pages] = views[i];
+    const auto len = static_cast<int64_t>(tokens.size());
+    // The MTP input at position t is the token at t + 1: known for every computed position.
+    if (tokens.empty() || c.end <= c.begin || c.end > len - 1) continue;
+    step::ReplicaBatch& rb = batches.at(static_cast<size_t>(c.replica));
+    const bool drafts = c.max_drafts > 0 && c.end == len - 1;
+    const int64_t first = rb.batch.num_tokens();
+    const size_t row = rb.batch.logit_rows.size();
+    step::append_sequence(rb, i, tokens, c.begin, c.end, pages, page_size_,
+                          drafts ? step::LogitRows::kLast : step::LogitRows::kNone);
+    for (int64_t t = c.begin; t < c.end; ++t) {
+      rb.batch.mtp_tokens.push_back(tokens[static_cast<size_t>(t + 1)]);
+      rb.batch.mtp_hidden_rows.push_back(rb.batch.slots[static_cast<size_t>(first + t - c.begin)]);
+    }
+    tokens_in_step += c.end - c.begin;
+    if (drafts)
+      chains.push_back({.id = c.id,
+                        .replica = c.replica,
+                        .tokens = {tokens.begin(), tokens.end()},
+                        .pages = pages,
+                        .max_drafts = c.max_drafts,
+                        .own = len,
+                        .row = row});
+  }
+  if (tokens_in_step > 0) run(std::move(batches), chains);
+  return chains;
+}
+
+void MtpDrafter::chain_step(std::vector<Chain>& chains) {
+  // A chain's next MTP position t is the one before its last draft's: input the MTP output at
+  // t - 1 (store rows past slots_) and the last draft; it writes its latent at t, which the
+  // sequence's pages must hold.
+  std::erase_if(chains, [&](const Chain& c) {
+    const auto t = static_cast<int64_t>(c.tokens.size()) - 2;
+    return c.drafted() >= c.max_drafts || t >= static_cast<int64_t>(c.pages.size()) * page_size_;
+  });
+  if (chains.empty()) return;
+  int64_t widest = 1;
+  for (const Chain& c : chains) widest = std::max<int64_t>(widest, static_cast<int64_t>(c.pages.size()));
+  std::vector<step::ReplicaBatch> batches = draft_batches(widest);
+  for (size_t i = 0; i < chains.size(); ++i) {
+    Chain& c = chains[i];
+    step::ReplicaBatch& rb = batches.at(static_cast<size_t>(c.replica));
+    const auto t = static_cast<int64_t>(c.tokens.size()) - 2;
+    c.row = rb.batch.logit_rows.size();
+    step::append_sequence(rb, i, c.tokens, t, t + 1, c.pages, page_size_, step::LogitRows::kLast);
+    rb.batch.mtp_tokens.push_back(c.tokens.back());
+    const int64_t prev = c.pages[static_cast<size_t>((t - 1) / page_size_)] * page_size_ + (t - 1) % page_size_;
+    rb.batch.mtp_hidden_rows.push_back(static_cast<int32_t>(slots_ + prev));
+  }
+  run(std::move(batches), chains);
+}
+
+void MtpDrafter::after_step(std::span<const spec::CommittedSpan> committed) {
+  for (const spec::CommittedSpan& c : committed) drafts_.erase(c.id);
+  std::vector<Chain> chains = catch_up(committed);
+  while (!chains.empty()) {
+    for (const Chain& c : chains) drafts_[c.id].assign(c.tokens.begin() + c.own, c.tokens.end());
+    chain_step(chains);
+  }
+}
+
+}  // namespace moeserve::runtime

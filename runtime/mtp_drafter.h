@@ -1,0 +1,63 @@
+// NEXTN (DeepSeek-V3's MTP layer as a drafter, SGLang's --speculative-algorithm NEXTN): after
+// each target step, one draft forward of the MTP layer alone (ForwardBatch::mtp_draft) over
+// every position the target computed, on the target's final hidden states and the embedding
+// of the token after each (the MTP layer's own cache catches up: prompt chunks, accepted
+// drafts; positions a rejected draft had written are written again); its head's argmax at a
+// sequence's last position is draft 1. Drafts 2..k chain: one forward each, at the next
+// position, on the MTP layer's previous output and the previous draft (as SGLang chains it).
+// Drafts are greedy (argmax) whatever the request samples: the verifier's rejection sampling
+// takes a point-mass draft, so outputs stay exact.
+//
+// The MTP layer's latents live in its own cache at the sequence's own slots (the same pages
+// as the target's: allocated and freed with the request, nothing to leak); a chain stops
+// where the sequence's pages end (its next step's pages are the scheduler's to allocate).
+// The MTP layer is on the last pipeline stage; earlier stages skip draft steps. Under attention
+// DP each replica drafts its own sequences in the same draft step (a replica without any runs
+// it with no tokens: the MTP layer's MoE exchange needs every rank of the stage).
+#pragma once
+
+#include <unordered_map>
+
+#include "runtime/engine.h"
+#include "sched/scheduler.h"
+#include "spec/model_drafter.h"
+
+namespace moeserve::runtime {
+
+class MtpDrafter : public spec::ModelDrafter {
+ public:
+  // The engine must have loaded the MTP layer (EngineOptions::run.mtp); the scheduler is the
+  // step loop's (each sequence's tokens and pages as of its last commit).
+  MtpDrafter(Engine& engine, const sched::Scheduler& scheduler);
+  void after_step(std::span<const spec::CommittedSpan> committed) override;
+  std::vector<int32_t> take(uint64_t id) override;
+  void forget(uint64_t id) override { drafts_.erase(id); }
+
+ private:
+  // A sequence being drafted for: its tokens then its drafts so far.
+  struct Chain {
+    uint64_t id;
+    int replica;
+    std::vector<int32_t> tokens;  // prompt, output, then drafts
+    std::span<const int32_t> pages;
+    int64_t max_drafts;
+    int64_t own;     // the sequence's own tokens (the rest are drafts)
+    size_t row = 0;  // its logit row in its replica's batch of the current draft step
+    int64_t drafted() const { return static_cast<int64_t>(tokens.size()) - own; }
+  };
+  // One draft step's batch per replica (ForwardBatch::mtp_draft), block tables `width` wide.
+  std::vector<step::ReplicaBatch> draft_batches(int64_t width) const;
+  // The catch-up forward over every span; draft 1 of each chain that asks.
+  std::vector<Chain> catch_up(std::span<const spec::CommittedSpan> committed);
+  // One chained forward: the next draft of every chain that has room.
+  void chain_step(std::vector<Chain>& chains);
+  // Runs one draft step (greedy draw); each chain gains the argmax of its row.
+  void run(std::vector<step::ReplicaBatch> batches, std::vector<Chain>& chains);
+
+  Engine& engine_;
+  const sched::Scheduler& scheduler_;
+  int64_t page_size_, slots_;
+  std::unordered_map<uint64_t, std::vector<int32_t>> drafts_;  // each sequence's, until taken
+};
+
+}  // namespace moeserve::runtime
