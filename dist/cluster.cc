@@ -200,9 +200,14 @@ std::vector<Address> admit_followers(const ClusterOptions& o, Listener& data,
   const auto deadline = Clock::now() + std::chrono::duration<double>(o.join_timeout_s);
   for (int joined = 1; joined < o.nnodes;) {
     const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
-    MS_CHECK(left > 0, "only {} of {} nodes joined at {}:{} within {} s", joined, o.nnodes, o.host, o.port,
-             o.join_timeout_s);
-    std::unique_ptr<Connection> conn = listener.accept(left, "joining node");
+    std::unique_ptr<Connection> conn;
+    try {
+      MS_CHECK(left > 0, "the time is up");
+      conn = listener.accept(left, "joining node");
+    } catch (const Error& e) {
+      fail("only {} of {} nodes joined at {}:{} within {} s ({})", joined, o.nnodes, o.host, o.port, o.join_timeout_s,
+           e.what());
+    }
     const Hello hello = decode_hello(conn->recv());
     std::string refusal;
     if (hello.node < 1 || hello.node >= o.nnodes)
