@@ -147,8 +147,22 @@ def post(base, body, timeout=30):
         return None, str(e)
 
 
-@pytest.mark.parametrize("killed", [1, 0])
-def test_killed_node_stops_the_server(killed):
+def answers_503_naming(base, node, since):
+    """Polls with new requests until one is answered 503; its body must name the lost node."""
+    status, body = None, ""
+    while time.time() - since < 10:
+        status, body = post(base, {"model": MODEL, "prompt": [9], "max_tokens": 2}, timeout=5)
+        if status == 503:
+            break
+        time.sleep(0.1)
+    assert status == 503 and f"node {node} (rank {node}) lost" in body, (status, body)
+    assert time.time() - since < 10
+
+
+# killed: the follower (SIGKILL), the leader (SIGKILL), or the follower hung (SIGSTOP: only the
+# heartbeats notice it, after --dist-heartbeat-timeout 3 s).
+@pytest.mark.parametrize("fault", ["follower killed", "leader killed", "follower hung"])
+def test_lost_node_stops_the_server(fault):
     port, http_port = free_port(), free_port()
     nodes = [Node(2, r, port, http_port) for r in range(2)]
     try:
@@ -160,25 +174,24 @@ def test_killed_node_stops_the_server(killed):
         for t in load:
             t.start()
         time.sleep(1.0)
-        nodes[killed].proc.send_signal(signal.SIGKILL)
-        killed_at = time.time()
-        survivor = nodes[1 - killed]
-        if killed == 1:  # the leader answers 503 naming the node, then exits non-zero
-            status, body = None, ""
-            while time.time() - killed_at < 10:
-                status, body = post(base, {"model": MODEL, "prompt": [9], "max_tokens": 2}, timeout=5)
-                if status == 503:
-                    break
-                time.sleep(0.1)
-            assert status == 503 and "node 1 (rank 1) lost" in body, (status, body, "".join(survivor.output))
-            assert time.time() - killed_at < 10
+        lost = 0 if fault == "leader killed" else 1
+        nodes[lost].proc.send_signal(signal.SIGSTOP if fault == "follower hung" else signal.SIGKILL)
+        since = time.time()
+        survivor = nodes[1 - lost]
+        if lost == 1:  # the leader answers 503 naming the node, then exits non-zero
+            answers_503_naming(base, 1, since)
         survivor.proc.wait(timeout=15)
         assert survivor.proc.returncode != 0, "".join(survivor.output)
         assert "lost" in "".join(survivor.output)
+        if fault == "follower hung":  # woken, it finds the leader gone and exits non-zero too
+            nodes[1].proc.send_signal(signal.SIGCONT)
+            nodes[1].proc.wait(timeout=15)
+            assert nodes[1].proc.returncode != 0
         for t in load:
             t.join(timeout=60)
     finally:
         for n in nodes:
             if n.proc.poll() is None:
+                n.proc.send_signal(signal.SIGCONT)
                 n.proc.kill()
     assert all(n.proc.poll() is not None for n in nodes)
