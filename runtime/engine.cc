@@ -238,7 +238,6 @@ void Engine::build(const ModelSource& model, Engine* reshard_from) {
     rank.weights = resident ? std::make_unique<ResidentWeightSource>(*resident) : model.weights();
   }
   const bool on_gpus = options_.backend == "cuda";
-  MS_CHECK(!cluster || !on_gpus, "GPU ranks across processes (NCCL between processes) are not implemented yet");
   build_comms(on_gpus);
   if (cluster && cluster->leader()) impl_->relay = std::make_unique<LeaderRelay>(*cluster, plan);
   // Every rank loads its own shard on its own thread.
@@ -263,17 +262,23 @@ void Engine::build_comms(bool on_gpus) {
     impl_->in_process = std::make_unique<comm::InProcessWorld>(plan.world(), comm_options);
     impl_->world = impl_->in_process.get();
   }
-  if (on_gpus && local > 1) {
+  if (on_gpus && (local > 1 || options_.cluster)) {
     std::vector<ops::Backend*> backends;
     for (Rank& rank : impl_->ranks) backends.push_back(rank.backend.get());
-    impl_->nccl = std::make_unique<NcclWorld>(backends);
+    std::optional<NcclSpan> span;  // across processes: the leader's NCCL id over the control plane
+    if (options_.cluster)
+      span = NcclSpan{share_nccl_id(*options_.cluster), plan.world(), options_.cluster->local_ranks()};
+    impl_->nccl = std::make_unique<NcclWorld>(backends, span ? &*span : nullptr);
   }
   // GPU ranks' threads mostly wait for their GPU: they poll for the next job for up to 2 ms
   // (MOESERVE_WORKER_SPIN_US overrides; 0 sleeps at once).
   impl_->spin_us = env_int("MOESERVE_WORKER_SPIN_US", on_gpus ? 2000 : 0);
   impl_->workers = std::make_unique<RankWorkers>(local, *impl_->world, impl_->spin_us);
   if (impl_->nccl) {
-    impl_->workers->run([&](int r) { impl_->ranks[r].comms = impl_->nccl->split_for(plan, r); });
+    impl_->workers->run([&](int r) {
+      Rank& rank = impl_->ranks[r];
+      rank.comms = impl_->nccl->split_for(plan, rank.coord.rank);
+    });
   } else {
     for (Rank& rank : impl_->ranks) rank.comms = make_rank_comms(*impl_->world, plan, rank.coord.rank);
   }

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "dist/step_codec.h"
 #include "dist/wire.h"
+#include "runtime/rank_devices.h"
 
 namespace moeserve::runtime {
 
@@ -13,6 +14,7 @@ enum Frame : uint32_t {
   kStepDone,                 // ticket, the outputs the follower's ranks hold
   kSampleRows,               // replica, rows, options
   kSampled,                  // tokens (empty when the follower holds no vocab slice 0 of the replica)
+  kNcclId,                   // the NCCL unique id of a GPU world across processes
 };
 
 void encode_tensor(const Tensor& t, dist::ByteWriter& w) {
@@ -60,6 +62,15 @@ dist::Frame expect_frame(dist::Cluster& cluster, int node, uint32_t type) {
 
 int output_node(const dist::Cluster& cluster, const parallel::ParallelPlan& plan, int replica) {
   return cluster.node_of_rank(parallel::rank_of(plan, plan.pp - 1, replica, 0));
+}
+
+std::vector<std::byte> share_nccl_id(dist::Cluster& cluster) {
+  if (cluster.leader()) {
+    std::vector<std::byte> id = NcclWorld::unique_id();
+    cluster.broadcast(kNcclId, id);
+    return id;
+  }
+  return expect_frame(cluster, 0, kNcclId).payload;
 }
 
 void LeaderRelay::submit(StepTicket ticket, const StepPlan& step) {

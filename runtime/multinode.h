@@ -38,6 +38,10 @@ class LeaderRelay {
 // leader is lost or a step fails.
 void run_follower(Engine& engine, dist::Cluster& cluster);
 
+// GPU ranks across processes: the NCCL unique id the leader makes (NcclWorld::unique_id) and
+// sends every follower, which receives it while it builds its engine, before any step.
+std::vector<std::byte> share_nccl_id(dist::Cluster& cluster);
+
 // The node whose ranks hold replica `replica`'s outputs (the last stage's attention-TP rank 0).
 int output_node(const dist::Cluster& cluster, const parallel::ParallelPlan& plan, int replica);
 
