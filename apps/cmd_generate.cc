@@ -7,6 +7,7 @@
 #include "apps/cli_util.h"
 #include "apps/commands.h"
 #include "apps/default_model.h"
+#include "apps/dist_cli.h"
 #include "apps/plan_cli.h"
 #include "apps/spec_cli.h"
 #include "core/error.h"
@@ -14,6 +15,7 @@
 #include "runtime/comm_report.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
+#include "runtime/multinode.h"
 #include "runtime/rank_devices.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -44,6 +46,7 @@ struct GenerateArgs {
   bool ignore_eos = false;
   int logprobs = -1;  // -1: plain output
   spec::SpeculativeFlags speculative;
+  dist::LaunchArgs launch;
 };
 
 // The model's tokenizer: its directory's files, or the built-in one of a synthetic model.
@@ -169,7 +172,12 @@ void run_generate(const GenerateArgs& args) {
   options.num_pages = args.kv_pages > 0
                           ? args.kv_pages + 1
                           : runtime::kv_pages_for(requests, args.engine.page_size, speculative.max_drafts());
+  // Several processes: every node runs this command with the same options; the followers run
+  // their ranks on the leader's steps and print nothing.
+  const std::unique_ptr<dist::Cluster> cluster = join_cluster(args.launch, model, options);
+  options.cluster = cluster.get();
   runtime::Engine engine(model, options);
+  if (cluster && !cluster->leader()) return runtime::run_follower(engine, *cluster);
   const bool want_logits = !args.dump_logits.empty();
   const auto results = runtime::generate(engine, requests, {.prompt_logits = want_logits, .speculative = speculative});
   for (const auto& result : results) print_result(result, text_mode ? tok.get() : nullptr, args.logprobs >= 0);
@@ -207,6 +215,7 @@ void add_generate_command(CLI::App& app) {
   add_plan_flags(cmd, args->plan);
   add_engine_flags(cmd, args->engine);
   add_speculative_flags(cmd, args->speculative);
+  add_dist_flags(cmd, args->launch);
   cmd->add_flag("--stats", args->stats,
                 "Print per-rank communication (calls, bytes per collective and layer) to stderr");
   cmd->add_option("--kv-pages", args->kv_pages, "KV cache pages per layer (0: just enough)");

@@ -11,9 +11,11 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "apps/commands.h"
 #include "apps/default_model.h"
+#include "apps/dist_cli.h"
 #include "apps/kv_sizing.h"
 #include "apps/plan_cli.h"
 #include "apps/spec_cli.h"
@@ -24,6 +26,7 @@
 #include "model/deepseek_v3_weights.h"
 #include "model/model_source.h"
 #include "runtime/engine.h"
+#include "runtime/multinode.h"
 #include "runtime/rank_devices.h"
 #include "runtime/reshard_fit.h"
 #include "serve/api_error.h"
@@ -40,6 +43,8 @@ namespace {
 // Prefill tokens per replica per step when --chunked-prefill-size is left at 0.
 constexpr int64_t kDefaultChunkedPrefillCuda = 8192;
 constexpr int64_t kDefaultChunkedPrefillCpu = 512;
+// After a node is lost, the leader answers 503 for this long before it exits.
+constexpr int kLostNodeExitDelayMs = 2000;
 
 struct ServeArgs {
   std::string model;  // "": the shipped default model (apps/default_model.h)
@@ -76,6 +81,7 @@ struct ServeArgs {
   std::string reasoning_parser;
   bool test_scripted_output = false;
   spec::SpeculativeFlags speculative;
+  dist::LaunchArgs launch;
 };
 
 // --tool-call-parser and --reasoning-parser, checked before the model loads (an unknown name
@@ -96,10 +102,8 @@ std::unique_ptr<tokenizer::Tokenizer> tokenizer_of(const ModelSource& model, con
 
 // What an engine and its scheduler need under `plan`: the start-up plan and every re-plan
 // (POST /admin/replan) go through here.
-serve::ReplanTarget replan_target(const ModelSource& model, const ServeArgs& args, const ModelRunOptions& run,
-                                  const parallel::ParallelPlan& plan) {
-  // A re-plan outside the reduction plan is refused here, before anything drains.
-  check_reduction_plan(model.config, plan, run);
+runtime::EngineOptions engine_options_of(const ServeArgs& args, const ModelRunOptions& run,
+                                         const parallel::ParallelPlan& plan, dist::Cluster* cluster) {
   runtime::EngineOptions engine_options;
   engine_options.backend = args.backend;
   engine_options.plan = plan;
@@ -111,6 +115,17 @@ serve::ReplanTarget replan_target(const ModelSource& model, const ServeArgs& arg
   engine_options.run = run;
   engine_options.batch_invariant = args.engine.batch_invariant;
   engine_options.kv_cache_fp8 = kv_cache_fp8(args.engine.kv_cache_dtype);
+  engine_options.cluster = cluster;
+  return engine_options;
+}
+
+serve::ReplanTarget replan_target(const ModelSource& model, const ServeArgs& args, const ModelRunOptions& run,
+                                  const parallel::ParallelPlan& plan, dist::Cluster* cluster) {
+  // A re-plan outside the reduction plan is refused here, before anything drains.
+  check_reduction_plan(model.config, plan, run);
+  MS_CHECK(!cluster || plan.world() == cluster->nnodes() * static_cast<int>(cluster->local_ranks().size()),
+           "a re-plan to '{}' ({} ranks) across nodes is not implemented", plan.name, plan.world());
+  const runtime::EngineOptions engine_options = engine_options_of(args, run, plan, cluster);
   serve::ReplanTarget target;
   target.plan_name = plan.name;
   sched::SchedulerOptions& so = target.scheduler;
@@ -249,6 +264,32 @@ void serve_until_signal(const sigset_t& signals, serve::EngineLoop& loop, serve:
   std::fflush(stdout);
 }
 
+// A follower node: its ranks run the leader's steps until the leader closes the cluster
+// (returns) or is lost (throws: the process exits non-zero).
+void follow_leader(const ModelSource& model, const runtime::EngineOptions& options) {
+  runtime::Engine engine(model, options);
+  std::printf("moeserve: %s ready; following the leader\n",
+              options.cluster->describe(options.cluster->node_rank()).c_str());
+  std::fflush(stdout);
+  runtime::run_follower(engine, *options.cluster);
+}
+
+// The leader: a lost node fails the engine (the requests in flight fail, new ones are answered
+// 503 naming the node); a moment later, so that clients get those answers, the process exits
+// non-zero (a supervisor such as systemd restarts the whole server). The followers see the
+// leader's connections close and exit too.
+void exit_when_lost(dist::Cluster& cluster) {
+  cluster.on_lost([](const std::string& why) {
+    std::thread([why] {
+      std::fprintf(stderr, "moeserve: %s; exiting in %d ms\n", why.c_str(), kLostNodeExitDelayMs);
+      std::this_thread::sleep_for(std::chrono::milliseconds(kLostNodeExitDelayMs));
+      std::fflush(stdout);
+      std::fflush(stderr);
+      std::_Exit(3);
+    }).detach();
+  });
+}
+
 // The HTTP layer's flags, checked before the model loads.
 serve::HttpServerOptions http_options_of(const ServeArgs& args) {
   MS_CHECK(args.port >= 0 && args.port <= 65535, "--port {} outside [0, 65535]", args.port);
@@ -307,8 +348,9 @@ void run_serve(ServeArgs args) {
   ModelRunOptions run = run_options_for(args.engine.reduction_plan);
   // NEXTN drafts with the model's MTP layer: the last stage loads it.
   run.mtp = spec::speculative_options(args.speculative).algorithm == spec::Algorithm::kNextn;
-  auto target_for = [&model, &args, run](const parallel::ParallelPlan& plan) {
-    return replan_target(model, args, run, plan);
+  std::unique_ptr<dist::Cluster> cluster;
+  auto target_for = [&model, &args, run, &cluster](const parallel::ParallelPlan& plan) {
+    return replan_target(model, args, run, plan, cluster.get());
   };
   args.plan.kv_cache_fp8 = kv_cache_fp8(args.engine.kv_cache_dtype);
   const parallel::ParallelPlan plan = plan_for_model(args.plan, model.config, bytes_per_element);
@@ -321,6 +363,9 @@ void run_serve(ServeArgs args) {
                                      .mem_fraction_static = args.mem_fraction_static,
                                      .kv_cache_fp8 = args.plan.kv_cache_fp8});
   args.kv_pages = kv.pages;
+  cluster = join_cluster(args.launch, model, engine_options_of(args, run, plan, nullptr));
+  if (cluster && !cluster->leader()) return follow_leader(model, engine_options_of(args, run, plan, cluster.get()));
+  if (cluster) exit_when_lost(*cluster);
   serve::ReplanTarget start = target_for(plan);
 
   const serve::EngineLoopOptions loop_options = loop_options_of(args, start);
@@ -411,6 +456,7 @@ void add_serve_command(CLI::App& app) {
   add_plan_flags(cmd, args->plan);  // also --max-running-requests and --context-length
   add_engine_flags(cmd, args->engine);
   add_speculative_flags(cmd, args->speculative);
+  add_dist_flags(cmd, args->launch);
   cmd->add_option("--kv-pages", args->kv_pages,
                   "KV cache pages per DP replica, one kept for batch padding (default: on GPUs sized by "
                   "--mem-fraction-static, on CPU ranks 2048)");

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/world.h"
 
 namespace moeserve::comm {
 
@@ -22,25 +23,26 @@ struct InProcessOptions {
   size_t send_capacity = 0;
 };
 
-class InProcessWorld {
+class InProcessWorld final : public World {
  public:
   explicit InProcessWorld(int size, InProcessOptions options = {});
   ~InProcessWorld();
   InProcessWorld(const InProcessWorld&) = delete;
   InProcessWorld& operator=(const InProcessWorld&) = delete;
 
-  int size() const;
+  int size() const override;
 
   // The communicator of world rank `rank` in the group `members` (world ranks, listed in
   // group-rank order; `rank` must be one of them). Every member asks with the same `name`
   // and `members` and gets a handle on the same group (like MPI_Comm_split). The world must
   // outlive its communicators.
-  std::unique_ptr<Communicator> communicator(int rank, const std::string& name, const std::vector<int>& members);
+  std::unique_ptr<Communicator> communicator(int rank, const std::string& name,
+                                             const std::vector<int>& members) override;
 
   // Wakes every rank blocked in a call of this world; they, and every later call, throw an
   // Error carrying `reason`. Used when one rank fails so that its peers do not wait forever.
-  void abort(const std::string& reason);
-  bool aborted() const;
+  void abort(const std::string& reason) override;
+  bool aborted() const override;
 
  private:
   std::shared_ptr<InProcessState> state_;

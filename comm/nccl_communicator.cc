@@ -4,6 +4,7 @@
 #include <nccl.h>
 
 #include <cstdlib>
+#include <cstring>
 
 #include "core/error.h"
 
@@ -186,6 +187,38 @@ std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_world(const std::vector
   std::vector<int> devices(n);
   for (int i = 0; i < n; ++i) devices[i] = i;
   MS_NCCL(ncclCommInitAll(comms.data(), n, devices.data()));
+  std::vector<std::unique_ptr<NcclCommunicator>> world;
+  for (int i = 0; i < n; ++i) {
+    cudaSetDevice(i);
+    world.push_back(std::make_unique<NcclCommunicator>(comms[i], streams[i], "world"));
+  }
+  return world;
+}
+
+std::vector<std::byte> nccl_unique_id() {
+  ncclUniqueId id;
+  MS_NCCL(ncclGetUniqueId(&id));
+  std::vector<std::byte> bytes(sizeof id);
+  std::memcpy(bytes.data(), &id, sizeof id);
+  return bytes;
+}
+
+std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_world_part(const std::vector<std::byte>& id, int world_size,
+                                                                    const std::vector<int>& ranks,
+                                                                    const std::vector<cudaStream_t>& streams) {
+  keep_nvls_off();
+  ncclUniqueId unique;
+  MS_CHECK(id.size() == sizeof unique, "NCCL unique id: {} bytes received, {} expected", id.size(), sizeof unique);
+  MS_CHECK(ranks.size() == streams.size(), "NCCL world part: {} ranks but {} streams", ranks.size(), streams.size());
+  std::memcpy(&unique, id.data(), sizeof unique);
+  const int n = static_cast<int>(ranks.size());
+  std::vector<ncclComm_t> comms(n);
+  MS_NCCL(ncclGroupStart());
+  for (int i = 0; i < n; ++i) {
+    cudaSetDevice(i);
+    MS_NCCL(ncclCommInitRank(&comms[i], world_size, unique, ranks[i]));
+  }
+  MS_NCCL(ncclGroupEnd());
   std::vector<std::unique_ptr<NcclCommunicator>> world;
   for (int i = 0; i < n; ++i) {
     cudaSetDevice(i);

@@ -6,6 +6,7 @@
 // (set here when absent): NVLink multicast stays off.
 #pragma once
 
+#include <cstddef>
 #include <map>
 #include <memory>
 #include <string>
@@ -77,6 +78,17 @@ class NcclCommunicator final : public Communicator, public FusedAllReduceNorm {
   template <typename Fn>
   void maybe_timed(Collective c, Fn&& fn);
 };
+
+// The id that names one NCCL world across processes (ncclGetUniqueId), as bytes: one process
+// makes it, the others receive it (dist/cluster.h's control plane) before make_nccl_world_part.
+std::vector<std::byte> nccl_unique_id();
+
+// This process's part of a world of `world_size` ranks over several processes: world rank
+// ranks[i] on GPU i, bound to streams[i] (ncclCommInitRank for every local rank in one group);
+// every process calls it with the same `id`. Index = i.
+std::vector<std::unique_ptr<NcclCommunicator>> make_nccl_world_part(const std::vector<std::byte>& id, int world_size,
+                                                                    const std::vector<int>& ranks,
+                                                                    const std::vector<cudaStream_t>& streams);
 
 // World communicators for GPUs 0..num_gpus-1 (index = rank), each bound to streams[rank].
 // Called from one thread.

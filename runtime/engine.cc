@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "model/deepseek_v3_weights.h"
 #include "parallel/plan_parse.h"
+#include "runtime/multinode.h"
 #include "runtime/rank_comms.h"
 #include "runtime/rank_devices.h"
 #include "runtime/rank_workers.h"
@@ -24,7 +25,7 @@ namespace {
 
 // Everything one rank owns. Touched only by its own thread while a job runs.
 struct Rank {
-  parallel::RankCoord coord;
+  parallel::RankCoord coord;  // coord.rank: the world rank
   std::unique_ptr<ops::Backend> backend;
   std::unique_ptr<WeightSource> weights;
   RankComms comms;
@@ -96,12 +97,20 @@ struct AsyncQueue {
   bool failed = false;  // a rank threw: the world is aborted, waiters give up
 };
 
+std::vector<int> all_ranks(int world) {
+  std::vector<int> ranks(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) ranks[r] = r;
+  return ranks;
+}
+
 }  // namespace
 
 struct Engine::Impl {
-  std::unique_ptr<comm::InProcessWorld> world;  // CPU ranks' communicators; aborts a failed step
-  std::unique_ptr<NcclWorld> nccl;              // GPU ranks' communicators
-  std::vector<Rank> ranks;
+  std::unique_ptr<comm::InProcessWorld> in_process;  // one process's CPU ranks' communicators
+  comm::World* world = nullptr;                      // in_process, or the cluster's data plane; aborts a failed step
+  std::unique_ptr<NcclWorld> nccl;                   // GPU ranks' communicators
+  std::vector<Rank> ranks;                           // this process's ranks (all of them without a cluster)
+  std::unique_ptr<LeaderRelay> relay;                // the leader of a cluster: the followers' part of each call
   AsyncQueue queue;
   int spin_us = 0;
   std::unique_ptr<RankWorkers> workers;  // declared last: its threads stop first
@@ -114,6 +123,17 @@ struct Engine::Impl {
   void end_async();
   // Before a synchronous call: every submitted step waited for, the ranks out of the queue.
   void quiesce(const char* what);
+  // Runs a relay call; when it fails (a node lost) the engine stops: the world is aborted (the
+  // local ranks leave their collectives) and later calls throw.
+  void relay_or_stop(const std::function<void()>& call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      failure = e.what();
+      world->abort(failure);
+      throw;
+    }
+  }
 };
 
 void Engine::Impl::start_async(int64_t hidden) {
@@ -207,43 +227,63 @@ void Engine::build(const ModelSource& model, Engine* reshard_from) {
            "--pp-max-micro-batch-size and --pp-async-batch-depth must be >= 0");
   parallel::validate_plan(plan, shard_dims(config_));
   check_reduction_plan(config_, plan, options_.run);
-  const int world = plan.world();
-  comm::InProcessOptions comm_options;
-  comm_options.send_capacity = static_cast<size_t>(options_.pp_async_batch_depth + 1);
-  impl_->world = std::make_unique<comm::InProcessWorld>(world, comm_options);
+  dist::Cluster* cluster = options_.cluster;
+  MS_CHECK(!cluster || !reshard_from, "a re-plan from resident weights across processes is not implemented");
+  const std::vector<int> local = cluster ? cluster->local_ranks() : all_ranks(plan.world());
   std::optional<ResidentWeights> resident;
   if (reshard_from) resident = reshard_from->resident_weights();
-  impl_->ranks.resize(world);
-  for (int r = 0; r < world; ++r) {
-    Rank& rank = impl_->ranks[r];
-    rank.coord = parallel::rank_coord(plan, r);
-    rank.backend = make_rank_backend(options_.backend, r, options_.batch_invariant);
+  impl_->ranks.resize(local.size());
+  for (size_t i = 0; i < local.size(); ++i) {
+    Rank& rank = impl_->ranks[i];
+    rank.coord = parallel::rank_coord(plan, local[i]);
+    rank.backend = make_rank_backend(options_.backend, static_cast<int>(i), options_.batch_invariant);
     rank.weights = resident ? std::make_unique<ResidentWeightSource>(*resident) : model.weights();
   }
   const bool on_gpus = options_.backend == "cuda";
-  if (on_gpus && world > 1) {
-    std::vector<ops::Backend*> backends;
-    for (Rank& rank : impl_->ranks) backends.push_back(rank.backend.get());
-    impl_->nccl = std::make_unique<NcclWorld>(backends);
-  }
-  // GPU ranks' threads mostly wait for their GPU: they poll for the next job for up to 2 ms
-  // (MOESERVE_WORKER_SPIN_US overrides; 0 sleeps at once).
-  impl_->spin_us = env_int("MOESERVE_WORKER_SPIN_US", on_gpus ? 2000 : 0);
-  impl_->workers = std::make_unique<RankWorkers>(world, *impl_->world, impl_->spin_us);
-  if (impl_->nccl) {
-    impl_->workers->run([&](int r) { impl_->ranks[r].comms = impl_->nccl->split_for(plan, r); });
-  } else {
-    for (int r = 0; r < world; ++r) impl_->ranks[r].comms = make_rank_comms(*impl_->world, plan, r);
-  }
+  build_comms(on_gpus);
+  if (cluster && cluster->leader()) impl_->relay = std::make_unique<LeaderRelay>(*cluster, plan);
   // Every rank loads its own shard on its own thread.
   const KvCacheShape cache{options_.num_pages, options_.page_size, options_.kv_cache_fp8};
   impl_->workers->run([&](int r) {
     Rank& rank = impl_->ranks[r];
-    rank.model = std::make_unique<DeepseekV3>(config_, plan, r, *rank.backend, *rank.weights, rank.comms.groups(),
-                                              cache, options_.run);
+    rank.model = std::make_unique<DeepseekV3>(config_, plan, rank.coord.rank, *rank.backend, *rank.weights,
+                                              rank.comms.groups(), cache, options_.run);
     rank.model->set_graphs_enabled(options_.graphs);
     if (rank.model->shard().last_stage) rank.sampler = std::make_unique<sample::Sampler>(rank.model->sampler_params());
   });
+}
+
+void Engine::build_comms(bool on_gpus) {
+  const parallel::ParallelPlan& plan = options_.plan;
+  const int local = static_cast<int>(impl_->ranks.size());
+  if (options_.cluster) {
+    impl_->world = &options_.cluster->world();
+  } else {
+    comm::InProcessOptions comm_options;
+    comm_options.send_capacity = static_cast<size_t>(options_.pp_async_batch_depth + 1);
+    impl_->in_process = std::make_unique<comm::InProcessWorld>(plan.world(), comm_options);
+    impl_->world = impl_->in_process.get();
+  }
+  if (on_gpus && (local > 1 || options_.cluster)) {
+    std::vector<ops::Backend*> backends;
+    for (Rank& rank : impl_->ranks) backends.push_back(rank.backend.get());
+    std::optional<NcclSpan> span;  // across processes: the leader's NCCL id over the control plane
+    if (options_.cluster)
+      span = NcclSpan{share_nccl_id(*options_.cluster), plan.world(), options_.cluster->local_ranks()};
+    impl_->nccl = std::make_unique<NcclWorld>(backends, span ? &*span : nullptr);
+  }
+  // GPU ranks' threads mostly wait for their GPU: they poll for the next job for up to 2 ms
+  // (MOESERVE_WORKER_SPIN_US overrides; 0 sleeps at once).
+  impl_->spin_us = env_int("MOESERVE_WORKER_SPIN_US", on_gpus ? 2000 : 0);
+  impl_->workers = std::make_unique<RankWorkers>(local, *impl_->world, impl_->spin_us);
+  if (impl_->nccl) {
+    impl_->workers->run([&](int r) {
+      Rank& rank = impl_->ranks[r];
+      rank.comms = impl_->nccl->split_for(plan, rank.coord.rank);
+    });
+  } else {
+    for (Rank& rank : impl_->ranks) rank.comms = make_rank_comms(*impl_->world, plan, rank.coord.rank);
+  }
 }
 
 Engine::~Engine() {
@@ -254,10 +294,11 @@ Engine::~Engine() {
 }
 
 void Engine::for_each_rank(const std::function<void(RankView&)>& fn) {
+  MS_CHECK(!options_.cluster, "for_each_rank: the ranks of other processes cannot run a local function");
   impl_->quiesce("for_each_rank");
   impl_->workers->run([&](int r) {
     Rank& rank = impl_->ranks[r];
-    RankView view{r, *rank.model, rank.sampler.get(), *rank.backend, rank.comms};
+    RankView view{rank.coord.rank, *rank.model, rank.sampler.get(), *rank.backend, rank.comms};
     fn(view);
   });
 }
@@ -282,6 +323,7 @@ StepTicket Engine::submit(StepPlan step) {
   queued->plan = std::move(step);
   if (!impl_->workers->running()) impl_->start_async(config_.hidden_size);
   AsyncQueue& queue = impl_->queue;
+  if (impl_->relay) impl_->relay_or_stop([&] { impl_->relay->submit(queue.submitted.load(), queued->plan); });
   StepTicket ticket;
   {
     std::lock_guard<std::mutex> lock(queue.mutex);
@@ -313,6 +355,8 @@ StepOutputs Engine::wait(StepTicket ticket) {
     queue.changed.wait(lock, [&] { return step->ranks_done == world || queue.failed; });
     if (step->ranks_done == world) {
       queue.steps.erase(ticket);
+      lock.unlock();
+      if (impl_->relay) impl_->relay_or_stop([&] { impl_->relay->collect(ticket, step->plan, step->outputs); });
       return std::move(step->outputs);
     }
   }
@@ -329,6 +373,7 @@ std::vector<int32_t> Engine::sample_logits_rows(int replica, const std::vector<i
   impl_->quiesce("sample_logits_rows");
   std::vector<int32_t> tokens(rows.size());
   if (rows.empty()) return tokens;
+  if (impl_->relay) impl_->relay_or_stop([&] { impl_->relay->send_sample_rows(replica, rows, options); });
   impl_->workers->run([&](int r) {  // every vocab slice's rank takes part (a vocab split gathers the rows)
     Rank& rank = impl_->ranks[r];
     const parallel::RankShard& shard = rank.model->shard();
@@ -336,6 +381,7 @@ std::vector<int32_t> Engine::sample_logits_rows(int replica, const std::vector<i
     std::vector<int32_t> drawn = rank.sampler->draw_rows(rows, options);
     if (shard.vocab.begin == 0) tokens = std::move(drawn);  // the same on every slice's rank
   });
+  if (impl_->relay) impl_->relay_or_stop([&] { impl_->relay->collect_sample_rows(replica, tokens); });
   return tokens;
 }
 

@@ -20,6 +20,10 @@
 #include "runtime/rank_comms.h"
 #include "step/step_plan.h"
 
+namespace moeserve::dist {
+class Cluster;
+}  // namespace moeserve::dist
+
 namespace moeserve::runtime {
 
 using step::StepPlan;
@@ -38,6 +42,10 @@ struct EngineOptions {
   ModelRunOptions run;           // reduction_plan: the same logits under every plan that nests in it
   bool batch_invariant = false;  // every row's logits independent of its batch (rank_devices.h)
   bool kv_cache_fp8 = false;     // --kv-cache-dtype fp8_e4m3 (scale 1, as SGLang and vLLM without scales)
+  // Several processes (dist/cluster.h): this engine holds the cluster's local ranks only and
+  // their collectives run over its data plane; on the leader, submit() / wait() /
+  // sample_logits_rows() drive the followers' engines too (runtime/multinode.h). Not owned.
+  dist::Cluster* cluster = nullptr;
 };
 
 // What a step gives back: per (micro-batch, DP replica), what the sampler drew under the
@@ -50,7 +58,8 @@ struct StepOutputs {
 };
 using StepTicket = uint64_t;
 
-// What each rank did and holds, indexed by rank.
+// What each rank did and holds, indexed by rank (this process's ranks when the engine spans
+// processes).
 struct EngineStats {
   std::vector<comm::CommStats> comm;        // communication since construction (all groups merged)
   std::vector<int64_t> weight_bytes;        // weights held, in the backend's dtypes (fp32 on CPU)
@@ -119,6 +128,7 @@ class Engine {
   // What this engine's ranks hold, for the next plan's engine to copy from (no step in flight).
   ResidentWeights resident_weights();
   void build(const ModelSource& model, Engine* reshard_from);
+  void build_comms(bool on_gpus);
   ModelConfig config_;
   std::string model_name_;
   EngineOptions options_;

@@ -34,7 +34,7 @@ std::vector<int> pipeline_members(const parallel::ParallelPlan& plan, int rank) 
   return members;
 }
 
-RankComms make_rank_comms(comm::InProcessWorld& world, const parallel::ParallelPlan& plan, int rank) {
+RankComms make_rank_comms(comm::World& world, const parallel::ParallelPlan& plan, int rank) {
   const parallel::RankCoord c = parallel::rank_coord(plan, rank);
   RankComms comms;
   comms.attn_tp =

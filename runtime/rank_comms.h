@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "comm/in_process.h"
+#include "comm/world.h"
 #include "model/deepseek_v3.h"
 #include "parallel/plan.h"
 
@@ -26,6 +26,6 @@ std::vector<int> attn_tp_members(const parallel::ParallelPlan& plan, int rank);
 std::vector<int> moe_members(const parallel::ParallelPlan& plan, int rank);
 std::vector<int> pipeline_members(const parallel::ParallelPlan& plan, int rank);
 
-RankComms make_rank_comms(comm::InProcessWorld& world, const parallel::ParallelPlan& plan, int rank);
+RankComms make_rank_comms(comm::World& world, const parallel::ParallelPlan& plan, int rank);
 
 }  // namespace moeserve::runtime

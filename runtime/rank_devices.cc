@@ -62,30 +62,44 @@ std::unique_ptr<ops::Backend> make_rank_backend(const std::string& kind, int ran
 
 #ifdef MOESERVE_WITH_CUDA
 struct NcclWorld::Impl {
-  std::vector<std::unique_ptr<comm::NcclCommunicator>> world;
+  std::vector<std::unique_ptr<comm::NcclCommunicator>> world;  // [local index]
+  std::map<int, int> local_of;                                 // world rank -> local index = GPU
   // One peer all-reduce per member list, shared by the communicators of those ranks (attention
   // TP and MoE groups with the same members share it: one stream per rank orders their calls
-  // alike on every rank). nullptr where peer access is unavailable.
+  // alike on every rank). nullptr where peer access is unavailable or a member lives in
+  // another process.
   std::mutex peer_mutex;
   std::map<std::vector<int>, std::shared_ptr<comm::PeerAllReduce>> peer_groups;
 
   std::shared_ptr<comm::PeerAllReduce> peer_group(const std::vector<int>& members) {
+    std::vector<int> gpus;
+    for (int m : members) {
+      const auto it = local_of.find(m);
+      if (it == local_of.end()) return nullptr;
+      gpus.push_back(it->second);
+    }
     std::lock_guard<std::mutex> lock(peer_mutex);
-    auto [it, inserted] = peer_groups.try_emplace(members);
-    if (inserted) it->second = comm::PeerAllReduce::create(members);  // rank = GPU (make_rank_backend)
+    auto [it, inserted] = peer_groups.try_emplace(gpus);
+    if (inserted) it->second = comm::PeerAllReduce::create(gpus);
     return it->second;
   }
 };
 
-NcclWorld::NcclWorld(const std::vector<ops::Backend*>& rank_backends) : impl_(std::make_unique<Impl>()) {
+NcclWorld::NcclWorld(const std::vector<ops::Backend*>& rank_backends, const NcclSpan* span)
+    : impl_(std::make_unique<Impl>()) {
   std::vector<cudaStream_t> streams;
   for (ops::Backend* b : rank_backends) streams.push_back(cuda::stream_of(*b));
-  impl_->world = comm::make_nccl_world(streams);
+  const int n = static_cast<int>(rank_backends.size());
+  for (int i = 0; i < n; ++i) impl_->local_of[span ? span->ranks.at(i) : i] = i;
+  impl_->world = span ? comm::make_nccl_world_part(span->id, span->world_size, span->ranks, streams)
+                      : comm::make_nccl_world(streams);
 }
+
+std::vector<std::byte> NcclWorld::unique_id() { return comm::nccl_unique_id(); }
 
 RankComms NcclWorld::split_for(const parallel::ParallelPlan& plan, int rank) {
   const parallel::RankCoord c = parallel::rank_coord(plan, rank);
-  comm::NcclCommunicator& world = *impl_->world[rank];
+  comm::NcclCommunicator& world = *impl_->world[impl_->local_of.at(rank)];
   // color: which group; key: the rank's index in it (the group-rank order of rank_comms.h).
   auto attn_tp =
       world.split(c.stage * plan.attn_dp + c.dp_index, c.tp_index, fmt::format("attn_tp.s{}.d{}", c.stage, c.dp_index));
@@ -101,7 +115,10 @@ RankComms NcclWorld::split_for(const parallel::ParallelPlan& plan, int rank) {
 }
 #else
 struct NcclWorld::Impl {};
-NcclWorld::NcclWorld(const std::vector<ops::Backend*>&) { fail("NCCL is not available in this build"); }
+NcclWorld::NcclWorld(const std::vector<ops::Backend*>&, const NcclSpan*) {
+  fail("NCCL is not available in this build");
+}
+std::vector<std::byte> NcclWorld::unique_id() { fail("NCCL is not available in this build"); }
 RankComms NcclWorld::split_for(const parallel::ParallelPlan&, int) { fail("NCCL is not available in this build"); }
 #endif
 

@@ -6,6 +6,7 @@
 // own thread (NCCL's split is collective), with the members runtime/rank_comms.h defines.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -34,12 +35,24 @@ std::string default_backend();
 // already: every row's sums run in the same order whatever the batch).
 std::unique_ptr<ops::Backend> make_rank_backend(const std::string& kind, int rank, bool batch_invariant = false);
 
+// A GPU world over several processes: this process's world ranks (on its GPUs 0, 1, ...) and
+// the NCCL id every process of the world was given (runtime/multinode.h sends it).
+struct NcclSpan {
+  std::vector<std::byte> id;
+  int world_size = 0;
+  std::vector<int> ranks;
+};
+
 // The NCCL world of a GPU run: one communicator per rank, bound to that rank's backend stream.
 class NcclWorld {
  public:
-  explicit NcclWorld(const std::vector<ops::Backend*>& rank_backends);
+  // One process: rank_backends[r] is world rank r. With `span`: rank_backends[i] is world rank
+  // span->ranks[i], and the groups whose members live in other processes get no peer all-reduce.
+  explicit NcclWorld(const std::vector<ops::Backend*>& rank_backends, const NcclSpan* span = nullptr);
   ~NcclWorld();
-  // Called on rank `rank`'s thread by every rank together.
+  // A fresh NCCL unique id (throws in a build without CUDA).
+  static std::vector<std::byte> unique_id();
+  // Called on world rank `rank`'s thread by every local rank together.
   RankComms split_for(const parallel::ParallelPlan& plan, int rank);
 
  private:

@@ -6,7 +6,7 @@
 
 namespace moeserve::runtime {
 
-RankWorkers::RankWorkers(int ranks, comm::InProcessWorld& world, int spin_us)
+RankWorkers::RankWorkers(int ranks, comm::World& world, int spin_us)
     : world_(world), spin_us_(spin_us), errors_(ranks), aborted_by_peer_(ranks, false) {
   for (int r = 0; r < ranks; ++r) threads_.emplace_back([this, r] { loop(r); });
 }

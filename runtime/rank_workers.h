@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "comm/in_process.h"
+#include "comm/world.h"
 
 namespace moeserve::runtime {
 
@@ -26,7 +26,7 @@ class RankWorkers {
   // for that long before it sleeps. GPU ranks' steps follow each other microseconds apart and
   // a sleeping thread takes tens of microseconds to wake, three wake-ups per step; CPU ranks
   // compute on the cores a spinning thread would take (spin_us = 0).
-  RankWorkers(int ranks, comm::InProcessWorld& world, int spin_us = 0);
+  RankWorkers(int ranks, comm::World& world, int spin_us = 0);
   ~RankWorkers();
   RankWorkers(const RankWorkers&) = delete;
   RankWorkers& operator=(const RankWorkers&) = delete;
@@ -43,7 +43,7 @@ class RankWorkers {
  private:
   void loop(int rank);
 
-  comm::InProcessWorld& world_;
+  comm::World& world_;
   std::vector<std::thread> threads_;
 
   const int spin_us_;

@@ -21,12 +21,12 @@ TEST(HardwareProfile, RepositoryProfilesLoadWithEverySource) {
   int loaded = 0;
   for (const auto& e : std::filesystem::directory_iterator("perf/profiles")) {
     const HardwareProfile p = load_profile(e.path().string());
-    EXPECT_EQ(p.devices, 8) << e.path();
+    EXPECT_EQ(p.devices % 8, 0) << e.path();       // one 8-GPU node, or several (h200-sxm-2x8-ib)
     EXPECT_EQ(p.sources.size(), 16u) << e.path();  // every field of the format
     for (const auto& [field, source] : p.sources) EXPECT_FALSE(source.empty()) << e.path() << " " << field;
     ++loaded;
   }
-  EXPECT_EQ(loaded, 4);
+  EXPECT_GE(loaded, 5);  // b200, h100, h200, rtx-pro-6000, and the two-node InfiniBand one
 }
 
 TEST(HardwareProfile, RoundTripsThroughJson) {

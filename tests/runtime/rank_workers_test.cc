@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/in_process.h"
 #include "core/error.h"
 
 namespace moeserve::runtime {
