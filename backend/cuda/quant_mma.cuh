@@ -215,10 +215,40 @@ __device__ __forceinline__ void load_scales(const QuantRow<kQ> (&rows)[kRowTiles
     }
 }
 
+// acc[tile][rt][i] += one K step's dot products of row tile rt's rows (w[rt][half]: this
+// lane's words of rows group (half 0) and group + 8 (half 1); scale[rt][half] their scales)
+// with the tiles' input rows (x_rows[tile]: this lane's token of the tile, null past the rows).
+// Fragment layout of acc as mma_16x8x16's d.
+template <QuantKind kQ, int kRowTiles, int kTiles>
+__device__ __forceinline__ void quant_step_dot(const typename QuantStep<kQ>::Word (&w)[kRowTiles][2],
+                                               const float (&scale)[kRowTiles][2], const bf16* const (&x_rows)[kTiles],
+                                               int tiles, int step, int quad, float (&acc)[kTiles][kRowTiles][4]) {
+  WeightFragment<kQ> a[kRowTiles];
+#pragma unroll
+  for (int rt = 0; rt < kRowTiles; ++rt) decode_weights<kQ>(w[rt][0], w[rt][1], a[rt]);
+#pragma unroll
+  for (int tile = 0; tile < kTiles; ++tile) {
+    if (tile >= tiles) break;
+    InputFragment<kQ> b;
+    load_input<kQ>(x_rows[tile], step, quad, b);
+#pragma unroll
+    for (int rt = 0; rt < kRowTiles; ++rt) {
+      float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int s = 0; s < InputFragment<kQ>::kSteps; ++s) mma_16x8x16(part, a[rt].a[s], b.b[s][0], b.b[s][1]);
+      // d0, d1: row group; d2, d3: row group + 8.
+      acc[tile][rt][0] += scale[rt][0] * part[0];
+      acc[tile][rt][1] += scale[rt][0] * part[1];
+      acc[tile][rt][2] += scale[rt][1] * part[2];
+      acc[tile][rt][3] += scale[rt][1] * part[3];
+    }
+  }
+}
+
 // acc[tile][rt][i] += the dot products over steps [step_begin, step_end) of row tile rt's rows
 // (rows[rt][0]: row group, rows[rt][1]: row group + 8; row_ok: inside the matrix) with the
-// tiles' input rows (x_rows[tile]: this lane's token of the tile, null past the rows).
-// Fragment layout of acc as mma_16x8x16's d.
+// tiles' input rows, the weights loaded straight from global memory (quant_stream.cuh stages
+// them through shared memory instead).
 template <QuantKind kQ, int kRowTiles, int kTiles>
 __device__ __forceinline__ void quant_rows_dot(const QuantRow<kQ> (&rows)[kRowTiles][2], const bool (&row_ok)[2],
                                                const ops::QuantLayout& layout, const bf16* const (&x_rows)[kTiles],
@@ -242,26 +272,7 @@ __device__ __forceinline__ void quant_rows_dot(const QuantRow<kQ> (&rows)[kRowTi
 #pragma unroll
     for (int u = 0; u < Step::kUnroll; ++u) {
       if (s0 + u >= step_end) break;
-      WeightFragment<kQ> a[kRowTiles];
-#pragma unroll
-      for (int rt = 0; rt < kRowTiles; ++rt) decode_weights<kQ>(w[u][rt][0], w[u][rt][1], a[rt]);
-#pragma unroll
-      for (int tile = 0; tile < kTiles; ++tile) {
-        if (tile >= tiles) break;
-        InputFragment<kQ> b;
-        load_input<kQ>(x_rows[tile], s0 + u, quad, b);
-#pragma unroll
-        for (int rt = 0; rt < kRowTiles; ++rt) {
-          float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-          for (int s = 0; s < InputFragment<kQ>::kSteps; ++s) mma_16x8x16(part, a[rt].a[s], b.b[s][0], b.b[s][1]);
-          // d0, d1: row group; d2, d3: row group + 8.
-          acc[tile][rt][0] += scale[u][rt][0] * part[0];
-          acc[tile][rt][1] += scale[u][rt][0] * part[1];
-          acc[tile][rt][2] += scale[u][rt][1] * part[2];
-          acc[tile][rt][3] += scale[u][rt][1] * part[3];
-        }
-      }
+      quant_step_dot<kQ, kRowTiles, kTiles>(w[u], scale[u], x_rows, tiles, s0 + u, quad, acc);
     }
   }
 }
