@@ -189,17 +189,16 @@ __device__ __forceinline__ void decode_weights(const typename QuantStep<kQ>::Wor
 
 // scale[u][rt][half]: the scales of steps s0 + u (0 past step_end or past the matrix).
 // int4 group 32: the unroll's 8 scales of a row are one 16-byte load where aligned.
-template <QuantKind kQ, int kRowTiles>
+template <QuantKind kQ, int kRowTiles, int kUnroll>
 __device__ __forceinline__ void load_scales(const QuantRow<kQ> (&rows)[kRowTiles][2], const bool (&row_ok)[2],
                                             const ops::QuantLayout& layout, int s0, int step_end,
-                                            float (&scale)[QuantStep<kQ>::kUnroll][kRowTiles][2]) {
-  constexpr int kUnroll = QuantStep<kQ>::kUnroll;
+                                            float (&scale)[kUnroll][kRowTiles][2]) {
   const bool whole = s0 + kUnroll <= step_end;
 #pragma unroll
   for (int rt = 0; rt < kRowTiles; ++rt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      if constexpr (kQ == QuantKind::int4) {
+      if constexpr (kQ == QuantKind::int4 && kUnroll == 8) {
         const bf16* s = static_cast<const bf16*>(rows[rt][half].scales) + s0;
         if (whole && row_ok[half] && layout.group_size == 32 && reinterpret_cast<uintptr_t>(s) % 16 == 0) {
           const uint4 v = __ldg(reinterpret_cast<const uint4*>(s));
@@ -248,19 +247,19 @@ __device__ __forceinline__ void quant_step_dot(const typename QuantStep<kQ>::Wor
 // acc[tile][rt][i] += the dot products over steps [step_begin, step_end) of row tile rt's rows
 // (rows[rt][0]: row group, rows[rt][1]: row group + 8; row_ok: inside the matrix) with the
 // tiles' input rows, the weights loaded straight from global memory (quant_stream.cuh stages
-// them through shared memory instead).
-template <QuantKind kQ, int kRowTiles, int kTiles>
+// them through shared memory instead), kUnroll steps' loads in flight per lane.
+template <QuantKind kQ, int kRowTiles, int kTiles, int kUnroll = QuantStep<kQ>::kUnroll>
 __device__ __forceinline__ void quant_rows_dot(const QuantRow<kQ> (&rows)[kRowTiles][2], const bool (&row_ok)[2],
                                                const ops::QuantLayout& layout, const bf16* const (&x_rows)[kTiles],
                                                int tiles, int step_begin, int step_end, int quad,
                                                float (&acc)[kTiles][kRowTiles][4]) {
   using Step = QuantStep<kQ>;
   using Word = typename Step::Word;
-  for (int s0 = step_begin; s0 < step_end; s0 += Step::kUnroll) {
-    Word w[Step::kUnroll][kRowTiles][2];
-    float scale[Step::kUnroll][kRowTiles][2];
+  for (int s0 = step_begin; s0 < step_end; s0 += kUnroll) {
+    Word w[kUnroll][kRowTiles][2];
+    float scale[kUnroll][kRowTiles][2];
 #pragma unroll
-    for (int u = 0; u < Step::kUnroll; ++u)
+    for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
       for (int rt = 0; rt < kRowTiles; ++rt)
 #pragma unroll
@@ -268,9 +267,9 @@ __device__ __forceinline__ void quant_rows_dot(const QuantRow<kQ> (&rows)[kRowTi
           const bool ok = s0 + u < step_end && row_ok[half];
           w[u][rt][half] = ok ? load_step<kQ>(rows[rt][half], s0 + u) : Word{};
         }
-    load_scales<kQ, kRowTiles>(rows, row_ok, layout, s0, step_end, scale);
+    load_scales<kQ, kRowTiles, kUnroll>(rows, row_ok, layout, s0, step_end, scale);
 #pragma unroll
-    for (int u = 0; u < Step::kUnroll; ++u) {
+    for (int u = 0; u < kUnroll; ++u) {
       if (s0 + u >= step_end) break;
       quant_step_dot<kQ, kRowTiles, kTiles>(w[u], scale[u], x_rows, tiles, s0 + u, quad, acc);
     }

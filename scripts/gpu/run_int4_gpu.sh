@@ -12,17 +12,17 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 status=0
-timeout 70 "$NEW/cuda_backend_tests" --gtest_filter='CudaQuant*' > "$OUT/quant_tests.txt" 2>&1 || status=1
+timeout 60 "$NEW/cuda_backend_tests" --gtest_filter='CudaQuant*' > "$OUT/quant_tests.txt" 2>&1 || status=1
 tail -3 "$OUT/quant_tests.txt"; grep -E "FAILED|Failure" "$OUT/quant_tests.txt" | head -20
-timeout 40 "$NEW/cuda_backend_tests" --gtest_also_run_disabled_tests \
-  --gtest_filter='CudaQuantBench.DISABLED_DecodeMoe' > "$OUT/quant_bench.txt" 2>&1 || status=1
+timeout 60 "$NEW/cuda_backend_tests" --gtest_also_run_disabled_tests \
+  --gtest_filter='CudaQuantBench.*' > "$OUT/quant_bench.txt" 2>&1 || status=1
 grep "quant-bench" "$OUT/quant_bench.txt"
 k26=(--model synthetic:kimi-k2.6 --layers 12 --batch 1,8,32,64,128 --context 1024)
 for build in new base; do
   dir=$NEW; [[ $build == base ]] && dir=$BASE
   [[ -z $dir ]] && continue
   echo "== $build: bench-step K2.6 INT4"
-  timeout 45 "$dir/moeserve" bench-step "${k26[@]}" --json "$OUT/k26_$build.json" > "$OUT/k26_$build.txt" 2>&1 ||
+  timeout 40 "$dir/moeserve" bench-step "${k26[@]}" --json "$OUT/k26_$build.json" > "$OUT/k26_$build.txt" 2>&1 ||
     status=1
   tail -8 "$OUT/k26_$build.txt"
 done
