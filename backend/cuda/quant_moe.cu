@@ -123,15 +123,18 @@ __device__ __forceinline__ StreamRows stream_rows(const QuantExpertArgs& a, cons
   return m;
 }
 
+// Token tiles per pass of the streamed kernel: 32 routed rows per read of the weights.
+constexpr int kStreamTiles = 4;
+
 template <int kRowTiles>
 constexpr int int4_stream_smem_bytes() {
   constexpr int stages = kQuantWarps * Int4Stream<kRowTiles>::kWarpBytes;
-  constexpr int partial = kQuantWarps * kQuantMaxTiles * kRowTiles * 4 * 32 * 4;  // quant_block_reduce's
+  constexpr int partial = kQuantWarps * kStreamTiles * kRowTiles * 4 * 32 * 4;  // quant_block_reduce's
   return stages > partial ? stages : partial;
 }
 
 // int4, streamed: blocks loop over the items (active expert, 16-row tile) of the work list;
-// per item, passes of up to kQuantMaxTiles token tiles, each streaming the tile's weights.
+// per item, passes of up to kStreamTiles token tiles, each streaming the tile's weights.
 template <int kRowTiles>
 __global__ void __launch_bounds__(kQuantWarps * 32, 4) int4_stream_expert_kernel(const QuantExpertArgs a) {
   extern __shared__ __align__(16) char smem[];  // the warps' stages, then quant_block_reduce's partial sums
@@ -142,20 +145,20 @@ __global__ void __launch_bounds__(kQuantWarps * 32, 4) int4_stream_expert_kernel
   int step_begin, step_end;
   stream_warp_steps(a.k_dim / 32, warp, kQuantWarps, step_begin, step_end);
   char* warp_smem = smem + warp * Int4Stream<kRowTiles>::kWarpBytes;
-  auto* partial = reinterpret_cast<float(*)[kQuantMaxTiles][kRowTiles][4][32]>(smem);
+  auto* partial = reinterpret_cast<float(*)[kStreamTiles][kRowTiles][4][32]>(smem);
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     const int e = ws.active[item / row_tiles], n0 = (item % row_tiles) * 16;
     const int begin = ws.offsets[e], end = ws.offsets[e + 1];
     const StreamRows rows = stream_rows<kRowTiles>(a, a.weights_of[e], n0);
-    for (int first = begin; first < end; first += kQuantTileTokens * kQuantMaxTiles) {
-      const int tiles = min(kQuantMaxTiles, (end - first + kQuantTileTokens - 1) / kQuantTileTokens);
-      const bf16* x_rows[kQuantMaxTiles];
-      input_rows<kRowTiles, kQuantMaxTiles>(a, first, end, tiles, lane >> 2, x_rows);
-      float acc[kQuantMaxTiles][kRowTiles][4] = {};
-      int4_stream_dot<kRowTiles, kQuantMaxTiles>(rows, warp_smem, step_begin, step_end, x_rows, tiles, lane, acc);
+    for (int first = begin; first < end; first += kQuantTileTokens * kStreamTiles) {
+      const int tiles = min(kStreamTiles, (end - first + kQuantTileTokens - 1) / kQuantTileTokens);
+      const bf16* x_rows[kStreamTiles];
+      input_rows<kRowTiles, kStreamTiles>(a, first, end, tiles, lane >> 2, x_rows);
+      float acc[kStreamTiles][kRowTiles][4] = {};
+      int4_stream_dot<kRowTiles, kStreamTiles>(rows, warp_smem, step_begin, step_end, x_rows, tiles, lane, acc);
       __syncthreads();  // every warp is done with its stages: partial[] reuses them
-      quant_block_reduce<kQuantWarps, kRowTiles, kQuantMaxTiles>(acc, tiles, partial);
-      if (warp == 0) store_outputs<kRowTiles, kQuantMaxTiles>(a, acc, tiles, first, end, n0, lane);
+      quant_block_reduce<kQuantWarps, kRowTiles, kStreamTiles>(acc, tiles, partial);
+      if (warp == 0) store_outputs<kRowTiles, kStreamTiles>(a, acc, tiles, first, end, n0, lane);
       __syncthreads();  // partial[] is rewritten by the next pass
     }
   }
