@@ -216,25 +216,24 @@ __device__ __forceinline__ void load_scales(const QuantRow<kQ> (&rows)[kRowTiles
 
 // acc[tile][rt][i] += one K step's dot products of row tile rt's rows (w[rt][half]: this
 // lane's words of rows group (half 0) and group + 8 (half 1); scale[rt][half] their scales)
-// with the tiles' input rows (x_rows[tile]: this lane's token of the tile, null past the rows).
-// Fragment layout of acc as mma_16x8x16's d.
+// with the tiles' input fragments b[tile] (load_input). Fragment layout of acc as
+// mma_16x8x16's d.
 template <QuantKind kQ, int kRowTiles, int kTiles>
-__device__ __forceinline__ void quant_step_dot(const typename QuantStep<kQ>::Word (&w)[kRowTiles][2],
-                                               const float (&scale)[kRowTiles][2], const bf16* const (&x_rows)[kTiles],
-                                               int tiles, int step, int quad, float (&acc)[kTiles][kRowTiles][4]) {
+__device__ __forceinline__ void quant_step_mma(const typename QuantStep<kQ>::Word (&w)[kRowTiles][2],
+                                               const float (&scale)[kRowTiles][2], const InputFragment<kQ> (&b)[kTiles],
+                                               int tiles, float (&acc)[kTiles][kRowTiles][4]) {
   WeightFragment<kQ> a[kRowTiles];
 #pragma unroll
   for (int rt = 0; rt < kRowTiles; ++rt) decode_weights<kQ>(w[rt][0], w[rt][1], a[rt]);
 #pragma unroll
   for (int tile = 0; tile < kTiles; ++tile) {
     if (tile >= tiles) break;
-    InputFragment<kQ> b;
-    load_input<kQ>(x_rows[tile], step, quad, b);
 #pragma unroll
     for (int rt = 0; rt < kRowTiles; ++rt) {
       float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-      for (int s = 0; s < InputFragment<kQ>::kSteps; ++s) mma_16x8x16(part, a[rt].a[s], b.b[s][0], b.b[s][1]);
+      for (int s = 0; s < InputFragment<kQ>::kSteps; ++s)
+        mma_16x8x16(part, a[rt].a[s], b[tile].b[s][0], b[tile].b[s][1]);
       // d0, d1: row group; d2, d3: row group + 8.
       acc[tile][rt][0] += scale[rt][0] * part[0];
       acc[tile][rt][1] += scale[rt][0] * part[1];
@@ -242,6 +241,19 @@ __device__ __forceinline__ void quant_step_dot(const typename QuantStep<kQ>::Wor
       acc[tile][rt][3] += scale[rt][1] * part[3];
     }
   }
+}
+
+// The same with the input rows x_rows[tile] (this lane's token of the tile, null past the
+// rows) loaded here, at step `step`.
+template <QuantKind kQ, int kRowTiles, int kTiles>
+__device__ __forceinline__ void quant_step_dot(const typename QuantStep<kQ>::Word (&w)[kRowTiles][2],
+                                               const float (&scale)[kRowTiles][2], const bf16* const (&x_rows)[kTiles],
+                                               int tiles, int step, int quad, float (&acc)[kTiles][kRowTiles][4]) {
+  InputFragment<kQ> b[kTiles];
+#pragma unroll
+  for (int tile = 0; tile < kTiles; ++tile)
+    if (tile < tiles) load_input<kQ>(x_rows[tile], step, quad, b[tile]);
+  quant_step_mma<kQ, kRowTiles, kTiles>(w, scale, b, tiles, acc);
 }
 
 // acc[tile][rt][i] += the dot products over steps [step_begin, step_end) of row tile rt's rows

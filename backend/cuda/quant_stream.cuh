@@ -98,13 +98,32 @@ __device__ __forceinline__ void issue_int4_stage(const StreamRows& m, int step0,
   }
 }
 
+// One token tile per pass: a stage's input fragments (8 registers of 4 words) are loaded
+// before its weights are waited for, so their latency hides behind the weights' instead of
+// stalling every step (measured: the step's input loads were the kernel's largest cost).
+template <int kTiles>
+constexpr bool kPreloadInputs = kTiles == 1;
+
+template <int kTiles>
+__device__ __forceinline__ void load_stage_inputs(const bf16* const (&x_rows)[kTiles], int tiles, int step0, int quad,
+                                                  InputFragment<QuantKind::int4> (&pre)[kStreamSteps][kTiles]) {
+  if constexpr (kPreloadInputs<kTiles>) {
+#pragma unroll
+    for (int u = 0; u < kStreamSteps; ++u)
+#pragma unroll
+      for (int tile = 0; tile < kTiles; ++tile)
+        if (tile < tiles) load_input<QuantKind::int4>(x_rows[tile], step0 + u, quad, pre[u][tile]);
+  }
+}
+
 // acc += the stage's steps (quant_step_dot's layout and arithmetic). gate_up (2 row tiles):
 // one ldmatrix.x4 per step gives rows (rt, half) = matrix 2 rt + half; down (1 row tile): one
 // per two steps, matrix 2 j + half = step u + j.
 template <int kRowTiles, int kTiles>
 __device__ __forceinline__ void int4_stage_dot(const char* stage, int scale_shift, int step0,
-                                               const bf16* const (&x_rows)[kTiles], int tiles, int lane,
-                                               float (&acc)[kTiles][kRowTiles][4]) {
+                                               const bf16* const (&x_rows)[kTiles],
+                                               const InputFragment<QuantKind::int4> (&pre)[kStreamSteps][kTiles],
+                                               int tiles, int lane, float (&acc)[kTiles][kRowTiles][4]) {
   constexpr int kRows = Int4Stream<kRowTiles>::kRows;
   const int quad = lane & 3, group = lane >> 2;
   const bf16* scales = reinterpret_cast<const bf16*>(stage + kRows * kStreamRowBytes);
@@ -125,7 +144,11 @@ __device__ __forceinline__ void int4_stage_dot(const char* stage, int scale_shif
           w[rt][half] = d[2 * (rt + j) + half];
           scale[rt][half] = to_f(scales[(rt * 16 + half * 8 + group) * 8 + ((u + j) >> scale_shift)]);
         }
-      quant_step_dot<QuantKind::int4, kRowTiles, kTiles>(w, scale, x_rows, tiles, step0 + u + j, quad, acc);
+      if constexpr (kPreloadInputs<kTiles>) {
+        quant_step_mma<QuantKind::int4, kRowTiles, kTiles>(w, scale, pre[u + j], tiles, acc);
+      } else {
+        quant_step_dot<QuantKind::int4, kRowTiles, kTiles>(w, scale, x_rows, tiles, step0 + u + j, quad, acc);
+      }
     }
   }
 }
@@ -144,6 +167,8 @@ __device__ __forceinline__ void int4_stream_dot(const StreamRows& m, char* warp_
     cp_async_commit();
   }
   for (int t = 0; t < stages; ++t) {
+    InputFragment<QuantKind::int4> pre[kStreamSteps][kTiles];
+    load_stage_inputs<kTiles>(x_rows, tiles, step_begin + t * kStreamSteps, lane & 3, pre);
     stream_wait<kStreamStages - 2>();  // this lane's copies of stage t have landed
     __syncwarp();                      // every lane's; and stage t - 1 is no longer read
     const int next = t + kStreamStages - 1;
@@ -152,7 +177,7 @@ __device__ __forceinline__ void int4_stream_dot(const StreamRows& m, char* warp_
                                   lane);
     cp_async_commit();
     int4_stage_dot<kRowTiles, kTiles>(warp_smem + (t % kStreamStages) * kStageBytes, m.scale_shift,
-                                      step_begin + t * kStreamSteps, x_rows, tiles, lane, acc);
+                                      step_begin + t * kStreamSteps, x_rows, pre, tiles, lane, acc);
   }
   stream_wait<0>();
 }
