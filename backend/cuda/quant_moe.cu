@@ -32,6 +32,9 @@ struct QuantExpertArgs {
   int scale_shift;
   MoeWorkspace ws;
   int top_k, k_dim, out_rows, inter;  // out_rows: inter (gate_up) or hidden (down)
+  // Streamed kernels: the experts with routed rows in (rows_above, rows_upto] (the split
+  // between the one-tile and the four-tile kernel); the others are skipped.
+  int rows_above = 0, rows_upto = 1 << 30;
 };
 
 // Warp 0's block sums of one pass (fragment layout of mma_16x8x16's d) to act (gate_up) or
@@ -151,6 +154,7 @@ __global__ void __launch_bounds__(kQuantWarps * 32, 4) int4_stream_expert_kernel
   for (int item = blockIdx.x; item < items; item += gridDim.x) {
     const int e = ws.active[item / row_tiles], n0 = (item % row_tiles) * 16;
     const int begin = ws.offsets[e], end = ws.offsets[e + 1];
+    if (end - begin <= a.rows_above || end - begin > a.rows_upto) continue;  // the other kernel's expert
     const StreamRows rows = stream_rows<kRowTiles>(a, a.weights_of[e], n0);
     for (int first = begin; first < end; first += kQuantTileTokens * kTiles) {
       const int tiles = min(kTiles, (end - first + kQuantTileTokens - 1) / kQuantTileTokens);
@@ -217,18 +221,32 @@ void launch_direct(const QuantExpertArgs& args, unsigned active, cudaStream_t st
              kQuantWarps * 32, 0, stream, args);
 }
 
+// int4, streamed: the one-tile kernel takes the experts with at most 8 routed rows; with more
+// tokens than that, the four-tile kernel follows for the others (decided on the device: the
+// synthetic and real routings concentrate some layers on few experts, where one tile per pass
+// would re-read the weights up to 8 times). A row's arithmetic is the same in both.
+template <int kRowTiles>
+void launch_int4_streams(QuantExpertArgs args, const MoeExpertsLaunch& m, int64_t active, cudaStream_t stream) {
+  if (m.op.tokens <= kQuantTileTokens) return launch_int4_stream<kRowTiles, 1>(args, active, stream);
+  args.rows_upto = kQuantTileTokens;
+  launch_int4_stream<kRowTiles, 1>(args, active, stream);
+  args.rows_above = kQuantTileTokens;
+  args.rows_upto = 1 << 30;
+  launch_int4_stream<kRowTiles, kStreamMaxTiles>(args, active, stream);
+}
+
 template <QuantKind kQ, int kTiles>
 void launch_quant_experts(const MoeExpertsLaunch& m, const MoeWorkspace& ws, cudaStream_t stream) {
   const ops::MoeExpertsParams& p = m.op;
   const unsigned active = static_cast<unsigned>(std::min(m.local_experts, m.pairs));
   const QuantExpertArgs gate_up = expert_args(m, ws, true), down = expert_args(m, ws, false);
   if (kQ == QuantKind::int4 && int4_stream_supported(p.hidden, p.expert_quant)) {
-    launch_int4_stream<2, kTiles>(gate_up, active, stream);
+    launch_int4_streams<2>(gate_up, m, active, stream);
   } else {
     launch_direct<kQ, kTiles, 2>(gate_up, active, stream);
   }
   if (kQ == QuantKind::int4 && int4_stream_supported(p.inter, p.expert_quant)) {
-    launch_int4_stream<1, kTiles>(down, active, stream);
+    launch_int4_streams<1>(down, m, active, stream);
   } else {
     launch_direct<kQ, kTiles, 1>(down, active, stream);
   }
