@@ -2,13 +2,15 @@
 // every row count (quant_mma.cuh): y[t, n] (+)= sum_k x[t, k] * w[n, k]. A block takes 16
 // weight rows and up to 32 input rows per pass (grid.y spreads the passes of many rows over
 // blocks); its warps split K, so each weight byte is read once per 32 input rows, and at decode
-// sizes once per call.
+// sizes once per call. int4 weights whose rows hold whole stages stream through shared memory
+// (quant_stream.cuh); the others load their fragments straight from global memory.
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/quant_mma.cuh"
+#include "backend/cuda/quant_stream.cuh"
 
 namespace moeserve::cuda {
 
@@ -39,6 +41,27 @@ __device__ __forceinline__ void store_outputs(const ops::LinearParams& p, const 
   }
 }
 
+// This lane's input row of each token tile of the pass at row `first` (null past the rows).
+template <int kTiles>
+__device__ __forceinline__ void pass_rows(const ops::LinearParams& p, int64_t first, int tiles, int group,
+                                          const bf16* (&x_rows)[kTiles]) {
+  const auto* x = static_cast<const bf16*>(p.x);
+#pragma unroll
+  for (int tile = 0; tile < kTiles; ++tile) {
+    const int64_t t = first + tile * kQuantTileTokens + group;
+    x_rows[tile] = tile < tiles && t < p.rows ? x + t * p.x_stride : nullptr;
+  }
+}
+
+// Steps whose loads a lane keeps in flight: fp8 at decode sizes (few accumulators) takes 4,
+// twice quant_mma.cuh's default, since a projection's grid is too small to hide the latency
+// with more warps.
+__host__ __device__ constexpr int linear_unroll(QuantKind q, int tiles) {
+  return q == QuantKind::fp8 && tiles == 1
+             ? 4
+             : (q == QuantKind::fp8 ? QuantStep<QuantKind::fp8>::kUnroll : QuantStep<QuantKind::int4>::kUnroll);
+}
+
 template <QuantKind kQ, int kTiles>
 __global__ void __launch_bounds__(kQuantLinearWarps * 32)
     quant_linear_kernel(const ops::LinearParams p, int64_t scales_offset, int scale_shift) {
@@ -57,22 +80,59 @@ __global__ void __launch_bounds__(kQuantLinearWarps * 32)
   }
   int step_begin, step_end;
   warp_steps(static_cast<int>(p.in_features / QuantStep<kQ>::kElems), warp, kQuantLinearWarps, step_begin, step_end);
-  const auto* x = static_cast<const bf16*>(p.x);
   for (int64_t first = static_cast<int64_t>(blockIdx.y) * (kQuantTileTokens * kTiles); first < p.rows;
        first += static_cast<int64_t>(gridDim.y) * (kQuantTileTokens * kTiles)) {
     const int tiles = static_cast<int>(min(static_cast<int64_t>(kTiles), (p.rows - first + 7) / kQuantTileTokens));
     const bf16* x_rows[kTiles];
-#pragma unroll
-    for (int tile = 0; tile < kTiles; ++tile) {
-      const int64_t t = first + tile * kQuantTileTokens + group;
-      x_rows[tile] = tile < tiles && t < p.rows ? x + t * p.x_stride : nullptr;
-    }
+    pass_rows<kTiles>(p, first, tiles, group, x_rows);
     float acc[kTiles][1][4] = {};
-    quant_rows_dot<kQ, 1, kTiles>(rows, row_ok, p.weight_quant, x_rows, tiles, step_begin, step_end, quad, acc);
+    quant_rows_dot<kQ, 1, kTiles, linear_unroll(kQ, kTiles)>(rows, row_ok, p.weight_quant, x_rows, tiles, step_begin,
+                                                             step_end, quad, acc);
     quant_block_reduce<kQuantLinearWarps, 1, kTiles>(acc, tiles, partial);
     if (warp == 0) store_outputs<kTiles>(p, acc, tiles, first, n0, lane);
     __syncthreads();  // partial[] is rewritten by the next pass
   }
+}
+
+// int4, streamed (quant_stream.cuh): the same blocks and passes as quant_linear_kernel.
+template <int kTiles>
+__global__ void __launch_bounds__(kQuantLinearWarps * 32)
+    int4_stream_linear_kernel(const ops::LinearParams p, int64_t scales_offset, int scale_shift) {
+  extern __shared__ __align__(16) char smem[];  // the warps' stages, then quant_block_reduce's partial sums
+  pdl_enter();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * 16, last = min(n0 + 15, p.out_features - 1);
+  const auto* base = static_cast<const char*>(p.weight);
+  const StreamRows rows{
+      base,     base + scales_offset, p.in_features / 2, p.in_features / p.weight_quant.group_size * 2,
+      {n0, n0}, {last, last},         scale_shift};
+  int step_begin, step_end;
+  stream_warp_steps(static_cast<int>(p.in_features / 32), warp, kQuantLinearWarps, step_begin, step_end);
+  char* warp_smem = smem + warp * Int4Stream<1>::kWarpBytes;
+  auto* partial = reinterpret_cast<float(*)[kTiles][1][4][32]>(smem);
+  for (int64_t first = static_cast<int64_t>(blockIdx.y) * (kQuantTileTokens * kTiles); first < p.rows;
+       first += static_cast<int64_t>(gridDim.y) * (kQuantTileTokens * kTiles)) {
+    const int tiles = static_cast<int>(min(static_cast<int64_t>(kTiles), (p.rows - first + 7) / kQuantTileTokens));
+    const bf16* x_rows[kTiles];
+    pass_rows<kTiles>(p, first, tiles, lane >> 2, x_rows);
+    float acc[kTiles][1][4] = {};
+    int4_stream_dot<1, kTiles>(rows, warp_smem, step_begin, step_end, x_rows, tiles, lane, acc);
+    __syncthreads();  // every warp is done with its stages: partial[] reuses them
+    quant_block_reduce<kQuantLinearWarps, 1, kTiles>(acc, tiles, partial);
+    if (warp == 0) store_outputs<kTiles>(p, acc, tiles, first, n0, lane);
+    __syncthreads();  // partial[] is rewritten by the next pass
+  }
+}
+
+template <int kTiles>
+void launch_int4_stream_linear(const ops::LinearParams& p, dim3 grid, int64_t scales_offset, int scale_shift,
+                               cudaStream_t stream) {
+  constexpr int stages = kQuantLinearWarps * Int4Stream<1>::kWarpBytes,
+                partial = kQuantLinearWarps * kTiles * 4 * 32 * 4;
+  constexpr int bytes = stages > partial ? stages : partial;
+  auto* kernel = int4_stream_linear_kernel<kTiles>;
+  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);  // above 48 KB
+  launch_pdl(kernel, grid, kQuantLinearWarps * 32, bytes, stream, p, scales_offset, scale_shift);
 }
 
 }  // namespace
@@ -111,6 +171,11 @@ void launch_quant_linear(const ops::LinearParams& p, cudaStream_t stream) {
   const dim3 grid(
       static_cast<unsigned>((p.out_features + 15) / 16),
       static_cast<unsigned>(std::min<int64_t>(kMaxPassBlocks, (p.rows + rows_per_pass - 1) / rows_per_pass)));
+  if (int4 && int4_stream_supported(p.in_features, p.weight_quant)) {
+    const int shift = quant_scale_shift(p.weight_quant);
+    return many ? launch_int4_stream_linear<kQuantMaxTiles>(p, grid, scales_offset, shift, stream)
+                : launch_int4_stream_linear<1>(p, grid, scales_offset, shift, stream);
+  }
   auto* kernel =
       int4 ? (many ? quant_linear_kernel<QuantKind::int4, kQuantMaxTiles> : quant_linear_kernel<QuantKind::int4, 1>)
            : (many ? quant_linear_kernel<QuantKind::fp8, kQuantMaxTiles> : quant_linear_kernel<QuantKind::fp8, 1>);

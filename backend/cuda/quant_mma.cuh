@@ -189,17 +189,16 @@ __device__ __forceinline__ void decode_weights(const typename QuantStep<kQ>::Wor
 
 // scale[u][rt][half]: the scales of steps s0 + u (0 past step_end or past the matrix).
 // int4 group 32: the unroll's 8 scales of a row are one 16-byte load where aligned.
-template <QuantKind kQ, int kRowTiles>
+template <QuantKind kQ, int kRowTiles, int kUnroll>
 __device__ __forceinline__ void load_scales(const QuantRow<kQ> (&rows)[kRowTiles][2], const bool (&row_ok)[2],
                                             const ops::QuantLayout& layout, int s0, int step_end,
-                                            float (&scale)[QuantStep<kQ>::kUnroll][kRowTiles][2]) {
-  constexpr int kUnroll = QuantStep<kQ>::kUnroll;
+                                            float (&scale)[kUnroll][kRowTiles][2]) {
   const bool whole = s0 + kUnroll <= step_end;
 #pragma unroll
   for (int rt = 0; rt < kRowTiles; ++rt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      if constexpr (kQ == QuantKind::int4) {
+      if constexpr (kQ == QuantKind::int4 && kUnroll == 8) {
         const bf16* s = static_cast<const bf16*>(rows[rt][half].scales) + s0;
         if (whole && row_ok[half] && layout.group_size == 32 && reinterpret_cast<uintptr_t>(s) % 16 == 0) {
           const uint4 v = __ldg(reinterpret_cast<const uint4*>(s));
@@ -215,22 +214,72 @@ __device__ __forceinline__ void load_scales(const QuantRow<kQ> (&rows)[kRowTiles
     }
 }
 
+// acc[rt][i] += one K step's dot products of row tile rt's decoded weights a[rt] (scale[rt]
+// [half]: the scales of rows group and group + 8) with one tile's input fragment b. Fragment
+// layout of acc as mma_16x8x16's d.
+template <QuantKind kQ, int kRowTiles>
+__device__ __forceinline__ void tile_step_mma(const WeightFragment<kQ> (&a)[kRowTiles],
+                                              const float (&scale)[kRowTiles][2], const InputFragment<kQ>& b,
+                                              float (&acc)[kRowTiles][4]) {
+#pragma unroll
+  for (int rt = 0; rt < kRowTiles; ++rt) {
+    float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int s = 0; s < InputFragment<kQ>::kSteps; ++s) mma_16x8x16(part, a[rt].a[s], b.b[s][0], b.b[s][1]);
+    // d0, d1: row group; d2, d3: row group + 8.
+    acc[rt][0] += scale[rt][0] * part[0];
+    acc[rt][1] += scale[rt][0] * part[1];
+    acc[rt][2] += scale[rt][1] * part[2];
+    acc[rt][3] += scale[rt][1] * part[3];
+  }
+}
+
+// acc[tile][rt][i] += one K step's dot products of row tile rt's rows (w[rt][half]: this
+// lane's words of rows group (half 0) and group + 8 (half 1)) with the tiles' input fragments
+// b[tile] (load_input).
+template <QuantKind kQ, int kRowTiles, int kTiles>
+__device__ __forceinline__ void quant_step_mma(const typename QuantStep<kQ>::Word (&w)[kRowTiles][2],
+                                               const float (&scale)[kRowTiles][2], const InputFragment<kQ> (&b)[kTiles],
+                                               int tiles, float (&acc)[kTiles][kRowTiles][4]) {
+  WeightFragment<kQ> a[kRowTiles];
+#pragma unroll
+  for (int rt = 0; rt < kRowTiles; ++rt) decode_weights<kQ>(w[rt][0], w[rt][1], a[rt]);
+#pragma unroll
+  for (int tile = 0; tile < kTiles; ++tile) {
+    if (tile >= tiles) break;
+    tile_step_mma<kQ, kRowTiles>(a, scale, b[tile], acc[tile]);
+  }
+}
+
+// The same with the input rows x_rows[tile] (this lane's token of the tile, null past the
+// rows) loaded here, at step `step`.
+template <QuantKind kQ, int kRowTiles, int kTiles>
+__device__ __forceinline__ void quant_step_dot(const typename QuantStep<kQ>::Word (&w)[kRowTiles][2],
+                                               const float (&scale)[kRowTiles][2], const bf16* const (&x_rows)[kTiles],
+                                               int tiles, int step, int quad, float (&acc)[kTiles][kRowTiles][4]) {
+  InputFragment<kQ> b[kTiles];
+#pragma unroll
+  for (int tile = 0; tile < kTiles; ++tile)
+    if (tile < tiles) load_input<kQ>(x_rows[tile], step, quad, b[tile]);
+  quant_step_mma<kQ, kRowTiles, kTiles>(w, scale, b, tiles, acc);
+}
+
 // acc[tile][rt][i] += the dot products over steps [step_begin, step_end) of row tile rt's rows
 // (rows[rt][0]: row group, rows[rt][1]: row group + 8; row_ok: inside the matrix) with the
-// tiles' input rows (x_rows[tile]: this lane's token of the tile, null past the rows).
-// Fragment layout of acc as mma_16x8x16's d.
-template <QuantKind kQ, int kRowTiles, int kTiles>
+// tiles' input rows, the weights loaded straight from global memory (quant_stream.cuh stages
+// them through shared memory instead), kUnroll steps' loads in flight per lane.
+template <QuantKind kQ, int kRowTiles, int kTiles, int kUnroll = QuantStep<kQ>::kUnroll>
 __device__ __forceinline__ void quant_rows_dot(const QuantRow<kQ> (&rows)[kRowTiles][2], const bool (&row_ok)[2],
                                                const ops::QuantLayout& layout, const bf16* const (&x_rows)[kTiles],
                                                int tiles, int step_begin, int step_end, int quad,
                                                float (&acc)[kTiles][kRowTiles][4]) {
   using Step = QuantStep<kQ>;
   using Word = typename Step::Word;
-  for (int s0 = step_begin; s0 < step_end; s0 += Step::kUnroll) {
-    Word w[Step::kUnroll][kRowTiles][2];
-    float scale[Step::kUnroll][kRowTiles][2];
+  for (int s0 = step_begin; s0 < step_end; s0 += kUnroll) {
+    Word w[kUnroll][kRowTiles][2];
+    float scale[kUnroll][kRowTiles][2];
 #pragma unroll
-    for (int u = 0; u < Step::kUnroll; ++u)
+    for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
       for (int rt = 0; rt < kRowTiles; ++rt)
 #pragma unroll
@@ -238,10 +287,12 @@ __device__ __forceinline__ void quant_rows_dot(const QuantRow<kQ> (&rows)[kRowTi
           const bool ok = s0 + u < step_end && row_ok[half];
           w[u][rt][half] = ok ? load_step<kQ>(rows[rt][half], s0 + u) : Word{};
         }
-    load_scales<kQ, kRowTiles>(rows, row_ok, layout, s0, step_end, scale);
+    load_scales<kQ, kRowTiles, kUnroll>(rows, row_ok, layout, s0, step_end, scale);
 #pragma unroll
-    for (int u = 0; u < Step::kUnroll; ++u) {
+    for (int u = 0; u < kUnroll; ++u) {
       if (s0 + u >= step_end) break;
+      // One tile's input fragment live at a time (not quant_step_dot's all tiles first, which
+      // the streamed int4 kernel wants): fewer registers, as the fp8 kernel measured faster.
       WeightFragment<kQ> a[kRowTiles];
 #pragma unroll
       for (int rt = 0; rt < kRowTiles; ++rt) decode_weights<kQ>(w[u][rt][0], w[u][rt][1], a[rt]);
@@ -250,17 +301,7 @@ __device__ __forceinline__ void quant_rows_dot(const QuantRow<kQ> (&rows)[kRowTi
         if (tile >= tiles) break;
         InputFragment<kQ> b;
         load_input<kQ>(x_rows[tile], s0 + u, quad, b);
-#pragma unroll
-        for (int rt = 0; rt < kRowTiles; ++rt) {
-          float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-          for (int s = 0; s < InputFragment<kQ>::kSteps; ++s) mma_16x8x16(part, a[rt].a[s], b.b[s][0], b.b[s][1]);
-          // d0, d1: row group; d2, d3: row group + 8.
-          acc[tile][rt][0] += scale[u][rt][0] * part[0];
-          acc[tile][rt][1] += scale[u][rt][0] * part[1];
-          acc[tile][rt][2] += scale[u][rt][1] * part[2];
-          acc[tile][rt][3] += scale[u][rt][1] * part[3];
-        }
+        tile_step_mma<kQ, kRowTiles>(a, scale[u], b, acc[tile]);
       }
     }
   }
