@@ -182,12 +182,16 @@ StepSplit stage_time(const ModelConfig& c, const parallel::ParallelPlan& plan, c
   StepSplit split;
   if (p.ranks_share_executor) {
     // One thread pool runs every rank's ops one after another: the stage costs all its ranks'
-    // bytes and FLOPs. The fixed time per layer (waking the pool, small ops) is latency the
-    // ranks' threads spend side by side: once per stage.
+    // bytes and FLOPs. The fixed time per layer (op calls, the rank threads' hand-offs, small
+    // per-head ops) is CPU work too: every rank running layers at once adds its own, as far
+    // as the cores run them side by side (hardware_profile.h).
     const RoutedWork mean = routed_work(c, plan.moe_ep, shape.stage_tokens, expert_load, false);
     const StepSplit rank = rank_compute(c, s, p, shape, mean);
     split.add(rank, plan.ranks_per_stage());
-    split.overhead_us = rank.overhead_us;
+    const double active = shape.active_ranks > 0 ? shape.active_ranks : plan.ranks_per_stage();
+    const double share = 1.0 / plan.attn_tp;  // of the layer's heads
+    const double per_rank = p.shared_rank_layer_us + (p.layer_overhead_us - p.shared_rank_layer_us) * share;
+    split.overhead_us = active * per_rank / p.shared_executor_speedup.at(active) * static_cast<double>(s.layers.size());
   } else {
     const RoutedWork busiest = routed_work(c, plan.moe_ep, shape.stage_tokens, expert_load, true);
     split = rank_compute(c, s, p, shape, busiest);
@@ -212,6 +216,15 @@ int64_t micro_batches(const parallel::ParallelPlan& plan, int64_t batch) {
   return (batch + per - 1) / per;
 }
 
+// Ranks of a shared executor running layers at once: the stages the groups in flight keep busy,
+// and in each the ranks whose replica has sequences (an attention-DP replica without any skips
+// its layers' work; its MoE layers still compute the rows sent to its experts, counted in bytes).
+double active_ranks(const parallel::ParallelPlan& plan, int64_t groups, double per_group) {
+  const double busy_replicas = std::min<double>(plan.attn_dp, per_group);
+  const double per_stage = busy_replicas * plan.attn_tp;
+  return static_cast<double>(std::min<int64_t>(groups, plan.pp)) * per_stage;
+}
+
 }  // namespace
 
 StepSplit decode_round(const ModelConfig& c, const parallel::ParallelPlan& plan, const HardwareProfile& p,
@@ -223,6 +236,7 @@ StepSplit decode_round(const ModelConfig& c, const parallel::ParallelPlan& plan,
   shape.stage_tokens = per_group * w.verify_tokens;
   shape.context = context;
   shape.kv_element_bytes = w.kv_cache_fp8 ? 1.0 : 0.0;
+  shape.active_ranks = active_ranks(plan, groups, per_group);
   StepSplit traversal;  // one group through every stage
   double slowest = 0, slowest_latency = 0;
   for (int s = 0; s < plan.pp; ++s) {
@@ -262,6 +276,7 @@ double prefill_us(const ModelConfig& c, const parallel::ParallelPlan& plan, cons
   shape.stage_tokens = static_cast<double>(w.input_len);
   shape.context = static_cast<double>(w.input_len) / 2;
   shape.kv_element_bytes = w.kv_cache_fp8 ? 1.0 : 0.0;
+  shape.active_ranks = active_ranks(plan, 1, 1);
   double t = p.step_overhead_us;
   for (int s = 0; s < plan.pp; ++s) t += stage_time(c, plan, p, s, shape, w.expert_load).total_us();
   return t;
