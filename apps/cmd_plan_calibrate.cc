@@ -24,6 +24,7 @@
 #include "parallel/plan_parse.h"
 #include "perf/advisor.h"
 #include "perf/collective_model.h"
+#include "runtime/prefill_benchmark.h"
 #include "runtime/step_benchmark.h"
 
 namespace moeserve::apps {
@@ -260,6 +261,38 @@ void measure_overheads(const CalibrateArgs& a, perf::HardwareProfile& p) {
       how + "; solved from the plan's per-layer difference = N x (this + (layer_overhead_us - this) / N) / speedup(N)";
 }
 
+// A prompt's forward (runtime::benchmark_prefill, as bench-step --prefill runs it) on one
+// single-rank engine at 16, 64 and 256 tokens: the advisor's bytes and FLOPs of it (at
+// prefill_efficiency 1) over the measured time beyond the fixed time per step and layer.
+void measure_prefill(const CalibrateArgs& a, perf::HardwareProfile& p) {
+  const ModelSource model = open_model(a.model);
+  const std::vector<int64_t> lengths = {16, 64, 256};
+  runtime::EngineOptions options;
+  options.backend = "cpu";
+  options.num_pages = runtime::prefill_pages(lengths.back(), 64);
+  runtime::Engine engine(model, options);
+  runtime::PrefillBenchOptions bench;
+  bench.iterations = std::max(3, static_cast<int>(10 * a.seconds_scale));
+  const std::vector<runtime::PrefillBenchResult> measured = runtime::benchmark_prefill(engine, lengths, bench);
+  perf::HardwareProfile at_one = p;
+  at_one.prefill_efficiency.points = {{1, 1}};
+  const double fixed = p.step_overhead_us + p.layer_overhead_us * static_cast<double>(model.config.num_hidden_layers);
+  std::string text;
+  for (const runtime::PrefillBenchResult& r : measured) {
+    perf::AdviseWorkload w;
+    w.input_len = r.tokens;
+    const double predicted = perf::predict_point(model.config, {}, at_one, w, 1).prefill_us - fixed;
+    const double took = r.ms * 1e3 - fixed;
+    p.prefill_efficiency.points.emplace_back(r.tokens, predicted / std::max(1.0, took));
+    text += fmt::format("{}{} tokens {:.0f} us (bytes and FLOPs {:.0f} us)", text.empty() ? "" : ", ", r.tokens,
+                        r.ms * 1e3, predicted);
+  }
+  p.sources["prefill_efficiency"] = fmt::format(
+      "measured here with `moeserve plan calibrate`: one prompt's forward of {} on one CPU rank "
+      "(runtime::benchmark_prefill, median of {}): {}; the bytes and FLOPs over the time beyond the fixed {:.0f} us",
+      a.model, bench.iterations, text, fixed);
+}
+
 perf::HardwareProfile calibrate(const CalibrateArgs& a) {
   perf::HardwareProfile p;
   p.name = "calibrated-cpu";
@@ -287,6 +320,7 @@ perf::HardwareProfile calibrate(const CalibrateArgs& a) {
   p.layer_overhead_us = p.step_overhead_us = 0;
   measure_link(a, p);
   measure_overheads(a, p);
+  measure_prefill(a, p);
   p.token_overhead_us = 0;
   p.sources["token_overhead_us"] = "0: not measured (calibrate does not run the HTTP path)";
   return p;

@@ -73,6 +73,7 @@ struct ForwardShape {
   // Shared executor: ranks running layers side by side (this stage's with work, times the
   // pipeline groups in flight); 0: the stage's ranks.
   double active_ranks = 0;
+  double busy_replicas = 0;  // attention-DP replicas with sequences (0: all)
 };
 
 // One stage's forward of one micro-batch (compute on its busiest rank, or every rank's when

@@ -52,6 +52,7 @@ constexpr CurveField kCurves[] = {
     {"weight_efficiency", &HardwareProfile::weight_efficiency},
     {"kv_efficiency", &HardwareProfile::kv_efficiency},
     {"matmul_efficiency", &HardwareProfile::matmul_efficiency},
+    {"prefill_efficiency", &HardwareProfile::prefill_efficiency},
 };
 
 // The field's "value", after checking it is there with a non-empty "source".

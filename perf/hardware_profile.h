@@ -49,6 +49,7 @@ struct HardwareProfile {
   Curve weight_efficiency;       // share of memory_gbs a weight-streaming op reaches, by tokens
   Curve kv_efficiency;           // the same for attention reading the KV cache
   Curve matmul_efficiency;       // share of matmul_tflops, by tokens
+  Curve prefill_efficiency;      // a prompt's forward: share of the roofline above, by prompt tokens
   double layer_overhead_us = 0;  // per layer and rank beyond bytes and FLOPs (launches, small ops)
   double step_overhead_us = 0;   // host time per engine step (scheduling, sampling, outputs)
   double token_overhead_us = 0;  // host time per output token (detokenize, stream)

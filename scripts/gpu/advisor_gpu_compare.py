@@ -89,10 +89,13 @@ def calibrate(a, dtype):
 def compare_steps(a, dtype, profile):
     held_out = []
     for path in sorted(glob.glob(os.path.join(a.dir, f"step_{dtype}_c*.json"))):
-        context = int(re.match(r"step_\w+_c(\d+)\.json", os.path.basename(path)).group(1))
+        match = re.fullmatch(r"step_\w+_c(\d+)\.json", os.path.basename(path))
+        if not match:
+            continue
+        context = int(match.group(1))
         rows = json.load(open(path))["rows"]
         points = advise(a, model_of(a, dtype), profile, [r["batch"] for r in rows], context, 1,
-                        f"step_{dtype}_c{context}")
+                        f"pred_step_{dtype}_c{context}")
         for row, pt in zip(rows, points):
             predicted_ms = step_us(pt["round"]) / 1e3
             err = predicted_ms / row["step_ms"] - 1
@@ -109,7 +112,7 @@ def compare_serving(a, profile):
     for path in sorted(glob.glob(os.path.join(a.dir, "serve_c*.json"))):
         measured = json.loads(open(path).read().strip().splitlines()[-1])
         c = measured["concurrency"]
-        pt = advise(a, model_of(a, "int4"), profile, [c], a.input_len, a.output_len, f"serve_c{c}")[0]
+        pt = advise(a, model_of(a, "int4"), profile, [c], a.input_len, a.output_len, f"pred_serve_c{c}")[0]
         err = pt["aggregate_tok_s"] / measured["output_tok_per_s"] - 1
         errors.append(err)
         print(f"serving concurrency {c:3d}: measured {measured['output_tok_per_s']:9.1f} tok/s predicted "

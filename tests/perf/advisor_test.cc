@@ -27,6 +27,7 @@ HardwareProfile simple_profile() {
   p.weight_efficiency.points = {{1, 1.0}};
   p.kv_efficiency.points = {{1, 1.0}};
   p.matmul_efficiency.points = {{1, 1.0}};
+  p.prefill_efficiency.points = {{1, 1.0}};
   p.link.topology = "nvlink_switch";
   p.link.alpha_us.points = {{2, 5}};
   p.link.link_gbs = 1e9;
@@ -174,6 +175,10 @@ TEST(Advisor, SharedExecutorCountsTheRanksThatRunAtOnce) {
   // ep2-dp with one sequence: one replica has it, the other skips its layers.
   const StepSplit dp = decode_round(c, parallel::parse_plan("ep2-dp"), p, 1, 10, w);
   EXPECT_NEAR(dp.overhead_us, 3.0 * c.num_hidden_layers, 1e-6);
+  // ... nor reads its attention and dense weights, nor its KV cache.
+  const StepSplit dp2 = decode_round(c, parallel::parse_plan("ep2-dp"), p, 2, 10, w);
+  EXPECT_LT(dp.weights_us, dp2.weights_us);
+  EXPECT_NEAR(dp.kv_us, dp2.kv_us / 2, 1e-9);
 }
 
 TEST(Advisor, SteadyStateInterleavesOnePrefillPerOutput) {
