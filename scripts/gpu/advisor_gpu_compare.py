@@ -4,11 +4,12 @@ measured, per point.
 
 Inputs (written by scripts/gpu/run_advisor_gpu.sh into --dir): bench-step JSONs named
 `step_<dtype>_c<context>.json` and `prefill_<dtype>.json`, serve_load.py lines `serve_c<concurrency>.json`.
-Calibration, per weight dtype, from the context-1024 steps and the prefill passes only: the repository's
+Calibration, per weight dtype, from the context-1024 and 32768 steps and the prefill passes only: the repository's
 h200-sxm-x8 profile with bench-step's measured copy and bf16 GEMM ceilings as its peaks, the streaming
 efficiency by batch that makes the advisor's weight and KV bytes take the measured context-1024 step
-(what the advisor's other terms leave of it), and the prefill efficiency from the measured prefill
-passes; each field's source says so. Then the held-out points: the other contexts' steps (the
+(what the advisor's other terms leave of it), the KV read's efficiency by batch from the 32768-token
+steps (where it is most of the step), and the prefill efficiency from the measured prefill
+passes; each field's source says so. Then the held-out points: the other context's steps (the
 advisor's decode round without host time, as bench-step times it) within +-10%, and serving's
 aggregate output tok/s through HTTP (INT4, the served dtype) within +-15%. Prints one line per point
 with its error and a summary; exit status 0 either way (the numbers are the result). Runs anywhere
@@ -22,6 +23,7 @@ import subprocess
 import sys
 
 
+KV_CONTEXT = 32768  # the KV efficiency's calibration context (with 1024: the held-out points are the others)
 HOW = "measured on one H200 with `moeserve bench-step` (scripts/gpu/run_advisor_gpu.sh): "
 
 
@@ -67,6 +69,7 @@ def calibrate(a, dtype):
     for name in ("weight_efficiency", "kv_efficiency"):
         field(base, name, curve, f"{model_of(a, dtype)} steps at context 1024: the advisor's weight and KV bytes at "
                                  f"the copy ceiling over the measured step less its other terms ({text})")
+    calibrate_kv(a, dtype, base)
     prefill_path = os.path.join(a.dir, f"prefill_{dtype}.json")
     if not os.path.exists(prefill_path):  # no prefill passes: the repository profile's efficiency
         base["fields"]["prefill_efficiency"] = repository_prefill
@@ -86,6 +89,26 @@ def calibrate(a, dtype):
     return base
 
 
+def calibrate_kv(a, dtype, base):
+    """The KV read's efficiency by batch from the longest context's steps (KV_CONTEXT), where it is
+    most of the step: the advisor's KV bytes at the copy ceiling over the measured step less the
+    other terms at the context-1024 calibration."""
+    path = os.path.join(a.dir, f"step_{dtype}_c{KV_CONTEXT}.json")
+    if not os.path.exists(path):
+        return
+    rows = json.load(open(path))["rows"]
+    at_one = json.loads(json.dumps(base))
+    field(at_one, "kv_efficiency", [[1, 1.0]], "1 while calibrating")
+    points = advise(a, model_of(a, dtype), at_one, [r["batch"] for r in rows], KV_CONTEXT, 1, f"cal_kv_{dtype}")
+    curve = []
+    for row, pt in zip(rows, points):
+        r = pt["round"]
+        curve.append([row["batch"], r["kv_us"] / max(1.0, row["step_ms"] * 1e3 - (step_us(r) - r["kv_us"]))])
+    field(base, "kv_efficiency", curve, f"{model_of(a, dtype)} steps at context {KV_CONTEXT}: the advisor's KV bytes "
+          "at the copy ceiling over the measured step less its other terms (" +
+          ", ".join(f"batch {b}: {e:.3f}" for b, e in curve) + ")")
+
+
 def compare_steps(a, dtype, profile):
     held_out = []
     for path in sorted(glob.glob(os.path.join(a.dir, f"step_{dtype}_c*.json"))):
@@ -99,11 +122,12 @@ def compare_steps(a, dtype, profile):
         for row, pt in zip(rows, points):
             predicted_ms = step_us(pt["round"]) / 1e3
             err = predicted_ms / row["step_ms"] - 1
-            if context != 1024:
+            calibration = context in (1024, KV_CONTEXT)
+            if not calibration:
                 held_out.append(err)
             print(f"bench-step {dtype:5s} context {context:6d} batch {row['batch']:4d}: measured {row['step_ms']:8.3f} "
                   f"ms predicted {predicted_ms:8.3f} ms ({100 * err:+.1f}%) dominant {pt['round']['dominant']}"
-                  + ("  [calibration point]" if context == 1024 else ""))
+                  + ("  [calibration point]" if calibration else ""))
     return held_out
 
 
