@@ -109,7 +109,7 @@ def calibrate_kv(a, dtype, base):
           ", ".join(f"batch {b}: {e:.3f}" for b, e in curve) + ")")
 
 
-def compare_steps(a, dtype, profile):
+def compare_steps(a, dtype, profile, calibrated_here=True):
     held_out = []
     for path in sorted(glob.glob(os.path.join(a.dir, f"step_{dtype}_c*.json"))):
         match = re.fullmatch(r"step_\w+_c(\d+)\.json", os.path.basename(path))
@@ -122,7 +122,7 @@ def compare_steps(a, dtype, profile):
         for row, pt in zip(rows, points):
             predicted_ms = step_us(pt["round"]) / 1e3
             err = predicted_ms / row["step_ms"] - 1
-            calibration = context in (1024, KV_CONTEXT)
+            calibration = calibrated_here and context in (1024, KV_CONTEXT)
             if not calibration:
                 held_out.append(err)
             print(f"bench-step {dtype:5s} context {context:6d} batch {row['batch']:4d}: measured {row['step_ms']:8.3f} "
@@ -160,15 +160,18 @@ def main():
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--input-len", type=int, default=1024)
     p.add_argument("--output-len", type=int, default=256)
+    p.add_argument("--profiles", default="", help="dtype=FILE,...: profiles calibrated on an earlier run; "
+                   "no calibration here, every point held out")
     a = p.parse_args()
+    given = dict(item.split("=", 1) for item in a.profiles.split(",") if item)
     held_out, profiles = [], {}
     for dtype in ("bf16", "int4"):
         if not os.path.exists(os.path.join(a.dir, f"step_{dtype}_c1024.json")):
             print(f"{dtype}: no step_{dtype}_c1024.json (bench-step did not run)")
             continue
-        profiles[dtype] = calibrate(a, dtype)
-        held_out += compare_steps(a, dtype, profiles[dtype])
-    summary("bench-step, contexts other than the calibration's", held_out, 0.10)
+        profiles[dtype] = json.load(open(given[dtype])) if dtype in given else calibrate(a, dtype)
+        held_out += compare_steps(a, dtype, profiles[dtype], calibrated_here=dtype not in given)
+    summary("bench-step, held-out points", held_out, 0.10)
     if "int4" in profiles:
         summary("serving", compare_serving(a, profiles["int4"]), 0.15)
 
