@@ -12,15 +12,19 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include "apps/plan_advise.h"
 #include "backend/cpu/cpu_backend.h"
 #include "comm/in_process.h"
 #include "core/error.h"
 #include "model/model_source.h"
+#include "parallel/plan_parse.h"
 #include "perf/advisor.h"
 #include "perf/collective_model.h"
+#include "runtime/prefill_benchmark.h"
 #include "runtime/step_benchmark.h"
 
 namespace moeserve::apps {
@@ -162,43 +166,131 @@ void fit_curves(const std::vector<LinearPoint>& points, const std::string& how_m
       "not measured separately";
 }
 
-// Median decode step of `layers` layers of the model on one CPU rank (bench-step's loop).
-double step_ms(const CalibrateArgs& a, int64_t layers, int iterations) {
+// Median decode step (batch 1, context 64) of `layers` layers of the model under `plan` on each
+// of `side_by_side` engines stepping at once on their own threads (bench-step's loop): CPU ranks
+// share the one process-wide thread pool, so this is what a step takes while that many others
+// compute beside it. Returns the mean of the engines' medians, us, in the least disturbed of 3 rounds.
+double step_us(const CalibrateArgs& a, const std::string& plan, int64_t layers, int iterations, int side_by_side) {
   const ModelSource model = open_model(a.model + ":layers=" + std::to_string(layers));
   runtime::EngineOptions options;
   options.backend = "cpu";
   options.num_pages = 4;
-  runtime::Engine engine(model, options);
+  options.plan = parallel::parse_plan(plan);
+  std::vector<std::unique_ptr<runtime::Engine>> engines;
+  for (int i = 0; i < side_by_side; ++i) engines.push_back(std::make_unique<runtime::Engine>(model, options));
   runtime::StepBenchOptions bench;
   bench.context = 64;
   bench.iterations = iterations;
   bench.warmup = 2;
   bench.comm = false;
   bench.pipelined = false;
-  return runtime::benchmark_decode_steps(engine, {1}, bench).front().step_ms;
+  double best = 1e30;
+  for (int round = 0; round < 3; ++round) {  // the least disturbed of 3 rounds (the machine may be shared)
+    std::vector<double> ms(side_by_side);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < side_by_side; ++i)
+      threads.emplace_back(
+          [&, i] { ms[i] = runtime::benchmark_decode_steps(*engines[i], {1}, bench).front().step_ms; });
+    for (auto& th : threads) th.join();
+    double sum = 0;
+    for (double x : ms) sum += x;
+    best = std::min(best, sum / side_by_side * 1e3);
+  }
+  return best;
 }
 
-// The fixed time per layer and per step: measured decode steps of 2 and 8 layers minus what the
-// profile's curves predict for their bytes and FLOPs.
-void measure_overheads(const CalibrateArgs& a, perf::HardwareProfile& p) {
+// A layer's fixed time: decode steps of 8 and of 2 layers measured, minus what `predicted_us`
+// gives their bytes, FLOPs and collectives, over the 6 layers between them.
+struct LayerFit {
+  double t2 = 0, t8 = 0, p2 = 0, p8 = 0;
+  double per_layer() const { return std::max(0.0, ((t8 - p8) - (t2 - p2)) / 6); }
+  std::string text() const {
+    return fmt::format("{:.0f} / {:.0f} us (model without it {:.0f} / {:.0f})", t2, t8, p2, p8);
+  }
+};
+
+template <typename Predict>
+LayerFit fit_layer(const CalibrateArgs& a, const std::string& plan, int side_by_side, Predict&& predicted_us) {
   const int iterations = std::max(5, static_cast<int>(30 * a.seconds_scale));
-  const parallel::ParallelPlan single;
+  return {step_us(a, plan, 2, iterations, side_by_side), step_us(a, plan, 8, iterations, side_by_side), predicted_us(2),
+          predicted_us(8)};
+}
+
+// The fixed time per layer and step (hardware_profile.h): single-rank engines alone and n side
+// by side (the speedup of n: n x the one-engine time over the n-engine time), and one engine of
+// plan tpN (N = devices), whose ranks each hold 1/N of the heads (what each rank pays whatever
+// its share). The model's part of each step: the bytes and FLOPs at the measured curves, n
+// times (the executor runs them one after another), and tpN's collectives at the measured link.
+void measure_overheads(const CalibrateArgs& a, perf::HardwareProfile& p) {
   perf::AdviseWorkload w;
-  auto predicted_us = [&](int64_t layers) {
-    const ModelConfig c = open_model(a.model + ":layers=" + std::to_string(layers)).config;
-    return perf::decode_round(c, single, p, 1, 64, w).total_us();
+  perf::HardwareProfile bare = p;  // the curves and the link; no fixed time
+  bare.layer_overhead_us = bare.step_overhead_us = bare.shared_rank_layer_us = 0;
+  bare.shared_executor_speedup.points = {{1, 1}};
+  auto predicted = [&](const std::string& plan, int n) {
+    return [&, plan, n](int64_t layers) {
+      const ModelConfig c = open_model(a.model + ":layers=" + std::to_string(layers)).config;
+      return n * perf::decode_round(c, parallel::parse_plan(plan), bare, 1, 64, w).total_us();
+    };
   };
-  const double t2 = step_ms(a, 2, iterations) * 1e3, t8 = step_ms(a, 8, iterations) * 1e3;
-  const double p2 = predicted_us(2), p8 = predicted_us(8);
-  p.layer_overhead_us = std::max(0.0, ((t8 - p8) - (t2 - p2)) / 6);
-  p.step_overhead_us = std::max(0.0, (t2 - p2) - 2 * p.layer_overhead_us);
+  const LayerFit one = fit_layer(a, "single", 1, predicted("single", 1));
+  p.layer_overhead_us = one.per_layer();
+  p.step_overhead_us = std::max(0.0, (one.t2 - one.p2) - 2 * p.layer_overhead_us);
+  std::string text = "1 engine " + one.text();
+  p.shared_executor_speedup.points = {{1, 1}};
+  for (int n = 2; n <= a.devices; n *= 2) {
+    const LayerFit f = fit_layer(a, "single", n, predicted("single", n));
+    p.shared_executor_speedup.points.emplace_back(n, n * p.layer_overhead_us / std::max(1e-3, f.per_layer()));
+    text += fmt::format("; {} side by side {}", n, f.text());
+  }
+  const int N = a.devices;
+  const std::string tp = "tp" + std::to_string(N);
+  const LayerFit t = N > 1 ? fit_layer(a, tp, 1, predicted(tp, 1)) : one;
+  // t = N (alpha + (L - alpha) / N) / speedup(N), for alpha.
+  p.shared_rank_layer_us =
+      N > 1 ? std::clamp((t.per_layer() * p.shared_executor_speedup.at(N) - p.layer_overhead_us) / (N - 1), 0.0,
+                         p.layer_overhead_us)
+            : p.layer_overhead_us;
   const std::string how = fmt::format(
-      "measured here with `moeserve plan calibrate`: decode steps of {} (batch 1, context 64, one CPU rank, "
-      "runtime::benchmark_decode_steps) of 2 and 8 layers took {:.1f} and {:.1f} us against {:.1f} and {:.1f} us from "
-      "the bytes and FLOPs at the measured curves",
-      a.model, t2, t8, p2, p8);
-  p.sources["layer_overhead_us"] = how + "; the difference per layer";
-  p.sources["step_overhead_us"] = how + "; what is left of the 2-layer step beyond its 2 layers";
+      "measured here with `moeserve plan calibrate`: decode steps of {} (batch 1, context 64, "
+      "runtime::benchmark_decode_steps) of 2 / 8 layers: {}; plan {}: {}",
+      a.model, text, tp, t.text());
+  p.sources["layer_overhead_us"] = how + "; one engine's difference per layer";
+  p.sources["step_overhead_us"] = how + "; what is left of one engine's 2-layer step beyond its 2 layers";
+  p.sources["shared_executor_speedup"] = how + "; n x one engine's per-layer difference over n engines'";
+  p.sources["shared_rank_layer_us"] =
+      how + "; solved from the plan's per-layer difference = N x (this + (layer_overhead_us - this) / N) / speedup(N)";
+}
+
+// A prompt's forward (runtime::benchmark_prefill, as bench-step --prefill runs it) on one
+// single-rank engine at 16, 64 and 256 tokens: the advisor's bytes and FLOPs of it (at
+// prefill_efficiency 1) over the measured time beyond the fixed time per step and layer.
+void measure_prefill(const CalibrateArgs& a, perf::HardwareProfile& p) {
+  const ModelSource model = open_model(a.model);
+  const std::vector<int64_t> lengths = {16, 64, 256};
+  runtime::EngineOptions options;
+  options.backend = "cpu";
+  options.num_pages = runtime::prefill_pages(lengths.back(), 64);
+  runtime::Engine engine(model, options);
+  runtime::PrefillBenchOptions bench;
+  bench.iterations = std::max(3, static_cast<int>(10 * a.seconds_scale));
+  const std::vector<runtime::PrefillBenchResult> measured = runtime::benchmark_prefill(engine, lengths, bench);
+  perf::HardwareProfile at_one = p;
+  at_one.prefill_efficiency.points = {{1, 1}};
+  const double fixed = p.step_overhead_us + p.layer_overhead_us * static_cast<double>(model.config.num_hidden_layers);
+  std::string text;
+  for (const runtime::PrefillBenchResult& r : measured) {
+    perf::AdviseWorkload w;
+    w.input_len = r.tokens;
+    const double predicted = perf::predict_point(model.config, {}, at_one, w, 1).prefill_us - fixed;
+    const double took = r.ms * 1e3 - fixed;
+    p.prefill_efficiency.points.emplace_back(r.tokens, predicted / std::max(1.0, took));
+    text += fmt::format("{}{} tokens {:.0f} us (bytes and FLOPs {:.0f} us)", text.empty() ? "" : ", ", r.tokens,
+                        r.ms * 1e3, predicted);
+  }
+  p.sources["prefill_efficiency"] = fmt::format(
+      "measured here with `moeserve plan calibrate`: one prompt's forward of {} on one CPU rank "
+      "(runtime::benchmark_prefill, median of {}): {}; the bytes and FLOPs over the time beyond the fixed {:.0f} us",
+      a.model, bench.iterations, text, fixed);
 }
 
 perf::HardwareProfile calibrate(const CalibrateArgs& a) {
@@ -228,6 +320,7 @@ perf::HardwareProfile calibrate(const CalibrateArgs& a) {
   p.layer_overhead_us = p.step_overhead_us = 0;
   measure_link(a, p);
   measure_overheads(a, p);
+  measure_prefill(a, p);
   p.token_overhead_us = 0;
   p.sources["token_overhead_us"] = "0: not measured (calibrate does not run the HTTP path)";
   return p;

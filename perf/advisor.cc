@@ -139,6 +139,34 @@ StepSplit rank_compute(const ModelConfig& c, const parallel::RankShard& s, const
   return split;
 }
 
+// A stage on a shared executor. One thread pool runs every rank's ops one after another: the
+// stage costs all its ranks' bytes and FLOPs, but an attention-DP replica without sequences skips
+// its attention, dense and shared-expert work (its routed experts still compute the rows sent to
+// them). The fixed time per layer (op calls, the rank threads' hand-offs, small per-head ops) is
+// CPU work too: every rank running layers at once adds its own, as far as the cores run them
+// side by side (hardware_profile.h).
+StepSplit shared_stage_compute(const ModelConfig& c, const parallel::ParallelPlan& plan, const HardwareProfile& p,
+                               const parallel::RankShard& s, const ForwardShape& shape,
+                               const std::vector<double>& expert_load) {
+  const RoutedWork mean = routed_work(c, plan.moe_ep, shape.stage_tokens, expert_load, false);
+  const StepSplit rank = rank_compute(c, s, p, shape, mean);
+  const double ranks = plan.ranks_per_stage();
+  const double busy = (shape.busy_replicas > 0 ? std::min<double>(shape.busy_replicas, plan.attn_dp) : plan.attn_dp) /
+                      static_cast<double>(plan.attn_dp);
+  const StepCost bytes = cost_at(c, s, shape.replica_tokens, 0, mean.experts_hit, p.element_bytes, p.element_bytes);
+  const double experts = bytes.weight_bytes > 0 ? bytes.expert_bytes / bytes.weight_bytes : 0.0;
+  const double work = ranks * (busy * (1 - experts) + experts);
+  StepSplit split;
+  split.weights_us = rank.weights_us * work;
+  split.flops_us = rank.flops_us * work;
+  split.kv_us = rank.kv_us * ranks * busy;
+  const double active = shape.active_ranks > 0 ? shape.active_ranks : ranks;
+  const double share = 1.0 / plan.attn_tp;  // of the layer's heads
+  const double per_rank = p.shared_rank_layer_us + (p.layer_overhead_us - p.shared_rank_layer_us) * share;
+  split.overhead_us = active * per_rank / p.shared_executor_speedup.at(active) * static_cast<double>(s.layers.size());
+  return split;
+}
+
 void add_collective(StepSplit& split, const HardwareProfile& p, const std::string& site, CollectiveKind kind, int ranks,
                     double bytes, double calls) {
   if (ranks <= 1 || calls <= 0) return;
@@ -181,13 +209,7 @@ StepSplit stage_time(const ModelConfig& c, const parallel::ParallelPlan& plan, c
   const parallel::RankShard s = parallel::shard_of(plan, shard_dims(c), parallel::rank_of(plan, stage, 0, 0));
   StepSplit split;
   if (p.ranks_share_executor) {
-    // One thread pool runs every rank's ops one after another: the stage costs all its ranks'
-    // bytes and FLOPs. The fixed time per layer (waking the pool, small ops) is latency the
-    // ranks' threads spend side by side: once per stage.
-    const RoutedWork mean = routed_work(c, plan.moe_ep, shape.stage_tokens, expert_load, false);
-    const StepSplit rank = rank_compute(c, s, p, shape, mean);
-    split.add(rank, plan.ranks_per_stage());
-    split.overhead_us = rank.overhead_us;
+    split = shared_stage_compute(c, plan, p, s, shape, expert_load);
   } else {
     const RoutedWork busiest = routed_work(c, plan.moe_ep, shape.stage_tokens, expert_load, true);
     split = rank_compute(c, s, p, shape, busiest);
@@ -212,6 +234,15 @@ int64_t micro_batches(const parallel::ParallelPlan& plan, int64_t batch) {
   return (batch + per - 1) / per;
 }
 
+// Ranks of a shared executor running layers at once: the stages the groups in flight keep busy,
+// and in each the ranks whose replica has sequences (an attention-DP replica without any skips
+// its layers' work; its MoE layers still compute the rows sent to its experts, counted in bytes).
+double active_ranks(const parallel::ParallelPlan& plan, int64_t groups, double per_group) {
+  const double busy_replicas = std::min<double>(plan.attn_dp, per_group);
+  const double per_stage = busy_replicas * plan.attn_tp;
+  return static_cast<double>(std::min<int64_t>(groups, plan.pp)) * per_stage;
+}
+
 }  // namespace
 
 StepSplit decode_round(const ModelConfig& c, const parallel::ParallelPlan& plan, const HardwareProfile& p,
@@ -223,6 +254,8 @@ StepSplit decode_round(const ModelConfig& c, const parallel::ParallelPlan& plan,
   shape.stage_tokens = per_group * w.verify_tokens;
   shape.context = context;
   shape.kv_element_bytes = w.kv_cache_fp8 ? 1.0 : 0.0;
+  shape.active_ranks = active_ranks(plan, groups, per_group);
+  shape.busy_replicas = per_group;
   StepSplit traversal;  // one group through every stage
   double slowest = 0, slowest_latency = 0;
   for (int s = 0; s < plan.pp; ++s) {
@@ -262,8 +295,19 @@ double prefill_us(const ModelConfig& c, const parallel::ParallelPlan& plan, cons
   shape.stage_tokens = static_cast<double>(w.input_len);
   shape.context = static_cast<double>(w.input_len) / 2;
   shape.kv_element_bytes = w.kv_cache_fp8 ? 1.0 : 0.0;
+  shape.active_ranks = active_ranks(plan, 1, 1);
+  shape.busy_replicas = 1;
+  // A prompt's forward runs other kernels than decode (prefill attention, grouped experts over
+  // many rows): its bytes and FLOPs at the share of the decode roofline the profile measured.
+  const double efficiency = p.prefill_efficiency.at(static_cast<double>(w.input_len));
   double t = p.step_overhead_us;
-  for (int s = 0; s < plan.pp; ++s) t += stage_time(c, plan, p, s, shape, w.expert_load).total_us();
+  for (int s = 0; s < plan.pp; ++s) {
+    StepSplit st = stage_time(c, plan, p, s, shape, w.expert_load);
+    st.weights_us /= efficiency;
+    st.kv_us /= efficiency;
+    st.flops_us /= efficiency;
+    t += st.total_us();
+  }
   return t;
 }
 

@@ -70,6 +70,10 @@ struct ForwardShape {
   double stage_tokens = 1;      // tokens the stage's MoE layers route (every replica's)
   double context = 0;           // tokens each attends to
   double kv_element_bytes = 0;  // bytes per cached element (0: the profile's element bytes)
+  // Shared executor: ranks running layers side by side (this stage's with work, times the
+  // pipeline groups in flight); 0: the stage's ranks.
+  double active_ranks = 0;
+  double busy_replicas = 0;  // attention-DP replicas with sequences (0: all)
 };
 
 // One stage's forward of one micro-batch (compute on its busiest rank, or every rank's when

@@ -52,6 +52,7 @@ constexpr CurveField kCurves[] = {
     {"weight_efficiency", &HardwareProfile::weight_efficiency},
     {"kv_efficiency", &HardwareProfile::kv_efficiency},
     {"matmul_efficiency", &HardwareProfile::matmul_efficiency},
+    {"prefill_efficiency", &HardwareProfile::prefill_efficiency},
 };
 
 // The field's "value", after checking it is there with a non-empty "source".
@@ -120,6 +121,12 @@ HardwareProfile profile_from_json(const Json& json, const std::string& file) {
   const Json& share = sourced(fields, "ranks_share_executor", file, p);
   MS_CHECK(share.is_boolean(), "hardware profile {}: field 'ranks_share_executor' must be true or false", file);
   p.ranks_share_executor = share.get<bool>();
+  if (p.ranks_share_executor) {
+    p.shared_rank_layer_us =
+        number(sourced(fields, "shared_rank_layer_us", file, p), "shared_rank_layer_us", file, false);
+    p.shared_executor_speedup =
+        curve(sourced(fields, "shared_executor_speedup", file, p), "shared_executor_speedup", file);
+  }
   read_link(fields, file, p);
   return p;
 }
@@ -147,6 +154,10 @@ Json profile_to_json(const HardwareProfile& p) {
   for (const NumberField& f : kNumbers) put(f.name, p.*(f.member));
   for (const CurveField& f : kCurves) put(f.name, points(p.*(f.member)));
   put("ranks_share_executor", p.ranks_share_executor);
+  if (p.ranks_share_executor) {
+    put("shared_rank_layer_us", p.shared_rank_layer_us);
+    put("shared_executor_speedup", points(p.shared_executor_speedup));
+  }
   put("link_topology", p.link.topology);
   put("link_alpha_us", points(p.link.alpha_us));
   put("link_gbs", p.link.link_gbs);

@@ -39,12 +39,20 @@ struct HardwareProfile {
   double matmul_tflops = 0;           // per rank, dense peak at the backend's dtype
   double element_bytes = 2;           // activations, KV cache and unquantized weights as stored
   bool ranks_share_executor = false;  // CPU ranks: every rank's ops run on one thread pool, one at a time
-  Curve weight_efficiency;            // share of memory_gbs a weight-streaming op reaches, by tokens
-  Curve kv_efficiency;                // the same for attention reading the KV cache
-  Curve matmul_efficiency;            // share of matmul_tflops, by tokens
-  double layer_overhead_us = 0;       // per layer and rank beyond bytes and FLOPs (launches, small ops)
-  double step_overhead_us = 0;        // host time per engine step (scheduling, sampling, outputs)
-  double token_overhead_us = 0;       // host time per output token (detokenize, stream)
+  // With ranks_share_executor (required exactly then): a layer's fixed time on a rank is
+  // shared_rank_layer_us (what every rank pays: its thread's hand-offs, op calls) plus the rest
+  // of layer_overhead_us times the rank's share of the layer's heads (small per-head ops);
+  // n ranks with layers at once take n times that over shared_executor_speedup(n) (how far
+  // the cores run them side by side).
+  double shared_rank_layer_us = 0;
+  Curve shared_executor_speedup;
+  Curve weight_efficiency;       // share of memory_gbs a weight-streaming op reaches, by tokens
+  Curve kv_efficiency;           // the same for attention reading the KV cache
+  Curve matmul_efficiency;       // share of matmul_tflops, by tokens
+  Curve prefill_efficiency;      // a prompt's forward: share of the roofline above, by prompt tokens
+  double layer_overhead_us = 0;  // per layer and rank beyond bytes and FLOPs (launches, small ops)
+  double step_overhead_us = 0;   // host time per engine step (scheduling, sampling, outputs)
+  double token_overhead_us = 0;  // host time per output token (detokenize, stream)
   LinkProfile link;
   std::map<std::string, std::string> sources;  // field -> where its value comes from
 };

@@ -27,6 +27,7 @@ HardwareProfile simple_profile() {
   p.weight_efficiency.points = {{1, 1.0}};
   p.kv_efficiency.points = {{1, 1.0}};
   p.matmul_efficiency.points = {{1, 1.0}};
+  p.prefill_efficiency.points = {{1, 1.0}};
   p.link.topology = "nvlink_switch";
   p.link.alpha_us.points = {{2, 5}};
   p.link.link_gbs = 1e9;
@@ -148,10 +149,36 @@ TEST(Advisor, SharedExecutorAddsEveryRanksWork) {
   ForwardShape shape;
   const StepSplit own = stage_time(c, tp2, p, 0, shape, {});
   p.ranks_share_executor = true;
+  p.shared_rank_layer_us = 1;
+  p.shared_executor_speedup.points = {{1, 1}, {2, 1.25}, {4, 1.5}};
   const StepSplit shared = stage_time(c, tp2, p, 0, shape, {});
   EXPECT_NEAR(shared.weights_us, 2 * own.weights_us, 1e-6);  // tp: no expert-group imbalance
-  EXPECT_NEAR(shared.overhead_us, own.overhead_us, 1e-9);    // latency, side by side
+  // Per layer: 2 ranks side by side, each 1 us + half the other 2 us (half the heads), over 1.25.
+  EXPECT_NEAR(shared.overhead_us, 2 * (1 + 2.0 / 2) / 1.25 * c.num_hidden_layers, 1e-9);
   EXPECT_NEAR(shared.collectives_us.at("moe_all_reduce"), own.collectives_us.at("moe_all_reduce"), 1e-9);
+}
+
+TEST(Advisor, SharedExecutorCountsTheRanksThatRunAtOnce) {
+  const ModelConfig c = synthetic_config("tiny");
+  HardwareProfile p = simple_profile();
+  p.ranks_share_executor = true;
+  p.layer_overhead_us = 3;
+  p.shared_rank_layer_us = 1;
+  p.shared_executor_speedup.points = {{1, 1}, {2, 1.25}, {4, 1.5}};
+  AdviseWorkload w;
+  // pp2, one sequence: one group, one rank at a time: every layer at the one-rank time.
+  const StepSplit one = decode_round(c, parallel::parse_plan("pp2"), p, 1, 10, w);
+  EXPECT_NEAR(one.overhead_us + one.bubble_us, 3.0 * c.num_hidden_layers, 1e-6);
+  // Two sequences: both stages busy at once (2 ranks side by side), each runs both groups' layers.
+  const StepSplit two = decode_round(c, parallel::parse_plan("pp2"), p, 2, 10, w);
+  EXPECT_NEAR(two.overhead_us + two.bubble_us, 2 * 3.0 / 1.25 * c.num_hidden_layers, 1e-6);
+  // ep2-dp with one sequence: one replica has it, the other skips its layers.
+  const StepSplit dp = decode_round(c, parallel::parse_plan("ep2-dp"), p, 1, 10, w);
+  EXPECT_NEAR(dp.overhead_us, 3.0 * c.num_hidden_layers, 1e-6);
+  // ... nor reads its attention and dense weights, nor its KV cache.
+  const StepSplit dp2 = decode_round(c, parallel::parse_plan("ep2-dp"), p, 2, 10, w);
+  EXPECT_LT(dp.weights_us, dp2.weights_us);
+  EXPECT_NEAR(dp.kv_us, dp2.kv_us / 2, 1e-9);
 }
 
 TEST(Advisor, SteadyStateInterleavesOnePrefillPerOutput) {
