@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <new>
 #include <numeric>
 #include <vector>
 
@@ -19,14 +22,25 @@ namespace {
 
 using namespace moeserve::ops;
 
+// Host memory, 64-byte aligned: a whole allocation, or a view of part of another one's (a
+// re-plan's alias) that shares its ownership.
 class HostBuffer final : public Buffer {
  public:
-  explicit HostBuffer(size_t nbytes) : storage_(DType::U8, {static_cast<int64_t>(nbytes)}), nbytes_(nbytes) {}
-  void* data() override { return storage_.raw(); }
+  HostBuffer(size_t nbytes, bool zeroed) : nbytes_(nbytes) {
+    const size_t rounded = (std::max<size_t>(nbytes, 1) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    if (p == nullptr) throw std::bad_alloc();
+    if (zeroed) std::memset(p, 0, rounded);
+    storage_ = std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [](std::byte* q) { std::free(q); });
+  }
+  HostBuffer(const HostBuffer& of, size_t offset, size_t nbytes)
+      : storage_(of.storage_), offset_(of.offset_ + offset), nbytes_(nbytes) {}
+  void* data() override { return storage_.get() + offset_; }
   size_t nbytes() const override { return nbytes_; }
 
  private:
-  Tensor storage_;
+  std::shared_ptr<std::byte> storage_;
+  size_t offset_ = 0;
   size_t nbytes_;
 };
 
@@ -67,7 +81,16 @@ class CpuBackend final : public Backend {
   std::string name() const override { return bf16_ ? "cpu-bf16" : "cpu"; }
   DType activation_dtype() const override { return DType::F32; }
 
-  BufferPtr alloc(size_t nbytes) override { return std::make_unique<HostBuffer>(nbytes); }
+  BufferPtr alloc(size_t nbytes) override { return std::make_unique<HostBuffer>(nbytes, /*zeroed=*/true); }
+  BufferPtr alloc_for_overwrite(size_t nbytes) override {
+    return std::make_unique<HostBuffer>(nbytes, /*zeroed=*/false);
+  }
+  // Views start 64-byte aligned, as allocations do (the kernels' vector loads may assume it).
+  BufferPtr alias(Buffer& src, size_t offset, size_t nbytes) override {
+    const auto* host = dynamic_cast<const HostBuffer*>(&src);
+    if (host == nullptr || offset % 64 != 0 || offset + nbytes > src.nbytes()) return nullptr;
+    return std::make_unique<HostBuffer>(*host, offset, nbytes);
+  }
   void upload(Buffer& dst, size_t offset, const void* src, size_t nbytes) override {
     MS_CHECK(offset + nbytes <= dst.nbytes(), "upload of {} bytes at {} overruns a {}-byte buffer", nbytes, offset,
              dst.nbytes());
