@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -23,15 +24,17 @@ namespace {
 using namespace moeserve::ops;
 
 // Host memory, 64-byte aligned: a whole allocation, or a view of part of another one's (a
-// re-plan's alias) that shares its ownership.
+// re-plan's alias) that shares its ownership. Zeroed through calloc, which skips the pass
+// over pages fresh from the system (a large KV cache then costs nothing until its pages are
+// first written); heap memory a freed buffer left is reused without new page faults.
 class HostBuffer final : public Buffer {
  public:
   HostBuffer(size_t nbytes, bool zeroed) : nbytes_(nbytes) {
-    const size_t rounded = (std::max<size_t>(nbytes, 1) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
-    if (p == nullptr) throw std::bad_alloc();
-    if (zeroed) std::memset(p, 0, rounded);
-    storage_ = std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [](std::byte* q) { std::free(q); });
+    const size_t padded = (std::max<size_t>(nbytes, 1) + 63) / 64 * 64 + 64;
+    void* raw = zeroed ? std::calloc(padded, 1) : std::malloc(padded);
+    if (raw == nullptr) throw std::bad_alloc();
+    auto* aligned = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(raw) + 63) & ~uintptr_t{63});
+    storage_ = std::shared_ptr<std::byte>(aligned, [raw](std::byte*) { std::free(raw); });
   }
   HostBuffer(const HostBuffer& of, size_t offset, size_t nbytes)
       : storage_(of.storage_), offset_(of.offset_ + offset), nbytes_(nbytes) {}
