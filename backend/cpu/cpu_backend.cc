@@ -24,15 +24,14 @@ namespace {
 using namespace moeserve::ops;
 
 // Host memory, 64-byte aligned: a whole allocation, or a view of part of another one's (a
-// re-plan's alias) that shares its ownership. Zeroed through calloc, which skips the pass
-// over pages fresh from the system (a large KV cache then costs nothing until its pages are
-// first written); heap memory a freed buffer left is reused without new page faults.
+// re-plan's alias) that shares its ownership. Zeroed up front (as Tensor is).
 class HostBuffer final : public Buffer {
  public:
   HostBuffer(size_t nbytes, bool zeroed) : nbytes_(nbytes) {
     const size_t padded = (std::max<size_t>(nbytes, 1) + 63) / 64 * 64 + 64;
-    void* raw = zeroed ? std::calloc(padded, 1) : std::malloc(padded);
+    void* raw = std::malloc(padded);
     if (raw == nullptr) throw std::bad_alloc();
+    if (zeroed) std::memset(raw, 0, padded);
     auto* aligned = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(raw) + 63) & ~uintptr_t{63});
     storage_ = std::shared_ptr<std::byte>(aligned, [raw](std::byte*) { std::free(raw); });
   }
