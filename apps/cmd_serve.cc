@@ -140,7 +140,7 @@ serve::ReplanTarget replan_target(const ModelSource& model, const ServeArgs& arg
   so.prefix_cache = !args.disable_radix_cache;
   target.build_engine = [&model, engine_options] { return std::make_unique<runtime::Engine>(model, engine_options); };
   target.reshard_engine = [&model, engine_options](runtime::Engine& from) {
-    return std::make_unique<runtime::Engine>(model, engine_options, from);
+    return std::make_unique<runtime::Engine>(model, engine_options, from, /*take_caches=*/true);
   };
   return target;
 }

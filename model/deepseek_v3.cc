@@ -15,6 +15,7 @@
 #include "model/layer_ops.h"
 #include "model/lm_head.h"
 #include "model/reduction_tree.h"
+#include "model/resident_weights.h"
 #include "model/workspace.h"
 
 namespace moeserve {
@@ -47,9 +48,15 @@ DeepseekV3::DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& 
   const size_t element_bytes =
       cache.fp8 && backend.activation_dtype() == DType::BF16 ? 1 : dtype_size(backend.activation_dtype());
   const size_t cache_bytes = static_cast<size_t>(cache.num_pages * cache.page_size * width) * element_bytes;
-  for (int64_t l = shard_.layers.begin; l < shard_.layers.end; ++l) kv_cache_.push_back(backend.alloc(cache_bytes));
+  // A re-plan takes over the old engine's caches of this size where it gave them up.
+  ResidentWeightSource* resident = source.resident();
+  auto cache_buffer = [&] {
+    ops::BufferPtr spare = resident ? resident->take_spare(cache_bytes) : nullptr;
+    return spare ? std::move(spare) : backend.alloc(cache_bytes);
+  };
+  for (int64_t l = shard_.layers.begin; l < shard_.layers.end; ++l) kv_cache_.push_back(cache_buffer());
   if (weights_->mtp) {
-    mtp_kv_cache_ = backend.alloc(cache_bytes);
+    mtp_kv_cache_ = cache_buffer();
     // Two rows per cache slot (ForwardBatch::mtp_hidden_rows): the main model's, the MTP layer's.
     const auto slots = static_cast<size_t>(cache.num_pages * cache.page_size);
     mtp_hidden_store_ =
@@ -102,6 +109,13 @@ sample::SamplerParams DeepseekV3::sampler_params() const {
 std::vector<ops::Buffer*> DeepseekV3::kv_caches() {
   std::vector<ops::Buffer*> out;
   for (auto& b : kv_cache_) out.push_back(b.get());
+  return out;
+}
+
+std::vector<ops::BufferPtr> DeepseekV3::release_kv_caches() {
+  std::vector<ops::BufferPtr> out = std::move(kv_cache_);
+  kv_cache_.clear();
+  if (mtp_kv_cache_) out.push_back(std::move(mtp_kv_cache_));
   return out;
 }
 

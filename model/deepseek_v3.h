@@ -123,6 +123,8 @@ class DeepseekV3 {
 
   // The latent cache of each local layer ([num_pages * page_size, latent + rope]).
   std::vector<ops::Buffer*> kv_caches();
+  // Gives its KV cache buffers away (a re-plan's engine takes them over); it runs no step after.
+  std::vector<ops::BufferPtr> release_kv_caches();
 
   // Bytes of weights this rank holds (in the backend's dtypes).
   int64_t weight_bytes() const { return weight_bytes_; }

@@ -39,17 +39,13 @@ class WeightLoader {
   // generated in place for synthetic sources, read and uploaded otherwise.
   void place(ops::Buffer& dst, int64_t offset, const std::string& name, const Shape& shape, Slice rows, Slice cols,
              bool keep_f32) {
-    const int64_t full_rows = shape[0], full_cols = shape.size() == 2 ? shape[1] : 1;
-    const Range r{rows.begin, rows.end < 0 ? full_rows : rows.end};
-    const Range k{cols.begin, cols.end < 0 ? full_cols : cols.end};
+    const int64_t full_cols = shape.size() == 2 ? shape[1] : 1;
     const int64_t elem = keep_f32 ? 4 : static_cast<int64_t>(dtype_size(weight_dtype_));
-    if (index_and_copy({name,
-                        r,
-                        {k.begin * elem, k.end * elem},
-                        full_cols * elem,
-                        static_cast<std::byte*>(dst.data()) + offset * elem,
-                        shard_.coord.rank}))
-      return;
+    Placement where = rect_of(name, shape, rows, cols, keep_f32);
+    where.data = static_cast<std::byte*>(dst.data()) + offset * elem;
+    where.buffer = &dst;
+    if (index_and_copy(where)) return;
+    const Range r = where.rows, k{where.col_bytes.begin / elem, where.col_bytes.end / elem};
     SyntheticRecipe recipe;
     if (p_.source.synthetic_recipe(name, shape, &recipe)) {
       ops::FillUniformParams fill{static_cast<std::byte*>(dst.data()) + offset * elem,
@@ -67,6 +63,30 @@ class WeightLoader {
     }
     backend_.upload_weight_into(dst, static_cast<size_t>(offset * elem), p_.source.read(name, shape, rows, cols),
                                 keep_f32);
+  }
+  // Rows x cols of tensor `name` (full shape `shape`) as a rectangle of its stored matrix
+  // (data and buffer unset).
+  Placement rect_of(const std::string& name, const Shape& shape, Slice rows, Slice cols, bool keep_f32) const {
+    const int64_t full_rows = shape[0], full_cols = shape.size() == 2 ? shape[1] : 1;
+    const Range r{rows.begin, rows.end < 0 ? full_rows : rows.end};
+    const Range k{cols.begin, cols.end < 0 ? full_cols : cols.end};
+    const int64_t elem = keep_f32 ? 4 : static_cast<int64_t>(dtype_size(weight_dtype_));
+    return {name, r, {k.begin * elem, k.end * elem}, full_cols * elem, nullptr, shard_.coord.rank};
+  }
+  // In a re-plan: a view of the old buffer that holds exactly `pieces` at their offsets of a
+  // new `bytes`-byte buffer, the pieces recorded in the index; null when none does (copy).
+  BufferPtr view_of_resident(int64_t bytes, std::vector<PlannedPlacement> pieces) {
+    ResidentWeightSource* resident = p_.source.resident();
+    if (resident == nullptr) return nullptr;
+    BufferPtr view = resident->view(backend_, bytes, pieces);
+    if (view)
+      for (const PlannedPlacement& piece : pieces) out_.index.add(piece.where);
+    return view;
+  }
+  // A buffer the loader fills in full: unzeroed when its bytes are copied from resident weights.
+  BufferPtr buffer_filled_in_full(int64_t bytes) {
+    return p_.source.resident() != nullptr ? backend_.alloc_for_overwrite(static_cast<size_t>(bytes))
+                                           : backend_.alloc(static_cast<size_t>(bytes));
   }
   // Records `p` in the rank's index; true when the source is resident weights and `p` was
   // copied from them (the caller then reads nothing).
@@ -86,7 +106,7 @@ class WeightLoader {
     const int rank = shard_.coord.rank;
     const int64_t vb = int4 ? 2 : 1;  // int4: two weights per byte; fp8: one
     const bool values = index_and_copy(
-        {s.module + ".values", s.rows, {s.cols.begin / vb, s.cols.end / vb}, s.k / vb, base + values_at, rank});
+        {s.module + ".values", s.rows, {s.cols.begin / vb, s.cols.end / vb}, s.k / vb, base + values_at, rank, &dst});
     const int64_t bn = int4 ? 1 : s.layout.block_n, bk = int4 ? s.layout.group_size : s.layout.block_k;
     const int64_t sb = int4 ? 2 : 4;  // bf16 or fp32 scales
     const bool scales = index_and_copy({s.module + ".scales",
@@ -94,18 +114,19 @@ class WeightLoader {
                                         {s.cols.begin / bk * sb, ceil_div(s.cols.end, bk) * sb},
                                         ceil_div(s.k, bk) * sb,
                                         base + scales_at,
-                                        rank});
+                                        rank,
+                                        &dst});
     return values && scales;
   }
   // A new buffer holding rows x cols of tensor `name`.
   BufferPtr load_tensor(const std::string& name, const Shape& shape, Slice rows = Slice::all(),
                         Slice cols = Slice::all(), bool keep_f32 = false) {
-    const int64_t n_rows = (rows.end < 0 ? shape[0] : rows.end) - rows.begin;
-    const int64_t n_cols = shape.size() == 2 ? (cols.end < 0 ? shape[1] : cols.end) - cols.begin : 1;
-    const int64_t bytes = n_rows * n_cols * static_cast<int64_t>(keep_f32 ? 4 : dtype_size(weight_dtype_));
-    BufferPtr buffer = backend_.alloc(static_cast<size_t>(bytes));
-    place(*buffer, 0, name, shape, rows, cols, keep_f32);
+    const Placement rect = rect_of(name, shape, rows, cols, keep_f32);
+    const int64_t bytes = rect.rows.size() * rect.col_bytes.size();
     out_.bytes += bytes;
+    if (BufferPtr view = view_of_resident(bytes, {{rect, 0}})) return view;
+    BufferPtr buffer = buffer_filled_in_full(bytes);
+    place(*buffer, 0, name, shape, rows, cols, keep_f32);
     return buffer;
   }
   // The layout of linear `module` (a tensor name without ".weight") as the checkpoint stores it.
@@ -191,7 +212,8 @@ class WeightLoader {
                     {0, k * elem},
                     k * elem,
                     static_cast<std::byte*>(buffer->data()),
-                    shard_.coord.rank});
+                    shard_.coord.rank,
+                    buffer.get()});
     return buffer;
   }
   // gate and up rows `cols` of an MLP stacked into one [2 * n, hidden] matrix (packed: gate's
@@ -205,10 +227,15 @@ class WeightLoader {
              "different formats (quantization_config's ignore list); they are stacked into one matrix",
              prefix, prefix);
     if (!layout.quantized()) {
-      BufferPtr w13 = backend_.alloc(static_cast<size_t>(2 * n * hidden) * dtype_size(weight_dtype_));
-      place(*w13, 0, prefix + "gate_proj.weight", {inter, hidden}, {cols.begin, cols.end}, Slice::all(), false);
-      place(*w13, n * hidden, prefix + "up_proj.weight", {inter, hidden}, {cols.begin, cols.end}, Slice::all(), false);
-      out_.bytes += 2 * n * hidden * static_cast<int64_t>(dtype_size(weight_dtype_));
+      const int64_t half = n * hidden * static_cast<int64_t>(dtype_size(weight_dtype_));
+      out_.bytes += 2 * half;
+      const Slice rows{cols.begin, cols.end};
+      const Placement gate = rect_of(prefix + "gate_proj.weight", {inter, hidden}, rows, Slice::all(), false);
+      const Placement up = rect_of(prefix + "up_proj.weight", {inter, hidden}, rows, Slice::all(), false);
+      if (BufferPtr view = view_of_resident(2 * half, {{gate, 0}, {up, half}})) return {std::move(view), layout};
+      BufferPtr w13 = buffer_filled_in_full(2 * half);
+      place(*w13, 0, prefix + "gate_proj.weight", {inter, hidden}, rows, Slice::all(), false);
+      place(*w13, n * hidden, prefix + "up_proj.weight", {inter, hidden}, rows, Slice::all(), false);
       return {std::move(w13), layout};
     }
     MS_CHECK(layout.quant != ops::WeightQuant::fp8_block || n % layout.block_n == 0,

@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ops/ops.h"
 #include "parallel/plan.h"
 
 namespace moeserve {
@@ -32,6 +33,7 @@ struct Placement {
   int64_t row_bytes = 0;  // of the full matrix: tells a bf16 copy from an fp32 one of the same tensor
   std::byte* data = nullptr;
   int rank = 0;
+  ops::Buffer* buffer = nullptr;  // the backend buffer `data` lies in (a re-plan may view it instead of copying)
 };
 
 // Every rectangle one rank holds.
@@ -77,6 +79,9 @@ struct ReshardStats {
   int64_t moves = 0;
   int64_t local_bytes = 0;  // from the same rank's old shard
   int64_t peer_bytes = 0;   // from another rank's
+  int64_t views = 0;        // buffers that view an old shard's bytes instead of copying them
+  int64_t viewed_bytes = 0;
+  int64_t reused_cache_bytes = 0;  // KV cache buffers taken over from the old engine
 };
 
 }  // namespace moeserve

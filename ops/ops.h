@@ -313,6 +313,14 @@ class Backend {
   virtual DType activation_dtype() const = 0;
 
   virtual BufferPtr alloc(size_t nbytes) = 0;
+  // A buffer whose bytes the caller writes in full before anything reads them (a re-plan's
+  // copies): backends may skip zeroing it.
+  virtual BufferPtr alloc_for_overwrite(size_t nbytes) { return alloc(nbytes); }
+  // A buffer over bytes [offset, offset + nbytes) of `src` (a buffer of this backend or of
+  // another rank's in the same address space) that keeps them alive after `src` is freed: a
+  // re-plan's new shard viewing bytes an old shard holds instead of copying them. Null where
+  // the backend cannot alias (device memory of another GPU: the bytes are copied).
+  virtual BufferPtr alias(Buffer& /*src*/, size_t /*offset*/, size_t /*nbytes*/) { return nullptr; }
   // Copies between host memory and a buffer (offsets in bytes).
   virtual void upload(Buffer& dst, size_t offset, const void* src, size_t nbytes) = 0;
   virtual void download(void* dst, const Buffer& src, size_t offset, size_t nbytes) = 0;

@@ -194,10 +194,10 @@ void Engine::Impl::quiesce(const char* what) {
 
 Engine::Engine(const ModelSource& model, EngineOptions options)
     : config_(model.config), model_name_(model.spec), options_(std::move(options)), impl_(std::make_unique<Impl>()) {
-  build(model, nullptr);
+  build(model, nullptr, false);
 }
 
-Engine::Engine(const ModelSource& model, EngineOptions options, Engine& reshard_from)
+Engine::Engine(const ModelSource& model, EngineOptions options, Engine& reshard_from, bool take_caches)
     : config_(model.config), model_name_(model.spec), options_(std::move(options)), impl_(std::make_unique<Impl>()) {
   MS_CHECK(reshard_from.model_name_ == model_name_,
            "re-plan from resident weights: the engine holds model '{}', not '{}'", reshard_from.model_name_,
@@ -207,20 +207,28 @@ Engine::Engine(const ModelSource& model, EngineOptions options, Engine& reshard_
            reshard_from.options_.backend, options_.backend);
   MS_CHECK(options_.backend != "cuda",
            "re-plan from resident weights: copies between GPU ranks (cudaMemcpyPeer / NCCL) are not implemented yet");
-  build(model, &reshard_from);
+  build(model, &reshard_from, take_caches);
 }
 
-ResidentWeights Engine::resident_weights() {
+ResidentWeights Engine::resident_weights(bool give_caches) {
   impl_->quiesce("re-plan from resident weights");
   static InProcessMover mover;  // stateless: CPU ranks share one address space
   ResidentWeights out{.ranks = {},
                       .mover = &mover,
-                      .describe = fmt::format("model '{}' under plan '{}'", model_name_, options_.plan.name)};
+                      .describe = fmt::format("model '{}' under plan '{}'", model_name_, options_.plan.name),
+                      .one_address_space = true,
+                      .spare = nullptr};
   for (const Rank& rank : impl_->ranks) out.ranks.push_back(&rank.model->weight_index());
+  if (give_caches) {
+    out.spare = std::make_shared<SpareBuffers>();
+    for (Rank& rank : impl_->ranks)
+      for (ops::BufferPtr& b : rank.model->release_kv_caches()) out.spare->give(std::move(b));
+    impl_->failure = "its KV caches were handed to a re-plan's engine";
+  }
   return out;
 }
 
-void Engine::build(const ModelSource& model, Engine* reshard_from) {
+void Engine::build(const ModelSource& model, Engine* reshard_from, bool take_caches) {
   const parallel::ParallelPlan& plan = options_.plan;
   MS_CHECK(options_.page_size > 0 && options_.num_pages > 0, "page size and page count must be positive");
   MS_CHECK(options_.pp_max_micro_batch_size >= 0 && options_.pp_async_batch_depth >= 0,
@@ -231,7 +239,7 @@ void Engine::build(const ModelSource& model, Engine* reshard_from) {
   MS_CHECK(!cluster || !reshard_from, "a re-plan from resident weights across processes is not implemented");
   const std::vector<int> local = cluster ? cluster->local_ranks() : all_ranks(plan.world());
   std::optional<ResidentWeights> resident;
-  if (reshard_from) resident = reshard_from->resident_weights();
+  if (reshard_from) resident = reshard_from->resident_weights(take_caches);
   impl_->ranks.resize(local.size());
   for (size_t i = 0; i < local.size(); ++i) {
     Rank& rank = impl_->ranks[i];

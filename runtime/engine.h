@@ -75,8 +75,10 @@ class Engine {
   // ranks hold (model/resident_weights.h) instead of read from the model's source; the two
   // engines exist together while it loads (reshard_fit() says whether they fit). Throws,
   // before anything loads, when the model or backend differ or the backend cannot copy
-  // between ranks in place yet (GPU ranks).
-  Engine(const ModelSource& model, EngineOptions options, Engine& reshard_from);
+  // between ranks in place yet (GPU ranks). With `take_caches` (a re-plan that discards
+  // reshard_from), the new ranks also take over reshard_from's KV cache buffers of their size
+  // instead of allocating them, and reshard_from runs no step after.
+  Engine(const ModelSource& model, EngineOptions options, Engine& reshard_from, bool take_caches = false);
   ~Engine();
 
   const ModelConfig& config() const { return config_; }
@@ -126,8 +128,9 @@ class Engine {
  private:
   struct Impl;
   // What this engine's ranks hold, for the next plan's engine to copy from (no step in flight).
-  ResidentWeights resident_weights();
-  void build(const ModelSource& model, Engine* reshard_from);
+  // With give_caches, hands its KV cache buffers over too and refuses steps from then on.
+  ResidentWeights resident_weights(bool give_caches);
+  void build(const ModelSource& model, Engine* reshard_from, bool take_caches);
   void build_comms(bool on_gpus);
   ModelConfig config_;
   std::string model_name_;

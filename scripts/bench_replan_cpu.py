@@ -3,19 +3,24 @@
 
 Writes a DeepSeek-V3-shaped bf16 checkpoint of about 1 GB (random weights, the default model's
 tokenizer) to DIR (default /tmp/moeserve_replan_ckpt, reused when present), then for every
-plan P of --plans: starts `moeserve serve --model DIR --plan P` and times it to ready (the
-cold start: process start to /health answering, and the load GB/s the server prints), and
-on one server started on the first plan re-plans through the others and back
-(POST /admin/replan), printing each re-plan's phases and its time to ready over the cold
-start's of the same plan.
+plan P of --plans starts `moeserve serve --model DIR --plan P` --repeat times and times it to
+ready (the cold start: process start to /health answering, and the load GB/s the server
+prints); then on one server started on the first plan walks every ordered pair of plans
+--repeat times (an Eulerian circuit of the pairs: each re-plan starts from the previous one's
+plan) with POST /admin/replan, and prints each pair's median time to ready (with its spread
+and phases) over the median cold start of the target plan. The load average is printed
+before and after: on a shared machine the figures mean something only when it is low.
 
   python3 scripts/bench_replan_cpu.py --moeserve build/bin/moeserve [--dir DIR] [--plans tp2,ep2,pp2,ep2-dp]
+      [--repeat 3] [--skip-warmup] [--json OUT.json]
 """
 import argparse
 import json
+import os
 import pathlib
 import re
 import shutil
+import statistics
 import struct
 import subprocess
 import sys
@@ -138,13 +143,80 @@ class Server:
         self.proc.wait(timeout=60)
 
 
+def pair_circuit(plans):
+    """Every ordered pair of distinct plans once, as one walk from plans[0] (Hierholzer)."""
+    out_edges = {p: [q for q in plans if q != p] for p in plans}
+    stack, walk = [plans[0]], []
+    while stack:
+        if out_edges[stack[-1]]:
+            stack.append(out_edges[stack[-1]].pop())
+        else:
+            walk.append(stack.pop())
+    walk.reverse()
+    return list(zip(walk, walk[1:]))
+
+
+def spread(values):
+    return f"{statistics.median(values):.3f} s [{min(values):.3f}, {max(values):.3f}]"
+
+
+def loadavg():
+    return "load average %.2f %.2f %.2f" % os.getloadavg()
+
+
+def cold_starts(args, directory, plans, extra):
+    cold = {}
+    for plan in plans:
+        times, loads = [], []
+        for _ in range(args.repeat):
+            server = Server(args.moeserve, directory, plan, extra)
+            server.stop()
+            times.append(server.ready_s)
+            loads.append(server.load)
+        cold[plan] = statistics.median(times)
+        gbps = statistics.median(g for _, g in loads)
+        print(f"cold start {plan}: ready in {spread(times)} (median of {len(times)}; weights loaded in "
+              f"{spread([s for s, _ in loads])}, {gbps:.2f} GB/s); {loadavg()}", flush=True)
+    return cold
+
+
+def replans(args, directory, plans, extra, cold):
+    server = Server(args.moeserve, directory, plans[0], extra)
+    runs = {}
+    for _ in range(args.repeat):
+        for pair in pair_circuit(plans):
+            r = server.replan(pair[1])
+            assert r["previous_plan"] == pair[0], r
+            runs.setdefault(pair, []).append(r)
+    server.stop()
+    worst, rows = 0.0, []
+    for (a, b), rs in runs.items():
+        ready = [r["time_to_ready_s"] for r in rs]
+        share = statistics.median(ready) / cold[b]
+        worst = max(worst, share)
+        phases = {k: statistics.median(r["phases_s"][k] for r in rs) for k in rs[0]["phases_s"]}
+        detail = {k: statistics.median(r.get("move_detail_s", {}).get(k, 0) for r in rs)
+                  for k in rs[0].get("move_detail_s", {})}
+        moved = rs[0]["moved_bytes"]
+        rows.append({"from": a, "to": b, "ready_s": ready, "share_of_cold": share, "phases_s": phases,
+                     "move_detail_s": detail, "moved_bytes": moved, "weights_from": rs[0]["weights_from"]})
+        text = ", ".join(f"{k} {v:.3f}" for k, v in {**phases, **detail}.items())
+        print(f"re-plan {a} -> {b}: ready in {spread(ready)} ({text}; weights from {rs[0]['weights_from']}: "
+              f"{moved['local'] / 1e9:.2f} GB local + {moved['peer'] / 1e9:.2f} GB peer copied, "
+              f"{moved.get('viewed', 0) / 1e9:.2f} GB viewed, {moved.get('reused_cache', 0) / 1e9:.2f} GB KV cache "
+              f"reused) = {100 * share:.0f}% of {b}'s cold start", flush=True)
+    return worst, rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--moeserve", default=str(ROOT / "build/bin/moeserve"))
     ap.add_argument("--dir", default="/tmp/moeserve_replan_ckpt")
     ap.add_argument("--plans", default="tp2,ep2,pp2,ep2-dp")
+    ap.add_argument("--repeat", type=int, default=3, help="cold starts per plan and re-plans per ordered pair")
     ap.add_argument("--skip-warmup", action="store_true",
                     help="start the servers with --skip-warmup (the cold start is then the load alone)")
+    ap.add_argument("--json", help="write the measurements here")
     args = ap.parse_args()
     directory = pathlib.Path(args.dir)
     if not (directory / "model.safetensors").exists():
@@ -152,28 +224,14 @@ def main():
         write_checkpoint(directory)
         print(f"wrote {directory} in {time.time() - t:.1f} s")
     size = (directory / "model.safetensors").stat().st_size
-    print(f"checkpoint: {size / 1e9:.3f} GB bf16 in {directory}")
+    print(f"checkpoint: {size / 1e9:.3f} GB bf16 in {directory}; {loadavg()}", flush=True)
     plans = args.plans.split(",")
-    cold = {}
     extra = ["--skip-warmup"] if args.skip_warmup else []
-    for plan in plans:
-        server = Server(args.moeserve, directory, plan, extra)
-        server.stop()
-        cold[plan] = server.ready_s
-        load_s, gbps = server.load
-        print(f"cold start {plan}: ready in {server.ready_s:.3f} s (weights loaded in {load_s:.3f} s, {gbps:.2f} GB/s)")
-    server = Server(args.moeserve, directory, plans[0], extra)
-    worst = 0.0
-    for plan in plans[1:] + plans[:1]:
-        r = server.replan(plan)
-        share = r["time_to_ready_s"] / cold[plan]
-        worst = max(worst, share)
-        phases = ", ".join(f"{k} {v:.3f}" for k, v in r["phases_s"].items())
-        print(f"re-plan {r['previous_plan']} -> {r['plan']}: ready in {r['time_to_ready_s']:.3f} s ({phases}; weights "
-              f"from {r['weights_from']}, {r['moved_bytes']['local'] / 1e9:.2f} GB local + "
-              f"{r['moved_bytes']['peer'] / 1e9:.2f} GB peer) = {100 * share:.0f}% of {plan}'s cold start")
-    server.stop()
-    print(f"worst re-plan: {100 * worst:.0f}% of the cold start (bar: 30%)")
+    cold = cold_starts(args, directory, plans, extra)
+    worst, rows = replans(args, directory, plans, extra, cold)
+    print(f"worst re-plan (median): {100 * worst:.0f}% of the cold start (bar: 30%); {loadavg()}")
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps({"cold_start_s": cold, "replans": rows}, indent=1))
     return 0 if worst <= 0.30 else 1
 
 

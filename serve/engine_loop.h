@@ -70,7 +70,11 @@ struct ReplanReport {
   double drain_s = 0, build_s = 0, warmup_s = 0;
   std::string weights_from;     // "resident" (resharded in place) or "source" (checkpoint or generator)
   std::string fallback_reason;  // why not "resident"
-  int64_t moved_local_bytes = 0, moved_peer_bytes = 0;
+  int64_t moved_local_bytes = 0, moved_peer_bytes = 0;  // copied
+  int64_t viewed_bytes = 0;                             // shared with the old shards instead of copied (CPU ranks)
+  int64_t reused_cache_bytes = 0;                       // KV cache buffers taken over from the old engine
+  // Move's parts: the new engine built (weights, caches, workspaces), the old one freed.
+  double move_build_s = 0, move_free_s = 0;
   int64_t requests_waited = 0;    // requests that arrived while switching and waited in the queue
   int64_t requests_carried = 0;   // admitted requests that went on under the new plan
   int64_t tokens_recomputed = 0;  // their prompt and generated tokens, prefilled again under it

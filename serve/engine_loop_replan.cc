@@ -61,12 +61,16 @@ void EngineLoop::install(const ReplanTarget& target, ReplanReport& report) {
       for (const ReshardStats& s : engine->stats().reshard) {
         report.moved_local_bytes += s.local_bytes;
         report.moved_peer_bytes += s.peer_bytes;
+        report.viewed_bytes += s.viewed_bytes;
+        report.reused_cache_bytes += s.reused_cache_bytes;
       }
     } catch (const std::exception& e) {
       report.fallback_reason = e.what();
     }
   }
+  const auto free_start = Clock::now();
   owned_engine_.reset();  // free it first otherwise: on GPUs both would not fit
+  report.move_free_s = seconds_between(free_start, Clock::now());
   if (!engine) {
     report.weights_from = "source";
     engine = target.build_engine();
@@ -74,6 +78,7 @@ void EngineLoop::install(const ReplanTarget& target, ReplanReport& report) {
   MS_CHECK(engine != nullptr, "replan: building the engine for plan '{}' gave nothing", target.plan_name);
   const auto graphs_start = Clock::now();
   report.move_s = seconds_between(move_start, graphs_start);
+  report.move_build_s = report.move_s - report.move_free_s;
   std::unique_ptr<runtime::StepLoop> loop = make_loop(*engine, target.scheduler, /*warm=*/false);
   report.graphs_s = seconds_between(graphs_start, Clock::now());
   owned_engine_ = std::move(engine);

@@ -2,8 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <new>
 #include <numeric>
 #include <vector>
 
@@ -19,14 +23,26 @@ namespace {
 
 using namespace moeserve::ops;
 
+// Host memory, 64-byte aligned: a whole allocation, or a view of part of another one's (a
+// re-plan's alias) that shares its ownership. Zeroed up front (as Tensor is).
 class HostBuffer final : public Buffer {
  public:
-  explicit HostBuffer(size_t nbytes) : storage_(DType::U8, {static_cast<int64_t>(nbytes)}), nbytes_(nbytes) {}
-  void* data() override { return storage_.raw(); }
+  HostBuffer(size_t nbytes, bool zeroed) : nbytes_(nbytes) {
+    const size_t padded = (std::max<size_t>(nbytes, 1) + 63) / 64 * 64 + 64;
+    void* raw = std::malloc(padded);
+    if (raw == nullptr) throw std::bad_alloc();
+    if (zeroed) std::memset(raw, 0, padded);
+    auto* aligned = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(raw) + 63) & ~uintptr_t{63});
+    storage_ = std::shared_ptr<std::byte>(aligned, [raw](std::byte*) { std::free(raw); });
+  }
+  HostBuffer(const HostBuffer& of, size_t offset, size_t nbytes)
+      : storage_(of.storage_), offset_(of.offset_ + offset), nbytes_(nbytes) {}
+  void* data() override { return storage_.get() + offset_; }
   size_t nbytes() const override { return nbytes_; }
 
  private:
-  Tensor storage_;
+  std::shared_ptr<std::byte> storage_;
+  size_t offset_ = 0;
   size_t nbytes_;
 };
 
@@ -67,7 +83,16 @@ class CpuBackend final : public Backend {
   std::string name() const override { return bf16_ ? "cpu-bf16" : "cpu"; }
   DType activation_dtype() const override { return DType::F32; }
 
-  BufferPtr alloc(size_t nbytes) override { return std::make_unique<HostBuffer>(nbytes); }
+  BufferPtr alloc(size_t nbytes) override { return std::make_unique<HostBuffer>(nbytes, /*zeroed=*/true); }
+  BufferPtr alloc_for_overwrite(size_t nbytes) override {
+    return std::make_unique<HostBuffer>(nbytes, /*zeroed=*/false);
+  }
+  // Views start 64-byte aligned, as allocations do (the kernels' vector loads may assume it).
+  BufferPtr alias(Buffer& src, size_t offset, size_t nbytes) override {
+    const auto* host = dynamic_cast<const HostBuffer*>(&src);
+    if (host == nullptr || offset % 64 != 0 || offset + nbytes > src.nbytes()) return nullptr;
+    return std::make_unique<HostBuffer>(*host, offset, nbytes);
+  }
   void upload(Buffer& dst, size_t offset, const void* src, size_t nbytes) override {
     MS_CHECK(offset + nbytes <= dst.nbytes(), "upload of {} bytes at {} overruns a {}-byte buffer", nbytes, offset,
              dst.nbytes());

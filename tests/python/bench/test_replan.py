@@ -75,6 +75,11 @@ def test_replan_twice_under_load_loses_nothing_and_changes_no_output(tmp_path):
         assert r["weights_from"] == "resident", r
         assert set(r["phases_s"]) == {"pause", "move", "graphs", "resume"}, r
         assert abs(sum(r["phases_s"].values()) - r["time_to_ready_s"]) < 1e-3, r
+        assert abs(sum(r["move_detail_s"].values()) - r["phases_s"]["move"]) < 1e-3, r
+        # single -> tp2 -> ep2 keeps the KV cache's size per rank: the old engine's is taken over;
+        # some shard bytes are copied (the split changes) and some viewed (replicated tensors).
+        moved = r["moved_bytes"]
+        assert moved["reused_cache"] > 0 and moved["viewed"] > 0 and moved["local"] + moved["peer"] > 0, r
 
     disturbed = load_run(tmp_path / "disturbed.jsonl")
     assert disturbed["completed"] == 300 and disturbed["failed"] == 0
