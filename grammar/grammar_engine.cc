@@ -58,8 +58,11 @@ std::string with_bounded_strings(const std::string& schema) {
 }
 
 xgrammar::TokenizerInfo tokenizer_info(const GrammarVocabulary& v) {
-  // RAW: the strings are already each id's bytes; "" marks an id no grammar may produce.
-  return xgrammar::TokenizerInfo(v.token_bytes, xgrammar::VocabType::RAW, static_cast<int>(v.vocab_size),
+  // RAW: the strings are already each id's bytes; "" marks an id no grammar may produce. The
+  // tokenizer's ids only: xgrammar clears every id it cannot match one by one on each mask it
+  // fills, and a model's padding (163840 ids over a 256-id byte tokenizer) made that the
+  // mask's main cost; the matcher clears the padding's words itself.
+  return xgrammar::TokenizerInfo(v.token_bytes, xgrammar::VocabType::RAW, static_cast<int>(v.token_bytes.size()),
                                  std::vector<int32_t>(v.stop_ids.begin(), v.stop_ids.end()));
 }
 
@@ -71,20 +74,12 @@ struct GrammarEngine::Impl {
   std::mutex mutex;
   std::map<std::pair<GrammarKind, std::string>, xgrammar::CompiledGrammar> cache;  // by (kind, text and strict)
 
-  std::shared_ptr<const std::vector<uint8_t>> matchable;  // see MatcherParams
+  std::shared_ptr<const VocabTables> tables;  // see MatcherParams
 
   explicit Impl(GrammarVocabulary v)
       : vocabulary(std::move(v)),
         compiler(tokenizer_info(vocabulary), /*max_threads=*/1, /*cache_enabled=*/false),
-        matchable(matchable_ids(vocabulary)) {}
-
-  static std::shared_ptr<const std::vector<uint8_t>> matchable_ids(const GrammarVocabulary& v) {
-    auto ids = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(v.vocab_size), 0);
-    for (size_t id = 0; id < v.token_bytes.size(); ++id) (*ids)[id] = !v.token_bytes[id].empty();
-    for (int32_t id : v.stop_ids)
-      if (id >= 0 && id < v.vocab_size) (*ids)[static_cast<size_t>(id)] = 1;
-    return ids;
-  }
+        tables(std::make_shared<VocabTables>(vocabulary.token_bytes, vocabulary.stop_ids, vocabulary.vocab_size)) {}
 
   xgrammar::CompiledGrammar build(const GrammarSpec& spec) {
     switch (spec.kind) {
@@ -130,8 +125,7 @@ void GrammarEngine::compile(const GrammarSpec& spec) { impl_->get(spec); }
 
 std::unique_ptr<TokenConstraint> GrammarEngine::matcher(const GrammarSpec& spec, const std::vector<int32_t>& stop_ids) {
   const xgrammar::CompiledGrammar compiled = impl_->get(spec);
-  return make_matcher(
-      {compiled, stop_ids.empty() ? impl_->vocabulary.stop_ids : stop_ids, vocab_size(), impl_->matchable});
+  return make_matcher({compiled, stop_ids.empty() ? impl_->vocabulary.stop_ids : stop_ids, impl_->tables});
 }
 
 int64_t GrammarEngine::vocab_size() const { return impl_->vocabulary.vocab_size; }
