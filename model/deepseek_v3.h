@@ -101,7 +101,8 @@ class DeepseekV3 {
   // [parts, logit_rows, vocab_part] on the device, and `sampler`'s device part for batch.draw
   // (sample::Sampler::reduce) inside the same step (and graph); it returns where the logits
   // and what the sampler reduced them to lie, for Sampler::finish. Earlier stages wait for the
-  // step and return nothing (`sampler` may be null there). One sampler per rank: a captured
+  // step and return nothing (`sampler` may be null there). A constrained batch's token bitmask
+  // is waited for after the head was enqueued (step/token_bitmask.h). One sampler per rank: a captured
   // graph replays the sampler's collectives of its capture.
   sample::SamplerBuffers forward(const ForwardBatch& batch, sample::Sampler* sampler);
   // What a sampler of this rank's logits needs: the backend, the vocab split, its attn_tp group.
@@ -137,9 +138,14 @@ class DeepseekV3 {
     comm::Communicator* group;
     const char* site;
   };
-  // The device work of a step: embedding (first stage), layers, and (last stage) the head and
-  // the device part of the draw.
-  void run(Activations& a, const ForwardBatch& batch, sample::Sampler* sampler);
+  // The device work of a step: embedding (first stage), layers, (last stage) the head; then
+  // draw(): the token bitmask (a constrained batch) and the device part of the draw.
+  void run(Activations& a, const ForwardBatch& batch);
+  void draw(Activations& a, const ForwardBatch& batch, sample::Sampler* sampler);
+  // Both, captured or replayed as graphs for decode-shaped steps. A constrained batch's
+  // token bitmask is filled by the step loop while the forward runs: its step is two graphs,
+  // the forward to the logits, then (the bitmask waited for and uploaded) the draw.
+  void run_step(Activations& a, const ForwardBatch& batch, sample::Sampler* sampler, bool graphed);
   void embed(Activations& a);
   BranchSum attention(const LayerWeights& layer, ops::Buffer& cache, Activations& a, int64_t max_pages_per_seq);
   // One decoder layer: normed = input_norm(hidden) is ready; leaves hidden += attention + MLP

@@ -188,10 +188,16 @@ Activations& Workspace::prepare(const ForwardBatch& batch) {
   if (a.mtp_ids) put(a.mtp_ids, batch.mtp_tokens);
   if (batch.draw == DrawKind::kCandidates && dims_.shard.last_stage && !batch.temperatures.empty())
     backend_.upload(*a.temperatures, 0, batch.temperatures.data(), batch.temperatures.size() * 4);
-  if (dims_.shard.last_stage && !batch.token_bitmask.empty())
-    backend_.upload(*a.token_bitmask, 0, batch.token_bitmask.data(), batch.token_bitmask.size() * 4);
   upload_logit_adjust(a, batch);
   return a;
+}
+
+void Workspace::upload_token_bitmask(Activations& a, const TokenBitmask& mask) {
+  MS_CHECK(dims_.shard.last_stage, "workspace: a token bitmask uploaded on a stage without the LM head");
+  const std::span<const int32_t> words = mask.wait();
+  // Through the backend's pinned staging (asynchronous, in stream order): the forward to the
+  // logits may still be running on the device.
+  backend_.upload(*a.token_bitmask, 0, words.data(), words.size() * 4);
 }
 
 void Workspace::upload_logit_adjust(Activations& a, const ForwardBatch& batch) {
