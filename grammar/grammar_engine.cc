@@ -90,8 +90,8 @@ struct GrammarEngine::Impl {
       case GrammarKind::kJsonSchema:
         return compiler.CompileJSONSchema(with_bounded_strings(spec.text), /*any_whitespace=*/true, std::nullopt,
                                           std::nullopt, spec.strict, kMaxWhitespace);
-      case GrammarKind::kStructuralTag:
-        return compiler.CompileStructuralTag(spec.text);
+      case GrammarKind::kStructuralTag:  // its json_schema parts (tool calls' arguments) as above
+        return compiler.CompileStructuralTag(with_bounded_strings(spec.text));
       case GrammarKind::kEbnf:
         return compiler.CompileGrammar(spec.text, "root");
     }

@@ -20,28 +20,27 @@ Utf8State at_boundary(uint8_t b) {
   return Utf8State::kInvalid;  // 80..C1 and F5..FF never start a character
 }
 
+// Inside a character: the range its next byte must fall in, and the state after it.
+struct Tail {
+  uint8_t lo, hi;
+  Utf8State next;
+};
+constexpr Tail kTails[kUtf8States] = {
+    {0, 0, Utf8State::kInvalid},         // kBoundary: at_boundary()
+    {0x80, 0xBF, Utf8State::kBoundary},  // kTail1
+    {0x80, 0xBF, Utf8State::kTail1},     // kTail2
+    {0x80, 0xBF, Utf8State::kTail2},     // kTail3
+    {0xA0, 0xBF, Utf8State::kTail1},     // kE0
+    {0x80, 0x9F, Utf8State::kTail1},     // kED
+    {0x90, 0xBF, Utf8State::kTail2},     // kF0
+    {0x80, 0x8F, Utf8State::kTail2},     // kF4
+};
+
 Utf8State step(Utf8State state, uint8_t b) {
-  switch (state) {
-    case Utf8State::kBoundary:
-      return at_boundary(b);
-    case Utf8State::kTail1:
-      return in(b, 0x80, 0xBF) ? Utf8State::kBoundary : Utf8State::kInvalid;
-    case Utf8State::kTail2:
-      return in(b, 0x80, 0xBF) ? Utf8State::kTail1 : Utf8State::kInvalid;
-    case Utf8State::kTail3:
-      return in(b, 0x80, 0xBF) ? Utf8State::kTail2 : Utf8State::kInvalid;
-    case Utf8State::kE0:
-      return in(b, 0xA0, 0xBF) ? Utf8State::kTail1 : Utf8State::kInvalid;
-    case Utf8State::kED:
-      return in(b, 0x80, 0x9F) ? Utf8State::kTail1 : Utf8State::kInvalid;
-    case Utf8State::kF0:
-      return in(b, 0x90, 0xBF) ? Utf8State::kTail2 : Utf8State::kInvalid;
-    case Utf8State::kF4:
-      return in(b, 0x80, 0x8F) ? Utf8State::kTail2 : Utf8State::kInvalid;
-    case Utf8State::kInvalid:
-      return Utf8State::kInvalid;
-  }
-  return Utf8State::kInvalid;
+  if (state == Utf8State::kBoundary) return at_boundary(b);
+  if (state == Utf8State::kInvalid) return Utf8State::kInvalid;
+  const Tail& tail = kTails[static_cast<int>(state)];
+  return in(b, tail.lo, tail.hi) ? tail.next : Utf8State::kInvalid;
 }
 
 }  // namespace
