@@ -29,6 +29,8 @@ const char* kind_name(GrammarKind kind) {
       return "structural_tag";
     case GrammarKind::kEbnf:
       return "ebnf";
+    case GrammarKind::kToolCall:
+      return "tool_call";
   }
   return "?";
 }
@@ -55,6 +57,35 @@ std::string with_bounded_strings(const std::string& schema) {
   if (parsed.is_discarded()) return schema;  // xgrammar names the error
   bound_strings(parsed);
   return parsed.dump();
+}
+
+// `text` as an EBNF string literal (UTF-8 passes as it is).
+std::string ebnf_literal(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+// A tool call's structural tag as one grammar. xgrammar's own structural tags let their JSON
+// take any run of whitespace, which a small model fills until max_tokens.
+xgrammar::Grammar tool_call_tree(const nlohmann::json& node) {
+  const std::string type = node.value("type", "");
+  if (type == "const_string") return xgrammar::Grammar::FromEBNF("root ::= " + ebnf_literal(node.at("value")));
+  if (type == "json_schema")
+    return xgrammar::Grammar::FromJSONSchema(with_bounded_strings(node.at("json_schema").dump()),
+                                             /*any_whitespace=*/true, std::nullopt, std::nullopt, /*strict_mode=*/true,
+                                             kMaxWhitespace);
+  MS_CHECK(type == "sequence" || type == "or", "tool_call: unexpected element type \"{}\"", type);
+  std::vector<xgrammar::Grammar> parts;
+  for (const nlohmann::json& element : node.at("elements")) parts.push_back(tool_call_tree(element));
+  return type == "sequence" ? xgrammar::Grammar::Concat(parts) : xgrammar::Grammar::Union(parts);
 }
 
 xgrammar::TokenizerInfo tokenizer_info(const GrammarVocabulary& v) {
@@ -90,8 +121,10 @@ struct GrammarEngine::Impl {
       case GrammarKind::kJsonSchema:
         return compiler.CompileJSONSchema(with_bounded_strings(spec.text), /*any_whitespace=*/true, std::nullopt,
                                           std::nullopt, spec.strict, kMaxWhitespace);
-      case GrammarKind::kStructuralTag:  // its json_schema parts (tool calls' arguments) as above
+      case GrammarKind::kStructuralTag:  // its json_schema parts as above
         return compiler.CompileStructuralTag(with_bounded_strings(spec.text));
+      case GrammarKind::kToolCall:
+        return compiler.CompileGrammar(tool_call_tree(nlohmann::json::parse(spec.text).at("format")));
       case GrammarKind::kEbnf:
         return compiler.CompileGrammar(spec.text, "root");
     }

@@ -96,7 +96,7 @@ GrammarSpec tool_call_grammar(const ToolCallGrammarParams& p) {
       format->section_begin.empty()
           ? call
           : sequence(Json::array({const_string(format->section_begin), call, const_string(format->section_end)}));
-  return {GrammarKind::kStructuralTag, Json{{"type", "structural_tag"}, {"format", root}}.dump(), true};
+  return {GrammarKind::kToolCall, Json{{"type", "structural_tag"}, {"format", root}}.dump(), true};
 }
 
 }  // namespace moeserve::grammar

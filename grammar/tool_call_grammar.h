@@ -23,8 +23,8 @@ struct ToolCallGrammarParams {
   const nlohmann::json& choice;  // the request's "tool_choice": "required" or {"type": "function", ...}
 };
 
-// A structural-tag spec for GrammarEngine. Throws Error naming the field: an unknown format, a
-// choice that constrains nothing ("auto", "none"), a named tool not in `tools`, no tools.
+// A kToolCall spec for GrammarEngine (an xgrammar structural tag in shape). Throws Error naming the field: an unknown
+// format, a choice that constrains nothing ("auto", "none"), a named tool not in `tools`, no tools.
 GrammarSpec tool_call_grammar(const ToolCallGrammarParams& params);
 
 }  // namespace moeserve::grammar

@@ -121,6 +121,8 @@ class Workspace {
   // their count, uploaded with it; grown on demand (dropping the graphs that point at them).
   ops::BufferPtr adjust_entries_, adjust_count_;
   int64_t adjust_capacity_ = 0;
+  double mask_wait_ms_ = 0, mask_upload_ms_ = 0;  // upload_token_bitmask's timing (MOESERVE_GRAMMAR_TIMING)
+  int64_t masks_uploaded_ = 0;
   void upload_logit_adjust(Activations& a, const ForwardBatch& batch);
 };
 

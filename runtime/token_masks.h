@@ -53,8 +53,8 @@ void fill_token_masks(sched::ScheduledStep& step, const ConstraintOf& constraint
 // How many of `drafts` the constraint accepts in a row (its state unchanged on return).
 size_t allowed_drafts(TokenConstraint& constraint, std::span<const int32_t> drafts);
 
-// Every token through its request's constraint (null: unconstrained or terminated: skipped),
-// the requests at once on the thread pool (each matcher is its own request's).
+// Every token through its request's constraint (null: unconstrained; terminated: skipped), a
+// request's in order, the requests at once on the thread pool (each matcher is its own).
 struct ConstrainedToken {
   TokenConstraint* constraint;
   int32_t token;

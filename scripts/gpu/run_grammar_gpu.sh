@@ -7,13 +7,15 @@
 # request is drawn under its grammar's mask. scripts/gpu/serve_load.py then reads the server's
 # decode step time and host time per step for each mode, and structured_output_check.py checks
 # that 32 random-model outputs under a bounded schema parse and validate (the UTF-8 case).
+# Run one: about 2 minutes on one H200.
 # Usage: scripts/gpu/run_grammar_gpu.sh BIN_DIR OUT [MODEL]
 set -uo pipefail
 bin=${1:?moeserve dir}; out=${2:?out dir}; model=${3:-synthetic:kimi-k2.6:layers=3}
 here=$(cd "$(dirname "$0")" && pwd)  # serve_load.py and structured_output_check.py sit beside it
 mkdir -p "$out"
 port=30412
-"$bin/moeserve" serve --model "$model" --backend cuda --max-running-requests 64 --context-length 1024 \
+# MOESERVE_GRAMMAR_TIMING: the mask fill's time and the last stage's wait for the masks, in server.txt.
+MOESERVE_GRAMMAR_TIMING=2000 "$bin/moeserve" serve --model "$model" --backend cuda --max-running-requests 64 --context-length 1024 \
   --port $port > "$out/server.txt" 2>&1 &
 server=$!
 for _ in $(seq 1 240); do
@@ -43,3 +45,4 @@ python3 "$here/structured_output_check.py" --port $port > "$out/check.txt" 2>&1
 echo "parse check rc=$? $(tail -n 1 "$out/check.txt")" | tee -a "$out/summary.txt"
 kill -TERM $server; wait $server
 echo "server exit $?" | tee -a "$out/summary.txt"
+grep "grammar timing" "$out/server.txt" | tail -n 4 | tee -a "$out/summary.txt"

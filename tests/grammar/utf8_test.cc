@@ -15,19 +15,32 @@ namespace moeserve::grammar {
 namespace {
 
 // The oracle: decode by bit patterns, then check the code point (not the byte ranges).
+int sequence_length(uint8_t lead) {
+  if (lead < 0x80) return 1;
+  if ((lead >> 5) == 0x6) return 2;
+  if ((lead >> 4) == 0xE) return 3;
+  return (lead >> 3) == 0x1E ? 4 : 0;
+}
+
+// The code point of the n-byte sequence at s[i] (-1: a byte is not a continuation).
+int64_t decode(const std::string& s, size_t i, int n) {
+  const auto lead = static_cast<uint8_t>(s[i]);
+  int64_t cp = n == 1 ? lead : lead & (0x7F >> n);
+  for (int k = 1; k < n; ++k) {
+    const auto c = static_cast<uint8_t>(s[i + static_cast<size_t>(k)]);
+    if ((c & 0xC0) != 0x80) return -1;
+    cp = (cp << 6) | (c & 0x3F);
+  }
+  return cp;
+}
+
 bool valid_utf8(const std::string& s) {
+  constexpr int64_t kShortest[5] = {0, 0, 0x80, 0x800, 0x10000};
   for (size_t i = 0; i < s.size();) {
-    const auto b = static_cast<uint8_t>(s[i]);
-    const int n = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xE ? 3 : (b >> 3) == 0x1E ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    uint32_t cp = n == 1 ? b : b & (0x7F >> n);
-    for (int k = 1; k < n; ++k) {
-      const auto c = static_cast<uint8_t>(s[i + k]);
-      if ((c & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (c & 0x3F);
-    }
-    const uint32_t shortest = n == 1 ? 0 : n == 2 ? 0x80 : n == 3 ? 0x800 : 0x10000;
-    if (cp < shortest || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    const int n = sequence_length(static_cast<uint8_t>(s[i]));
+    if (n == 0 || i + static_cast<size_t>(n) > s.size()) return false;
+    const int64_t cp = decode(s, i, n);
+    if (cp < kShortest[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
     i += static_cast<size_t>(n);
   }
   return true;
