@@ -15,7 +15,7 @@ here=$(cd "$(dirname "$0")" && pwd)  # serve_load.py and structured_output_check
 mkdir -p "$out"
 port=30412
 # MOESERVE_GRAMMAR_TIMING: the mask fill's time and the last stage's wait for the masks, in server.txt.
-MOESERVE_GRAMMAR_TIMING=2000 "$bin/moeserve" serve --model "$model" --backend cuda --max-running-requests 64 --context-length 1024 \
+MOESERVE_GRAMMAR_TIMING=200 "$bin/moeserve" serve --model "$model" --backend cuda --max-running-requests 64 --context-length 1024 \
   --port $port > "$out/server.txt" 2>&1 &
 server=$!
 for _ in $(seq 1 240); do
