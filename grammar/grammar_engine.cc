@@ -29,6 +29,8 @@ const char* kind_name(GrammarKind kind) {
       return "structural_tag";
     case GrammarKind::kEbnf:
       return "ebnf";
+    case GrammarKind::kToolCall:
+      return "tool_call";
   }
   return "?";
 }
@@ -57,9 +59,41 @@ std::string with_bounded_strings(const std::string& schema) {
   return parsed.dump();
 }
 
+// `text` as an EBNF string literal (UTF-8 passes as it is).
+std::string ebnf_literal(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+// A tool call's structural tag as one grammar. xgrammar's own structural tags let their JSON
+// take any run of whitespace, which a small model fills until max_tokens.
+xgrammar::Grammar tool_call_tree(const nlohmann::json& node) {
+  const std::string type = node.value("type", "");
+  if (type == "const_string") return xgrammar::Grammar::FromEBNF("root ::= " + ebnf_literal(node.at("value")));
+  if (type == "json_schema")
+    return xgrammar::Grammar::FromJSONSchema(with_bounded_strings(node.at("json_schema").dump()),
+                                             /*any_whitespace=*/true, std::nullopt, std::nullopt, /*strict_mode=*/true,
+                                             kMaxWhitespace);
+  MS_CHECK(type == "sequence" || type == "or", "tool_call: unexpected element type \"{}\"", type);
+  std::vector<xgrammar::Grammar> parts;
+  for (const nlohmann::json& element : node.at("elements")) parts.push_back(tool_call_tree(element));
+  return type == "sequence" ? xgrammar::Grammar::Concat(parts) : xgrammar::Grammar::Union(parts);
+}
+
 xgrammar::TokenizerInfo tokenizer_info(const GrammarVocabulary& v) {
-  // RAW: the strings are already each id's bytes; "" marks an id no grammar may produce.
-  return xgrammar::TokenizerInfo(v.token_bytes, xgrammar::VocabType::RAW, static_cast<int>(v.vocab_size),
+  // RAW: the strings are already each id's bytes; "" marks an id no grammar may produce. The
+  // tokenizer's ids only: xgrammar clears every id it cannot match one by one on each mask it
+  // fills, and a model's padding (163840 ids over a 256-id byte tokenizer) made that the
+  // mask's main cost; the matcher clears the padding's words itself.
+  return xgrammar::TokenizerInfo(v.token_bytes, xgrammar::VocabType::RAW, static_cast<int>(v.token_bytes.size()),
                                  std::vector<int32_t>(v.stop_ids.begin(), v.stop_ids.end()));
 }
 
@@ -71,20 +105,12 @@ struct GrammarEngine::Impl {
   std::mutex mutex;
   std::map<std::pair<GrammarKind, std::string>, xgrammar::CompiledGrammar> cache;  // by (kind, text and strict)
 
-  std::shared_ptr<const std::vector<uint8_t>> matchable;  // see MatcherParams
+  std::shared_ptr<const VocabTables> tables;  // see MatcherParams
 
   explicit Impl(GrammarVocabulary v)
       : vocabulary(std::move(v)),
         compiler(tokenizer_info(vocabulary), /*max_threads=*/1, /*cache_enabled=*/false),
-        matchable(matchable_ids(vocabulary)) {}
-
-  static std::shared_ptr<const std::vector<uint8_t>> matchable_ids(const GrammarVocabulary& v) {
-    auto ids = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(v.vocab_size), 0);
-    for (size_t id = 0; id < v.token_bytes.size(); ++id) (*ids)[id] = !v.token_bytes[id].empty();
-    for (int32_t id : v.stop_ids)
-      if (id >= 0 && id < v.vocab_size) (*ids)[static_cast<size_t>(id)] = 1;
-    return ids;
-  }
+        tables(std::make_shared<VocabTables>(vocabulary.token_bytes, vocabulary.stop_ids, vocabulary.vocab_size)) {}
 
   xgrammar::CompiledGrammar build(const GrammarSpec& spec) {
     switch (spec.kind) {
@@ -95,8 +121,10 @@ struct GrammarEngine::Impl {
       case GrammarKind::kJsonSchema:
         return compiler.CompileJSONSchema(with_bounded_strings(spec.text), /*any_whitespace=*/true, std::nullopt,
                                           std::nullopt, spec.strict, kMaxWhitespace);
-      case GrammarKind::kStructuralTag:
-        return compiler.CompileStructuralTag(spec.text);
+      case GrammarKind::kStructuralTag:  // its json_schema parts as above
+        return compiler.CompileStructuralTag(with_bounded_strings(spec.text));
+      case GrammarKind::kToolCall:
+        return compiler.CompileGrammar(tool_call_tree(nlohmann::json::parse(spec.text).at("format")));
       case GrammarKind::kEbnf:
         return compiler.CompileGrammar(spec.text, "root");
     }
@@ -130,8 +158,7 @@ void GrammarEngine::compile(const GrammarSpec& spec) { impl_->get(spec); }
 
 std::unique_ptr<TokenConstraint> GrammarEngine::matcher(const GrammarSpec& spec, const std::vector<int32_t>& stop_ids) {
   const xgrammar::CompiledGrammar compiled = impl_->get(spec);
-  return make_matcher(
-      {compiled, stop_ids.empty() ? impl_->vocabulary.stop_ids : stop_ids, vocab_size(), impl_->matchable});
+  return make_matcher({compiled, stop_ids.empty() ? impl_->vocabulary.stop_ids : stop_ids, impl_->tables});
 }
 
 int64_t GrammarEngine::vocab_size() const { return impl_->vocabulary.vocab_size; }

@@ -22,6 +22,9 @@ enum class GrammarKind {
   kJsonSchema,     // text: a JSON schema (response_format json_schema)
   kStructuralTag,  // text: an xgrammar structural tag (tool_call_grammar.h)
   kEbnf,           // text: an EBNF grammar, root rule "root"
+  // text: a tool call's structural tag (tool_call_grammar.h: sequences and choices of const
+  // strings and JSON schemas), built with the JSON whitespace bounded as for kJsonSchema
+  kToolCall,
 };
 
 struct GrammarSpec {

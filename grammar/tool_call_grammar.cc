@@ -13,16 +13,42 @@ Json const_string(const std::string& value) { return {{"type", "const_string"}, 
 
 Json sequence(Json elements) { return {{"type", "sequence"}, {"elements", std::move(elements)}}; }
 
+// A format's call of NAME: before + arguments + after, inside section_begin ... section_end
+// (empty: no section). The chatout/ parser of the same name reads it back.
+struct CallFormat {
+  std::string section_begin, section_end;
+  std::string (*before)(const std::string& name);
+  std::string after;
+};
+
+const CallFormat* call_format(const std::string& format) {
+  static const CallFormat kimi_k2{
+      "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
+      [](const std::string& name) { return "<|tool_call_begin|>functions." + name + ":0<|tool_call_argument_begin|>"; },
+      "<|tool_call_end|>"};
+  static const CallFormat deepseek_v3{
+      "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>",
+      [](const std::string& name) { return "<｜tool▁call▁begin｜>function<｜tool▁sep｜>" + name + "\n```json\n"; },
+      "\n```<｜tool▁call▁end｜>"};
+  static const CallFormat deepseek_v31{
+      "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>",
+      [](const std::string& name) { return "<｜tool▁call▁begin｜>" + name + "<｜tool▁sep｜>"; }, "<｜tool▁call▁end｜>"};
+  static const CallFormat qwen3{
+      // Hermes style, no section
+      "", "",
+      [](const std::string& name) { return "<tool_call>\n{\"name\": " + Json(name).dump() + ", \"arguments\": "; },
+      "}\n</tool_call>"};
+  if (format == "kimi_k2") return &kimi_k2;
+  if (format == "deepseek_v3") return &deepseek_v3;
+  if (format == "deepseek_v31") return &deepseek_v31;
+  if (format == "qwen3") return &qwen3;
+  return nullptr;
+}
+
 // One call of `name` with `parameters` arguments, in `format`.
-Json one_call(const std::string& format, const std::string& name, const Json& parameters) {
+Json one_call(const CallFormat& format, const std::string& name, const Json& parameters) {
   const Json arguments = {{"type", "json_schema"}, {"json_schema", parameters}};
-  if (format == "kimi_k2")
-    return sequence(
-        Json::array({const_string("<|tool_call_begin|>functions." + name + ":0<|tool_call_argument_begin|>"), arguments,
-                     const_string("<|tool_call_end|>")}));
-  // qwen3 (Hermes style)
-  return sequence(Json::array({const_string("<tool_call>\n{\"name\": " + Json(name).dump() + ", \"arguments\": "),
-                               arguments, const_string("}\n</tool_call>")}));
+  return sequence(Json::array({const_string(format.before(name)), arguments, const_string(format.after)}));
 }
 
 // The "function" object of a tool or a named choice, and its name (Error naming `what`).
@@ -55,18 +81,22 @@ std::vector<const Json*> allowed_tools(const Json& tools, const Json& choice) {
 }  // namespace
 
 GrammarSpec tool_call_grammar(const ToolCallGrammarParams& p) {
-  MS_CHECK(p.format == "kimi_k2" || p.format == "qwen3",
-           "tool_choice: constrained tool calls need the kimi_k2 or qwen3 tool-call format, not \"{}\"", p.format);
+  const CallFormat* format = call_format(p.format);
+  MS_CHECK(format != nullptr,
+           "tool_choice: constrained tool calls need the kimi_k2, deepseek_v3, deepseek_v31 or qwen3 tool-call "
+           "format, not \"{}\"",
+           p.format);
   Json calls = Json::array();
   for (const Json* function : allowed_tools(p.tools, p.choice)) {
     const Json parameters = function->contains("parameters") ? (*function)["parameters"] : Json{{"type", "object"}};
-    calls.push_back(one_call(p.format, (*function)["name"].get<std::string>(), parameters));
+    calls.push_back(one_call(*format, (*function)["name"].get<std::string>(), parameters));
   }
   Json call = calls.size() == 1 ? calls[0] : Json{{"type", "or"}, {"elements", calls}};
-  Json format = p.format == "kimi_k2" ? sequence(Json::array({const_string("<|tool_calls_section_begin|>"), call,
-                                                              const_string("<|tool_calls_section_end|>")}))
-                                      : call;
-  return {GrammarKind::kStructuralTag, Json{{"type", "structural_tag"}, {"format", format}}.dump(), true};
+  Json root =
+      format->section_begin.empty()
+          ? call
+          : sequence(Json::array({const_string(format->section_begin), call, const_string(format->section_end)}));
+  return {GrammarKind::kToolCall, Json{{"type", "structural_tag"}, {"format", root}}.dump(), true};
 }
 
 }  // namespace moeserve::grammar

@@ -11,6 +11,11 @@ std::set<std::string> VocabularyParams::default_text_specials() {
           "<|tool_call_begin|>",
           "<|tool_call_argument_begin|>",
           "<|tool_call_end|>",
+          "<｜tool▁calls▁begin｜>",
+          "<｜tool▁calls▁end｜>",
+          "<｜tool▁call▁begin｜>",
+          "<｜tool▁call▁end｜>",
+          "<｜tool▁sep｜>",
           "<tool_call>",
           "</tool_call>"};
 }

@@ -140,18 +140,7 @@ sample::SamplerBuffers DeepseekV3::forward(const ForwardBatch& batch, sample::Sa
   // graph; MTP steps run eagerly (the graph cache does not key on them).
   bool decode_shaped = rows == T && plan_.attn_dp == 1 && !record_routing_ && batch.mtp_tokens.empty();
   for (int64_t r = 0; decode_shaped && r < rows; ++r) decode_shaped = batch.logit_rows[r] == r;
-  const bool masked = !batch.token_bitmask.empty();
-  auto step = [&] { run(a, batch, sampler); };
-  if (graphs_enabled_ && decode_shaped && backend_.supports_graphs() && T > 0) {
-    graphs_->run({.tokens = T,
-                  .max_pages_per_seq = batch.max_pages_per_seq,
-                  .draw = batch.draw,
-                  .masked = masked,
-                  .logit_adjust = !batch.logit_adjust.empty()},
-                 step);
-  } else {
-    step();
-  }
+  run_step(a, batch, sampler, graphs_enabled_ && decode_shaped && backend_.supports_graphs() && T > 0);
   if (!shard_.last_stage) {
     backend_.synchronize();
     return {};
@@ -159,10 +148,42 @@ sample::SamplerBuffers DeepseekV3::forward(const ForwardBatch& batch, sample::Sa
   return workspace_->sampler_buffers(a);
 }
 
-void DeepseekV3::run(Activations& a, const ForwardBatch& batch, sample::Sampler* sampler) {
+void DeepseekV3::run_step(Activations& a, const ForwardBatch& batch, sample::Sampler* sampler, bool graphed) {
+  GraphCache::Key key{.tokens = a.tokens,
+                      .max_pages_per_seq = batch.max_pages_per_seq,
+                      .draw = batch.draw,
+                      .logit_adjust = !batch.logit_adjust.empty()};
+  auto part = [&](GraphCache::Part p, const std::function<void()>& work) {
+    key.part = p;
+    if (graphed) {
+      graphs_->run(key, work);
+    } else {
+      work();
+    }
+  };
+  if (!shard_.last_stage || !batch.token_bitmask) {
+    part(GraphCache::Part::kWhole, [&] {
+      run(a, batch);
+      draw(a, batch, sampler);
+    });
+    return;
+  }
+  part(GraphCache::Part::kForward, [&] { run(a, batch); });
+  workspace_->upload_token_bitmask(a, *batch.token_bitmask);  // the device runs the forward meanwhile
+  part(GraphCache::Part::kDraw, [&] { draw(a, batch, sampler); });
+}
+
+void DeepseekV3::draw(Activations& a, const ForwardBatch& batch, sample::Sampler* sampler) {
+  if (!shard_.last_stage) return;
+  const auto logit_rows = static_cast<int64_t>(batch.logit_rows.size());
+  if (batch.token_bitmask) sampler->apply_token_bitmask(workspace_->sampler_buffers(a), logit_rows);
+  sampler->reduce(workspace_->sampler_buffers(a), logit_rows, batch.draw);
+}
+
+void DeepseekV3::run(Activations& a, const ForwardBatch& batch) {
   const int64_t T = a.tokens, hidden = config_.hidden_size;
   const std::vector<std::unique_ptr<LayerWeights>>& layers = weights_->layers;
-  if (batch.mtp_draft) return mtp_draft(a, batch, sampler);
+  if (batch.mtp_draft) return mtp_draft(a, batch);
   if (shard_.first_stage) embed(a);
   int64_t moe_layer = 0;
   // normed [T, hidden] = input_norm(hidden) for the first layer; after that, every residual
@@ -180,15 +201,7 @@ void DeepseekV3::run(Activations& a, const ForwardBatch& batch, sample::Sampler*
   const bool mtp_head = !batch.mtp_tokens.empty();
   if (weights_->mtp) store_hidden(a, weights_->final_norm, 0);  // a later draft step's input
   if (mtp_head) mtp(a, batch.max_pages_per_seq, /*normed_ready=*/false);
-  finish_head(a, batch, sampler, mtp_head ? ptr(weights_->mtp->head_norm) : nullptr);
-}
-
-void DeepseekV3::finish_head(Activations& a, const ForwardBatch& batch, sample::Sampler* sampler,
-                             const void* head_norm) {
-  const auto logit_rows = static_cast<int64_t>(batch.logit_rows.size());
-  head_->run(a, logit_rows, head_norm);
-  if (!batch.token_bitmask.empty()) sampler->apply_token_bitmask(workspace_->sampler_buffers(a), logit_rows);
-  sampler->reduce(workspace_->sampler_buffers(a), logit_rows, batch.draw);
+  head_->run(a, static_cast<int64_t>(batch.logit_rows.size()), mtp_head ? ptr(weights_->mtp->head_norm) : nullptr);
 }
 
 void DeepseekV3::decoder_layer(const LayerWeights& layer, ops::Buffer& cache, int64_t moe_layer, Activations& a,

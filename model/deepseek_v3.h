@@ -101,7 +101,8 @@ class DeepseekV3 {
   // [parts, logit_rows, vocab_part] on the device, and `sampler`'s device part for batch.draw
   // (sample::Sampler::reduce) inside the same step (and graph); it returns where the logits
   // and what the sampler reduced them to lie, for Sampler::finish. Earlier stages wait for the
-  // step and return nothing (`sampler` may be null there). One sampler per rank: a captured
+  // step and return nothing (`sampler` may be null there). A constrained batch's token bitmask
+  // is waited for after the head was enqueued (step/token_bitmask.h). One sampler per rank: a captured
   // graph replays the sampler's collectives of its capture.
   sample::SamplerBuffers forward(const ForwardBatch& batch, sample::Sampler* sampler);
   // What a sampler of this rank's logits needs: the backend, the vocab split, its attn_tp group.
@@ -139,9 +140,14 @@ class DeepseekV3 {
     comm::Communicator* group;
     const char* site;
   };
-  // The device work of a step: embedding (first stage), layers, and (last stage) the head and
-  // the device part of the draw.
-  void run(Activations& a, const ForwardBatch& batch, sample::Sampler* sampler);
+  // The device work of a step: embedding (first stage), layers, (last stage) the head; then
+  // draw(): the token bitmask (a constrained batch) and the device part of the draw.
+  void run(Activations& a, const ForwardBatch& batch);
+  void draw(Activations& a, const ForwardBatch& batch, sample::Sampler* sampler);
+  // Both, captured or replayed as graphs for decode-shaped steps. A constrained batch's
+  // token bitmask is filled by the step loop while the forward runs: its step is two graphs,
+  // the forward to the logits, then (the bitmask waited for and uploaded) the draw.
+  void run_step(Activations& a, const ForwardBatch& batch, sample::Sampler* sampler, bool graphed);
   void embed(Activations& a);
   BranchSum attention(const LayerWeights& layer, ops::Buffer& cache, Activations& a, int64_t max_pages_per_seq);
   // One decoder layer: normed = input_norm(hidden) is ready; leaves hidden += attention + MLP
@@ -153,12 +159,9 @@ class DeepseekV3 {
   // normed_ready: a.normed already holds the (normalised) input hidden state (a draft step).
   void mtp(Activations& a, int64_t max_pages_per_seq, bool normed_ready);
   // An MTP draft step (ForwardBatch::mtp_draft): the store's rows through the MTP layer and head.
-  void mtp_draft(Activations& a, const ForwardBatch& batch, sample::Sampler* sampler);
+  void mtp_draft(Activations& a, const ForwardBatch& batch);
   // Hidden store rows [first_row + slot] = norm(a.hidden) per token (ForwardBatch::mtp_hidden_rows).
   void store_hidden(Activations& a, const ops::BufferPtr& norm, int64_t first_row);
-  // The head on the batch's logit rows (normalised with head_norm, null: the final norm), the
-  // grammar masks and the sampler's device part.
-  void finish_head(Activations& a, const ForwardBatch& batch, sample::Sampler* sampler, const void* head_norm);
   void attention_part(const LayerPart& part, int v, ops::Buffer& cache, Activations& a, int64_t max_pages_per_seq);
   BranchSum dense_mlp(const LayerWeights& layer, Activations& a);
   BranchSum moe(const LayerWeights& layer, int64_t moe_layer, Activations& a);

@@ -48,7 +48,7 @@ void DeepseekV3::store_hidden(Activations& a, const ops::BufferPtr& norm, int64_
   backend_.kv_write({ptr(a.normed), static_cast<const int32_t*>(ptr(a.slots)), store, T, hidden});
 }
 
-void DeepseekV3::mtp_draft(Activations& a, const ForwardBatch& batch, sample::Sampler* sampler) {
+void DeepseekV3::mtp_draft(Activations& a, const ForwardBatch& batch) {
   const int64_t T = a.tokens, hidden = config_.hidden_size;
   const MtpWeights& m = *weights_->mtp;
   // normed [T, hidden] = store[mtp_hidden_rows]: the main model's or a previous draft's state.
@@ -56,7 +56,7 @@ void DeepseekV3::mtp_draft(Activations& a, const ForwardBatch& batch, sample::Sa
       {ptr(mtp_hidden_store_), static_cast<const int32_t*>(ptr(a.mtp_rows)), ptr(a.normed), T, hidden});
   mtp(a, batch.max_pages_per_seq, /*normed_ready=*/true);
   store_hidden(a, m.head_norm, cache_shape_.num_pages * cache_shape_.page_size);  // the chain's next input
-  finish_head(a, batch, sampler, ptr(m.head_norm));
+  head_->run(a, static_cast<int64_t>(batch.logit_rows.size()), ptr(m.head_norm));
 }
 
 }  // namespace moeserve

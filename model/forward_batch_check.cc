@@ -39,11 +39,11 @@ void check_head_rows(const ForwardBatch& batch, const BatchLimits& limits) {
     for (float t : batch.temperatures)
       MS_CHECK(std::isfinite(t) && t >= 0.0f, "forward batch: temperature {} is not a finite value >= 0", t);
   }
-  if (!batch.token_bitmask.empty()) {
+  if (batch.token_bitmask) {
     const int64_t words = (limits.config.vocab_size + 31) / 32;
-    MS_CHECK(static_cast<int64_t>(batch.token_bitmask.size()) == rows * words,
-             "forward batch: token_bitmask of {} words for {} logit rows of {} words each", batch.token_bitmask.size(),
-             rows, words);
+    MS_CHECK(batch.token_bitmask->rows() == rows && batch.token_bitmask->words() == words,
+             "forward batch: token_bitmask of [{}, {}] words for {} logit rows of {} words each",
+             batch.token_bitmask->rows(), batch.token_bitmask->words(), rows, words);
   }
   if (batch.draw == DrawKind::kSampled && limits.last_stage) {
     MS_CHECK(static_cast<int64_t>(batch.sampling.size()) == rows,

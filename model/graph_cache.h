@@ -18,11 +18,14 @@ namespace moeserve {
 
 class GraphCache {
  public:
+  // What a graph holds of its step: all of it, or a constrained step's two halves, the forward
+  // to the logits and the draw after the token bitmask (uploaded between the two).
+  enum class Part { kWhole, kForward, kDraw };
   struct Key {
     int64_t tokens = 0, max_pages_per_seq = 0;
     DrawKind draw = DrawKind::kLogits;  // the sampler's device part is captured with the step
-    bool masked = false;                // with the token-bitmask op (structured output)
     bool logit_adjust = false;          // with the logit-adjust op before the draw (or without it)
+    Part part = Part::kWhole;
     auto operator<=>(const Key&) const = default;
   };
 

@@ -1,7 +1,10 @@
 #include "model/workspace.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "model/deepseek_v3.h"
 
@@ -190,10 +193,29 @@ Activations& Workspace::prepare(const ForwardBatch& batch) {
   if (a.mtp_rows) put(a.mtp_rows, batch.mtp_hidden_rows);
   if (batch.draw == DrawKind::kCandidates && dims_.shard.last_stage && !batch.temperatures.empty())
     backend_.upload(*a.temperatures, 0, batch.temperatures.data(), batch.temperatures.size() * 4);
-  if (dims_.shard.last_stage && !batch.token_bitmask.empty())
-    backend_.upload(*a.token_bitmask, 0, batch.token_bitmask.data(), batch.token_bitmask.size() * 4);
   upload_logit_adjust(a, batch);
   return a;
+}
+
+void Workspace::upload_token_bitmask(Activations& a, const TokenBitmask& mask) {
+  MS_CHECK(dims_.shard.last_stage, "workspace: a token bitmask uploaded on a stage without the LM head");
+  const auto start = std::chrono::steady_clock::now();
+  const std::span<const int32_t> words = mask.wait();
+  const auto filled = std::chrono::steady_clock::now();
+  // Through the backend's pinned staging (asynchronous, in stream order): the forward to the
+  // logits may still be running on the device.
+  backend_.upload(*a.token_bitmask, 0, words.data(), words.size() * 4);
+  // MOESERVE_GRAMMAR_TIMING=N: every N masks, how long this rank waited for them and spent
+  // uploading them (is the host's mask filling hidden behind the forward?).
+  static const int every = env_int("MOESERVE_GRAMMAR_TIMING", 0);
+  if (every <= 0) return;
+  using Ms = std::chrono::duration<double, std::milli>;
+  mask_wait_ms_ += Ms(filled - start).count();
+  mask_upload_ms_ += Ms(std::chrono::steady_clock::now() - filled).count();
+  if (++masks_uploaded_ % every != 0) return;
+  std::fprintf(stderr, "grammar timing: %lld masks, mean wait %.3f ms, mean upload %.3f ms\n",
+               static_cast<long long>(masks_uploaded_), mask_wait_ms_ / masks_uploaded_,
+               mask_upload_ms_ / masks_uploaded_);
 }
 
 void Workspace::upload_logit_adjust(Activations& a, const ForwardBatch& batch) {

@@ -62,7 +62,7 @@ struct Activations {
   BufferPtr gathered_pairs;
   // Candidate draws: C = candidates_per_slice per row of this rank's vocab slice.
   BufferPtr temperatures;                             // [R] fp32, uploaded with the step
-  BufferPtr token_bitmask;                            // [R, ceil(vocab / 32)] int32, uploaded with the step
+  BufferPtr token_bitmask;                            // [R, ceil(vocab / 32)] int32, upload_token_bitmask()
   BufferPtr cand_values, cand_ids;                    // [R, C]: a row's first value is its slice's maximum
   BufferPtr cand_normaliser;                          // [R] fp64
   BufferPtr gathered_cand_values, gathered_cand_ids;  // [attn_tp, R, C]
@@ -94,6 +94,9 @@ class Workspace {
   // The workspace of `batch`'s token count with its metadata (ids, positions, slots, block
   // tables, logit rows; on the last stage a kCandidates batch's temperatures) uploaded.
   Activations& prepare(const ForwardBatch& batch);
+  // A constrained batch's token bitmask into `a`, once the step loop has filled it (waits for
+  // it: the forward to the logits is enqueued first); never waits for the device.
+  void upload_token_bitmask(Activations& a, const TokenBitmask& mask);
   // Grow a's block table to `entries` (dropping the graphs of a's size that point at the old one).
   void reserve_block_tables(Activations& a, int64_t entries);
   void reserve_logit_rows(int64_t rows);  // last stage: the head arena, for `rows` rows
@@ -119,6 +122,8 @@ class Workspace {
   // their count, uploaded with it; grown on demand (dropping the graphs that point at them).
   ops::BufferPtr adjust_entries_, adjust_count_;
   int64_t adjust_capacity_ = 0;
+  double mask_wait_ms_ = 0, mask_upload_ms_ = 0;  // upload_token_bitmask's timing (MOESERVE_GRAMMAR_TIMING)
+  int64_t masks_uploaded_ = 0;
   void upload_logit_adjust(Activations& a, const ForwardBatch& batch);
 };
 

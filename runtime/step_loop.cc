@@ -117,13 +117,6 @@ DrawKind StepLoop::choose_draw(sched::ScheduledStep& step) const {
 
 void StepLoop::set_row_options(sched::ScheduledStep& step, DrawKind draw) const {
   step::set_draw(step.plan, draw);
-  fill_token_masks(
-      step,
-      [this](sched::RequestId id) -> TokenConstraint* {
-        auto it = requests_.find(id);
-        return it == requests_.end() ? nullptr : it->second.constraint.get();
-      },
-      engine_.config().vocab_size);
   if (draw != DrawKind::kSampled && draw != DrawKind::kCandidates) return;
   for (auto& micro_batch : step.plan.micro_batches)
     for (auto& replica : micro_batch.replicas) {
@@ -163,8 +156,17 @@ void StepLoop::top_up() {
     const DrawKind draw = choose_draw(step);
     set_row_options(step, draw);
     if (!adjust_.empty()) set_logit_adjust(step);
+    StepMasks masks(
+        step,
+        [this](sched::RequestId id) -> TokenConstraint* {
+          auto it = requests_.find(id);
+          return it == requests_.end() ? nullptr : it->second.constraint.get();
+        },
+        engine_.config().vocab_size);
     const StepTicket ticket = on_engine([&] { return engine_.submit(step.plan); });
     in_flight_.push_back({std::move(step), draw, ticket, scheduled});
+    // While the ranks run the forward: the masks are needed only after the LM head.
+    if (!masks.empty()) masks.fill();
   }
 }
 
@@ -254,13 +256,10 @@ void StepLoop::after_step(const Flight& flight, const std::vector<int64_t>& acce
 }
 
 void StepLoop::accept_constrained(const StepResult& result) {
-  for (const DrawnToken& t : result.tokens) {
-    const std::shared_ptr<TokenConstraint>& constraint = requests_.at(t.id).constraint;
-    // A masked draw only yields allowed tokens (a grammar that allowed none would leave the
-    // matcher where it was rather than take the server down); a terminated grammar's request
-    // is being stopped by its caller.
-    if (constraint && !constraint->terminated()) constraint->accept(t.token);
-  }
+  std::vector<ConstrainedToken> tokens;
+  for (const DrawnToken& t : result.tokens)
+    if (TokenConstraint* constraint = requests_.at(t.id).constraint.get()) tokens.push_back({constraint, t.token});
+  if (!tokens.empty()) accept_tokens(tokens);
 }
 
 spec::Verdict StepLoop::verify(const Flight& flight, const StepOutputs& outputs, const sched::ScheduledChunk& chunk,

@@ -501,7 +501,7 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat, c
   if (p.grammar) check_grammar(model.grammar.get(), *p.grammar);
   parse_sampling_fields(f, model, p);
   const MaxTokens max_tokens = parse_endpoint_fields(json, f, model, out);
-  if (chat) parse_output_parsing(json, model, p.parsing);
+  if (chat) parse_output_parsing(json, model, p.parsing, p.grammar);
   // The parsers' markers are special tokens (Kimi's, DeepSeek's): they must reach the parser
   // (vLLM's tool parsers' adjust_request turns skip_special_tokens off the same way).
   if (p.parsing.enabled) p.skip_special_tokens = false;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "grammar/tool_call_grammar.h"
 #include "serve/api_error.h"
 #include "serve/openai_request.h"
 
@@ -30,23 +31,54 @@ std::vector<std::string> tool_names(const Json& tools) {
   return names;
 }
 
-// "auto", "none", or refused; absent is "auto" with tools.
+// "default" (absent), "auto", "none", "required" or "named".
 std::string tool_choice(const Json& body) {
   const Json* choice = field(body, "tool_choice");
   if (!choice) return "default";
-  if (choice->is_string() && (*choice == "none" || *choice == "auto")) return choice->get<std::string>();
-  if ((choice->is_string() && *choice == "required") || choice->is_object())
-    throw ApiError(400,
-                   "tool_choice: \"required\" and a named function need constrained decoding, which this server "
-                   "does not have yet; use \"auto\" or \"none\"",
-                   "tool_choice");
+  if (choice->is_string() && (*choice == "none" || *choice == "auto" || *choice == "required"))
+    return choice->get<std::string>();
+  if (choice->is_object()) return "named";
   throw ApiError(400, "tool_choice: expected \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}",
                  "tool_choice");
 }
 
+// tool_choice "required" / named: the output constrained to one call of an allowed tool in
+// the parser's format (grammar/tool_call_grammar.h).
+grammar::GrammarSpec constrained_call(const Json& body, const ServedModel& model, const std::string& choice,
+                                      bool response_format) {
+  const Json* tools = field(body, "tools");
+  if (!tools || !tools->is_array() || tools->empty())
+    throw ApiError(400, fmt::format("tool_choice: \"{}\" needs a non-empty \"tools\" array", choice), "tool_choice");
+  if (model.tool_call_parser.empty())
+    throw ApiError(
+        400,
+        fmt::format("tool_choice: \"{}\" needs a tool-call parser: start the server with --tool-call-parser", choice),
+        "tool_choice");
+  if (model.grammar == nullptr)
+    throw ApiError(
+        400, fmt::format("tool_choice: \"{}\" needs structured output: this server has no grammar engine", choice),
+        "tool_choice");
+  if (response_format)
+    throw ApiError(400,
+                   "tool_choice: a required or named tool choice constrains the output; it cannot be combined "
+                   "with response_format",
+                   "tool_choice");
+  try {
+    // tool_call_grammar reads plain nlohmann::json (the grammar module's type).
+    const nlohmann::json plain_tools = nlohmann::json::parse(tools->dump());
+    const nlohmann::json plain_choice = nlohmann::json::parse(field(body, "tool_choice")->dump());
+    grammar::GrammarSpec spec = grammar::tool_call_grammar({model.tool_call_parser, plain_tools, plain_choice});
+    model.grammar->compile(spec);  // a parameters schema xgrammar cannot take: a 400 now
+    return spec;
+  } catch (const Error& e) {
+    throw ApiError(400, e.what(), "tool_choice");
+  }
+}
+
 }  // namespace
 
-void parse_output_parsing(const Json& body, const ServedModel& model, OutputParsing& parsing) {
+void parse_output_parsing(const Json& body, const ServedModel& model, OutputParsing& parsing,
+                          std::optional<grammar::GrammarSpec>& grammar) {
   const Json* tools = field(body, "tools");
   const std::string choice = tool_choice(body);
   if (const Json* parallel = field(body, "parallel_tool_calls")) {
@@ -55,6 +87,8 @@ void parse_output_parsing(const Json& body, const ServedModel& model, OutputPars
                      "parallel_tool_calls");
     parsing.parallel_tool_calls = parallel->get<bool>();
   }
+  if (choice == "required" || choice == "named")
+    grammar = constrained_call(body, model, choice, /*response_format=*/grammar.has_value());
   const bool offered = tools && tools->is_array() && !tools->empty();
   if (choice == "auto" && offered && model.tool_call_parser.empty())
     throw ApiError(400, "tool_choice: \"auto\" needs a tool-call parser: start the server with --tool-call-parser",

@@ -5,10 +5,12 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "chatout/chat_output_parser.h"
+#include "grammar/grammar_engine.h"
 
 namespace moeserve::serve {
 
@@ -27,8 +29,12 @@ struct OutputParsing {
 //   tool_choice "none": tools stay in the prompt (vLLM's default), the output is not parsed for calls
 //   tool_choice "auto" (the default with tools): calls are parsed; an explicit "auto" without
 //     --tool-call-parser is refused, as vLLM does
-//   tool_choice "required" or {"type": "function", ...}: refused (they need constrained decoding)
-void parse_output_parsing(const nlohmann::ordered_json& body, const ServedModel& model, OutputParsing& parsing);
+//   tool_choice "required" or {"type": "function", ...}: calls are parsed, and `grammar` is set to
+//     one call of an allowed tool (the named one) in the --tool-call-parser's format, with
+//     arguments matching its parameters (grammar/tool_call_grammar.h), so the model must call;
+//     refused without tools, without a tool-call parser, or with a response_format
+void parse_output_parsing(const nlohmann::ordered_json& body, const ServedModel& model, OutputParsing& parsing,
+                          std::optional<grammar::GrammarSpec>& grammar);
 
 // "moeserve_test_script": text the model is made to emit, token by token as the tokenizer splits
 // it (special tokens included), instead of its own tokens; only with the hidden serve flag

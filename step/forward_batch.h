@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "step/logit_adjust.h"
 #include "step/sampling_options.h"
+#include "step/token_bitmask.h"
 
 namespace moeserve {
 
@@ -50,8 +52,9 @@ struct ForwardBatch {
   bool mtp_draft = false;
   std::vector<int32_t> mtp_hidden_rows;
   // [logit_rows, ceil(vocab / 32)]: the tokens each row's grammar allows (ops::TokenBitmaskParams;
-  // unconstrained rows allow all); empty when no row is constrained.
-  std::vector<int32_t> token_bitmask;
+  // unconstrained rows allow all); null when no row is constrained. Filled while the step runs
+  // (step/token_bitmask.h): the last stage waits for it after the LM head.
+  std::shared_ptr<TokenBitmask> token_bitmask;
   // Changes to the logit rows before any draw (ops::LogitAdjustParams); empty for most steps.
   std::vector<ops::LogitAdjustEntry> logit_adjust;
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }

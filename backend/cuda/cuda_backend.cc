@@ -180,7 +180,7 @@ class CudaBackend final : public Backend {
              dst.nbytes());
     char* target = static_cast<char*>(dst.data()) + offset;
     if (nbytes <= kStagingBytes / 4) {
-      // Small uploads (step metadata, routing tables): copied into pinned staging and sent
+      // Step uploads (metadata, routing tables, token bitmasks): copied into pinned staging and sent
       // asynchronously, in stream order, so the host never waits for the device here. A
       // region is reused only after a wrap, which waits for every copy still reading it.
       const size_t aligned = (nbytes + 255) & ~size_t{255};
@@ -429,7 +429,10 @@ class CudaBackend final : public Backend {
 
  private:
   static constexpr size_t kCublasWorkspaceBytes = 32u << 20;
-  static constexpr size_t kStagingBytes = 4u << 20;  // pinned host ring for small uploads
+  // Pinned host ring for a step's uploads: metadata, routing tables, and the token bitmask a
+  // constrained step uploads after its forward was enqueued (64 rows of a 163840-id vocabulary:
+  // 1.3 MB), which must not wait for that forward.
+  static constexpr size_t kStagingBytes = 32u << 20;
   char* staging_ = nullptr;
   size_t staging_used_ = 0;
   int device_;

@@ -27,7 +27,8 @@ TEST(TokenMasks, DraftRowsAreMaskedByTheStateAfterTheDraftsBeforeThem) {
   const std::vector<int32_t> before = next_mask(*m);
   runtime::fill_token_masks(
       step, [&](sched::RequestId id) { return id == 1 ? m.get() : nullptr; }, kModelVocab);
-  const std::vector<int32_t>& mask = step.plan.micro_batches[0].replicas[0].batch.token_bitmask;
+  ASSERT_TRUE(step.plan.micro_batches[0].replicas[0].batch.token_bitmask);
+  const std::span<const int32_t> mask = step.plan.micro_batches[0].replicas[0].batch.token_bitmask->wait();
   const int64_t words = byte_engine().mask_words();
   ASSERT_EQ(static_cast<int64_t>(mask.size()), 5 * words);
   auto row = [&](int r) { return std::vector<int32_t>(mask.begin() + r * words, mask.begin() + (r + 1) * words); };
@@ -61,7 +62,7 @@ TEST(TokenMasks, BatchesWithoutConstrainedRowsStayUnmasked) {
   step.chunks.push_back({.id = 2, .replica = 0, .micro_batch = 0, .begin = 0, .end = 1, .logit_row = 0});
   runtime::fill_token_masks(
       step, [](sched::RequestId) { return nullptr; }, kModelVocab);
-  EXPECT_TRUE(step.plan.micro_batches[0].replicas[0].batch.token_bitmask.empty());
+  EXPECT_FALSE(step.plan.micro_batches[0].replicas[0].batch.token_bitmask);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "grammar/grammar_engine.h"
 #include "serve/api_error.h"
 #include "serve/openai_request.h"
 #include "tokenizer/chat_template.h"
@@ -70,14 +71,38 @@ TEST(ToolRequest, ParallelToolCallsFalse) {
   EXPECT_EQ(error_of(chat_body(R"(,"parallel_tool_calls":"no")"), served("qwen3")).param(), "parallel_tool_calls");
 }
 
-TEST(ToolRequest, ConstrainedChoicesAreRefusedNamingToolChoice) {
+TEST(ToolRequest, ConstrainedChoicesSetTheCallGrammar) {
+  static const auto tok = tokenizer::make_builtin_tokenizer(512);
+  ServedModel model = served("kimi_k2");
+  model.grammar = std::make_shared<grammar::GrammarEngine>(
+      grammar::make_vocabulary(*tok, {.model_vocab_size = 512, .stop_ids = {257}}));
   for (const char* choice : {R"("required")", R"({"type":"function","function":{"name":"get_weather"}})"}) {
-    const ApiError e = error_of(chat_body(std::string(R"(,"tool_choice":)") + choice), served("kimi_k2"));
-    EXPECT_EQ(e.status(), 400);
-    EXPECT_EQ(e.param(), "tool_choice");
-    EXPECT_NE(std::string(e.what()).find("constrained decoding"), std::string::npos) << e.what();
+    const CompletionRequest r =
+        parse_completion_request(chat_body(std::string(R"(,"tool_choice":)") + choice), true, model);
+    ASSERT_TRUE(r.params.grammar) << choice;
+    EXPECT_EQ(r.params.grammar->kind, grammar::GrammarKind::kToolCall);
+    EXPECT_NE(r.params.grammar->text.find("functions.get_weather:0"), std::string::npos) << r.params.grammar->text;
+    EXPECT_EQ(r.params.parsing.options.tool_parser, "kimi_k2");  // the call is parsed back
   }
-  EXPECT_EQ(error_of(chat_body(R"(,"tool_choice":"sometimes")"), served("kimi_k2")).param(), "tool_choice");
+  // Refused, naming tool_choice: an unknown function, no grammar engine, no parser, no tools,
+  // with response_format, not a choice.
+  const std::vector<std::pair<std::string, ServedModel>> refused = {
+      {chat_body(R"(,"tool_choice":{"type":"function","function":{"name":"nope"}})"), model},
+      {chat_body(R"(,"tool_choice":"required")"), served("kimi_k2")},
+      {chat_body(R"(,"tool_choice":"required")"),
+       [&] {
+         ServedModel m = model;
+         m.tool_call_parser = "";
+         return m;
+       }()},
+      {R"({"model":"synthetic:tiny","messages":[{"role":"user","content":"hi"}],"tool_choice":"required"})", model},
+      {chat_body(R"(,"tool_choice":"required","response_format":{"type":"json_object"})"), model},
+      {chat_body(R"(,"tool_choice":"sometimes")"), model}};
+  for (const auto& [body, m] : refused) {
+    const ApiError e = error_of(body, m);
+    EXPECT_EQ(e.status(), 400) << body;
+    EXPECT_EQ(e.param(), "tool_choice") << body << ": " << e.what();
+  }
 }
 
 TEST(ToolRequest, ExplicitAutoNeedsAParser) {
