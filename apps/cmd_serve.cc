@@ -209,7 +209,10 @@ std::function<uint64_t()> seed_source(const ServeArgs& args) {
 }
 
 // The model as the API shows it: name, limits, end ids, chat template.
-serve::ServedModel served_model(const ServeArgs& args, const ModelSource& model, const tokenizer::Tokenizer& tok) {
+// across_processes: structured output is off (its masks are filled while the leader's step
+// runs, after the step went to the followers), and requests asking for it get a 400.
+serve::ServedModel served_model(const ServeArgs& args, const ModelSource& model, const tokenizer::Tokenizer& tok,
+                                bool across_processes) {
   serve::ServedModel served;
   // The default model is served as "default" unless --served-model-name names it.
   served.name = !args.served_model_name.empty() ? args.served_model_name : args.model.empty() ? "default" : args.model;
@@ -235,8 +238,13 @@ serve::ServedModel served_model(const ServeArgs& args, const ModelSource& model,
   std::vector<int32_t> stop_ids;
   for (const auto& id : {served.eos_id, served.end_of_turn_id})
     if (id) stop_ids.push_back(*id);
-  served.grammar = std::make_shared<grammar::GrammarEngine>(
-      grammar::make_vocabulary(tok, {.model_vocab_size = model.config.vocab_size, .stop_ids = stop_ids}));
+  if (across_processes)
+    log(LogLevel::kWarning,
+        "structured output across processes is not implemented yet: response_format and tool_choice "
+        "required / named are refused");
+  else
+    served.grammar = std::make_shared<grammar::GrammarEngine>(
+        grammar::make_vocabulary(tok, {.model_vocab_size = model.config.vocab_size, .stop_ids = stop_ids}));
   served.next_seed = seed_source(args);
   return served;
 }
@@ -378,7 +386,7 @@ void run_serve(ServeArgs args) {
                 static_cast<long long>(args.plan.max_running_requests),
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - warmup_start).count());
 
-  const serve::ServedModel served = served_model(args, model, *tok);
+  const serve::ServedModel served = served_model(args, model, *tok, cluster != nullptr);
   serve::ApiServer api(loop, served, {args.api_key, args.admin_api_key});
   api.enable_native_routes(server_info_of(args, model, plan, kv));
   // A re-plan keeps every flag but the plan: the memory check (--mem-per-rank, with

@@ -16,7 +16,11 @@ void encode_batch(const ForwardBatch& b, ByteWriter& w) {
   w.put_vector(b.temperatures);
   w.put_vector(b.sampling);
   w.put_vector(b.mtp_tokens);
-  w.put_vector(b.token_bitmask);
+  w.put<uint8_t>(b.mtp_draft ? 1 : 0);
+  w.put_vector(b.mtp_hidden_rows);
+  // Structured output is refused across processes (apps/cmd_serve.cc): its masks are filled
+  // after the step is sent.
+  MS_CHECK(!b.token_bitmask, "a step's batch: token bitmasks do not travel between processes");
   w.put_vector(b.logit_adjust);
 }
 
@@ -36,7 +40,8 @@ ForwardBatch decode_batch(ByteReader& r) {
   b.temperatures = r.get_vector<float>("temperatures");
   b.sampling = r.get_vector<ops::SamplingOptions>("sampling");
   b.mtp_tokens = r.get_vector<int32_t>("mtp_tokens");
-  b.token_bitmask = r.get_vector<int32_t>("token_bitmask");
+  b.mtp_draft = r.get<uint8_t>("mtp_draft") != 0;
+  b.mtp_hidden_rows = r.get_vector<int32_t>("mtp_hidden_rows");
   b.logit_adjust = r.get_vector<ops::LogitAdjustEntry>("logit_adjust");
   return b;
 }

@@ -10,6 +10,7 @@
 #include "model/deepseek_v3.h"
 #include "model/deepseek_v3_loader.h"
 #include "model/layer_ops.h"
+#include "model/lm_head.h"
 #include "model/reduction_tree.h"
 #include "model/workspace.h"
 

@@ -277,6 +277,9 @@ step::StepPlan decode_step_plan(int batch) {
     }
     b.draw = DrawKind::kSampled;
     b.logit_adjust.push_back({0, 7, -1.5f, 1.2f, 0.25f});
+    b.mtp_tokens = b.tokens;  // a NEXTN draft step's fields
+    b.mtp_draft = true;
+    for (int s = 0; s < batch; ++s) b.mtp_hidden_rows.push_back(2 * s + 1);
   }
   return step;
 }
@@ -288,7 +291,8 @@ bool same_batch(const ForwardBatch& a, const ForwardBatch& b) {
   return a.tokens == b.tokens && a.positions == b.positions && a.seq_of_token == b.seq_of_token && a.slots == b.slots &&
          a.block_tables == b.block_tables && a.max_pages_per_seq == b.max_pages_per_seq &&
          a.logit_rows == b.logit_rows && a.draw == b.draw && a.temperatures == b.temperatures &&
-         same_sampling(a.sampling, b.sampling) && a.mtp_tokens == b.mtp_tokens && a.token_bitmask == b.token_bitmask &&
+         same_sampling(a.sampling, b.sampling) && a.mtp_tokens == b.mtp_tokens && a.mtp_draft == b.mtp_draft &&
+         a.mtp_hidden_rows == b.mtp_hidden_rows && a.token_bitmask == b.token_bitmask &&
          same_sampling(a.logit_adjust, b.logit_adjust);
 }
 

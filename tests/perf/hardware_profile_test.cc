@@ -21,7 +21,7 @@ TEST(HardwareProfile, RepositoryProfilesLoadWithEverySource) {
   int loaded = 0;
   for (const auto& e : std::filesystem::directory_iterator("perf/profiles")) {
     const HardwareProfile p = load_profile(e.path().string());
-    EXPECT_EQ(p.devices % 8, 0) << e.path();  // one 8-GPU node, or several (h200-sxm-2x8-ib)
+    EXPECT_EQ(p.devices % 8, 0) << e.path();       // one 8-GPU node, or several (h200-sxm-2x8-ib)
     EXPECT_EQ(p.sources.size(), 17u) << e.path();  // every field of the format (GPUs: no shared executor)
     for (const auto& [field, source] : p.sources) EXPECT_FALSE(source.empty()) << e.path() << " " << field;
     ++loaded;
