@@ -116,11 +116,19 @@ class Node:
         self.proc = subprocess.Popen([moeserve_bin(), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True)
         self.output = []
-        threading.Thread(target=self._drain, daemon=True).start()
+        self._drain_thread = threading.Thread(target=self._drain, daemon=True)
+        self._drain_thread.start()
 
     def _drain(self):
         for line in self.proc.stdout:
             self.output.append(line)
+
+    def exit_output(self, timeout):
+        """Waits for the process to exit; its whole output (the pipe read to its end: the
+        lines may still be on their way when the process has gone)."""
+        self.proc.wait(timeout=timeout)
+        self._drain_thread.join(timeout=10)
+        return "".join(self.output)
 
     def wait_for(self, pattern, timeout=120):
         deadline = time.time() + timeout
@@ -180,9 +188,9 @@ def test_lost_node_stops_the_server(fault):
         survivor = nodes[1 - lost]
         if lost == 1:  # the leader answers 503 naming the node, then exits non-zero
             answers_503_naming(base, 1, since)
-        survivor.proc.wait(timeout=15)
-        assert survivor.proc.returncode != 0, "".join(survivor.output)
-        assert "lost" in "".join(survivor.output)
+        output = survivor.exit_output(timeout=15)
+        assert survivor.proc.returncode != 0, output
+        assert "lost" in output, (survivor.proc.returncode, output)
         if fault == "follower hung":  # woken, it finds the leader gone and exits non-zero too
             nodes[1].proc.send_signal(signal.SIGCONT)
             nodes[1].proc.wait(timeout=15)
