@@ -26,7 +26,7 @@ echo
 kill -TERM $server; wait $server; echo "serve exit $?"
 
 prompts=(--prompt "The Python interpreter is" --prompt "In the beginning God created" --prompt "A list is a sequence of")
-timeout 120 "$bin/moeserve" generate --model models/default --backend cuda -n 64 --ignore-eos "${prompts[@]}" > "$out/plain.txt" 2>&1
+timeout 120 "$bin/moeserve" generate --model models/default --backend cuda -n 64 --ignore-eos "${prompts[@]}" > "$out/plain.txt" 2> "$out/plain_err.txt"
 echo "plain rc=$?"
 timeout 120 "$bin/moeserve" generate --model models/default --backend cuda -n 64 --ignore-eos --speculative-algorithm NEXTN \
   --speculative-num-steps 3 "${prompts[@]}" > "$out/nextn.txt" 2> "$out/nextn_err.txt"
