@@ -330,14 +330,44 @@ serve::EngineLoopOptions loop_options_of(const ServeArgs& args, const serve::Rep
   return loop_options;
 }
 
-void run_serve(ServeArgs args) {
-  // Signals are taken by sigwait on this thread only: block them before any thread starts.
+// SIGTERM and SIGINT, blocked: they are taken by sigwait on this thread only, so this runs
+// before any thread starts. SIGPIPE is ignored (a client gone mid-write is an error, not a death).
+sigset_t block_serving_signals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+  return signals;
+}
+
+// Sized once, before the weights load; a re-plan keeps the page count.
+KvSizing size_kv_for(const ServeArgs& args, const ModelSource& model, const parallel::ParallelPlan& plan) {
+  return size_kv_cache({.config = model.config,
+                        .plan = plan,
+                        .backend = args.backend,
+                        .page_size = args.engine.page_size,
+                        .kv_pages = args.kv_pages,
+                        .mem_fraction_static = args.mem_fraction_static,
+                        .kv_cache_fp8 = args.plan.kv_cache_fp8});
+}
+
+// The start-up line scripts wait for: the model, plan, KV capacity and the address.
+void print_serving(const ServeArgs& args, const serve::ServedModel& served, const parallel::ParallelPlan& plan,
+                   const KvSizing& kv, int port) {
+  const bool ipv6 = args.host.find(':') != std::string::npos;
+  std::printf(
+      "moeserve: serving %s (plan %s, %d ranks on %s, %lld KV pages of %lld tokens per replica: %lld tokens fit, "
+      "by %s) on http://%s%s%s:%d\n",
+      served.name.c_str(), plan.name.c_str(), plan.world(), args.backend.c_str(), static_cast<long long>(kv.pages),
+      static_cast<long long>(args.engine.page_size), static_cast<long long>(kv.tokens), kv.how.c_str(), ipv6 ? "[" : "",
+      args.host.c_str(), ipv6 ? "]" : "", port);
+  std::fflush(stdout);
+}
+
+void run_serve(ServeArgs args) {
+  const sigset_t signals = block_serving_signals();
 
   set_log_level(args.log_level);
   const serve::HttpServerOptions http_options = http_options_of(args);
@@ -362,14 +392,7 @@ void run_serve(ServeArgs args) {
   };
   args.plan.kv_cache_fp8 = kv_cache_fp8(args.engine.kv_cache_dtype);
   const parallel::ParallelPlan plan = plan_for_model(args.plan, model.config, bytes_per_element);
-  // Sized once, before the weights load; a re-plan keeps the page count.
-  const KvSizing kv = size_kv_cache({.config = model.config,
-                                     .plan = plan,
-                                     .backend = args.backend,
-                                     .page_size = args.engine.page_size,
-                                     .kv_pages = args.kv_pages,
-                                     .mem_fraction_static = args.mem_fraction_static,
-                                     .kv_cache_fp8 = args.plan.kv_cache_fp8});
+  const KvSizing kv = size_kv_for(args, model, plan);
   args.kv_pages = kv.pages;
   cluster = join_cluster(args.launch, model, engine_options_of(args, run, plan, nullptr));
   if (cluster && !cluster->leader()) return follow_leader(model, engine_options_of(args, run, plan, cluster.get()));
@@ -413,14 +436,7 @@ void run_serve(ServeArgs args) {
     api.handle(request, exchange);
   });
   http.start();
-  const bool ipv6 = args.host.find(':') != std::string::npos;
-  std::printf(
-      "moeserve: serving %s (plan %s, %d ranks on %s, %lld KV pages of %lld tokens per replica: %lld tokens fit, "
-      "by %s) on http://%s%s%s:%d\n",
-      served.name.c_str(), plan.name.c_str(), plan.world(), args.backend.c_str(), static_cast<long long>(kv.pages),
-      static_cast<long long>(args.engine.page_size), static_cast<long long>(kv.tokens), kv.how.c_str(), ipv6 ? "[" : "",
-      args.host.c_str(), ipv6 ? "]" : "", http.port());
-  std::fflush(stdout);
+  print_serving(args, served, plan, kv, http.port());
 
   serve_until_signal(signals, loop, http, args);
 }
