@@ -381,6 +381,9 @@ class SweepRun {
     });
     const bench::RunResult& measured = runs[runs.size() / 2];
     bench::SweepPoint measured_point{plan, c, measured.metrics};
+    measured_point.runs = static_cast<int64_t>(runs.size());
+    measured_point.output_throughput_min = runs.front().metrics.output_throughput;
+    measured_point.output_throughput_max = runs.back().metrics.output_throughput;
     if (predictor_) measured_point.predicted_output_throughput = predictor_(plan, c);
     compare_with_reference(measured, measured_point);
     result_.points.push_back(std::move(measured_point));

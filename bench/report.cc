@@ -48,6 +48,11 @@ Json sweep_json(const SweepResult& r) {
       j["predicted_output_throughput"] = p.predicted_output_throughput;
       j["prediction_error"] = prediction_error(p);
     }
+    if (p.runs > 1) {
+      j["runs"] = p.runs;
+      j["output_throughput_min"] = p.output_throughput_min;
+      j["output_throughput_max"] = p.output_throughput_max;
+    }
     points.push_back(std::move(j));
   }
   out["points"] = std::move(points);
@@ -71,10 +76,18 @@ SweepResult sweep_from_json(const Json& in) {
   r.plans = in.at("plans").get<std::vector<std::string>>();
   r.concurrency = in.at("concurrency").get<std::vector<int64_t>>();
   r.workload = in.at("workload");
-  for (const Json& j : in.at("points"))
-    r.points.push_back({j.at("plan").get<std::string>(), j.at("max_concurrency").get<int64_t>(), metrics_from_json(j),
-                        j.value("outputs_equal_reference", int64_t{0}), j.value("outputs_compared", int64_t{0}),
-                        j.value("predicted_output_throughput", -1.0)});
+  for (const Json& j : in.at("points")) {
+    SweepPoint p{j.at("plan").get<std::string>(),
+                 j.at("max_concurrency").get<int64_t>(),
+                 metrics_from_json(j),
+                 j.value("outputs_equal_reference", int64_t{0}),
+                 j.value("outputs_compared", int64_t{0}),
+                 j.value("predicted_output_throughput", -1.0)};
+    p.runs = j.value("runs", int64_t{1});
+    p.output_throughput_min = j.value("output_throughput_min", p.metrics.output_throughput);
+    p.output_throughput_max = j.value("output_throughput_max", p.metrics.output_throughput);
+    r.points.push_back(std::move(p));
+  }
   for (const Json& j : in.at("skipped"))
     r.skipped.push_back({j.at("plan").get<std::string>(), j.at("reason").get<std::string>()});
   r.switches = in.at("switches");
@@ -164,14 +177,17 @@ std::map<std::string, std::string> plan_colors(const std::vector<std::string>& p
 namespace {
 
 // One line chart: x = the concurrency values (evenly spaced, labelled), y from 0.
+// spread: each repeated point's [min, max] output throughput as a vertical bar (the
+// aggregate chart, whose value is that throughput).
 std::string svg_chart(const SweepResult& r, const std::string& id, const std::string& title, const std::string& y_label,
-                      double (*value)(const BenchMetrics&)) {
+                      double (*value)(const BenchMetrics&), bool spread = false) {
   const std::vector<std::string> plans = measured_plans(r);
   const std::map<std::string, std::string> colors = plan_colors(plans);
   const double width = 640, height = 380, left = 80, right = 150, top = 40, bottom = 60;
   const double plot_w = width - left - right, plot_h = height - top - bottom;
   double max_y = 0;
-  for (const SweepPoint& p : r.points) max_y = std::max(max_y, value(p.metrics));
+  for (const SweepPoint& p : r.points)
+    max_y = std::max(max_y, spread && p.runs > 1 ? p.output_throughput_max : value(p.metrics));
   const auto [y_max, y_step] = nice_axis(max_y, 5);
   const size_t n = r.concurrency.size();
   auto x_of = [&](size_t i) { return left + (n == 1 ? plot_w / 2 : plot_w * static_cast<double>(i) / (n - 1)); };
@@ -215,6 +231,13 @@ std::string svg_chart(const SweepResult& r, const std::string& id, const std::st
       if (!p) continue;
       const double v = value(p->metrics);
       points += fmt::format("{:.1f},{:.1f} ", x_of(i), y_of(v));
+      if (spread && p->runs > 1)
+        dots += fmt::format(
+            "<line class=\"spread\" x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"{3}\" "
+            "stroke-width=\"6\" stroke-opacity=\"0.35\"><title>{4} at {5}: {6} to {7} over {8} runs</title></line>\n",
+            x_of(i), y_of(p->output_throughput_min), y_of(p->output_throughput_max), color, html_escape(plans[k]),
+            r.concurrency[i], format_number(p->output_throughput_min), format_number(p->output_throughput_max),
+            p->runs);
       dots += fmt::format(
           "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\"><title>{} at {}: {}</title></circle>\n", x_of(i),
           y_of(v), color, html_escape(plans[k]), r.concurrency[i], format_number(v));
@@ -327,6 +350,27 @@ std::string prediction_cell(const SweepResult& r, const std::string& plan, int64
 
 const char* const kPredictionHeading = "Output tok/s: measured / predicted by the plan advisor (error)";
 
+bool has_repeats(const SweepResult& r) {
+  for (const SweepPoint& p : r.points)
+    if (p.runs > 1) return true;
+  return false;
+}
+
+// "median [min, max]" of the output throughput over a point's runs.
+std::string spread_cell(const SweepResult& r, const std::string& plan, int64_t c) {
+  const SweepPoint* p = find_point(r, plan, c);
+  if (p == nullptr) return "-";
+  if (p->runs <= 1) return format_number(p->metrics.output_throughput);
+  return fmt::format("{} [{}, {}]", format_number(p->metrics.output_throughput),
+                     format_number(p->output_throughput_min), format_number(p->output_throughput_max));
+}
+
+std::string spread_heading(const SweepResult& r) {
+  int64_t runs = 1;
+  for (const SweepPoint& p : r.points) runs = std::max(runs, p.runs);
+  return fmt::format("Output tok/s over repeated runs: median [min, max] ({} runs per point)", runs);
+}
+
 }  // namespace
 
 double prediction_error(const SweepPoint& p) {
@@ -343,6 +387,9 @@ std::string sweep_markdown(const SweepResult& r) {
   if (has_predictions(r))
     out += markdown_table(r, kPredictionHeading,
                           [&r](const std::string& plan, int64_t c) { return prediction_cell(r, plan, c); });
+  if (has_repeats(r))
+    out += markdown_table(r, spread_heading(r),
+                          [&r](const std::string& plan, int64_t c) { return spread_cell(r, plan, c); });
   out += "## Best plan per concurrency (output tok/s)\n\n| concurrency | plan | output tok/s |\n|---:|---|---:|\n";
   for (const auto& [c, plan] : best_plan_by_concurrency(r))
     out += fmt::format("| {} | {} | {} |\n", c, plan, format_number(find_point(r, plan, c)->metrics.output_throughput));
@@ -369,7 +416,8 @@ std::string sweep_html(const SweepResult& r) {
       ".charts{display:flex;flex-wrap:wrap;gap:16px}</style>\n</head>\n<body>\n";
   out += "<h1>Plan sweep: " + html_escape(r.model) + "</h1>\n<p>" + html_escape(workload_line(r)) + "</p>\n";
   out += "<div class=\"charts\">\n";
-  out += svg_chart(r, "chart-aggregate", "Aggregate output throughput", "output tok/s (all requests)", output_tok_s);
+  out += svg_chart(r, "chart-aggregate", "Aggregate output throughput", "output tok/s (all requests)", output_tok_s,
+                   /*spread=*/true);
   out += svg_chart(r, "chart-per-request", "Per-request output speed", "output tok/s per request",
                    [](const BenchMetrics& m) { return per_request_tok_s(m); });
   out += "</div>\n";
@@ -380,6 +428,9 @@ std::string sweep_html(const SweepResult& r) {
   if (has_predictions(r))
     out += html_table(r, kPredictionHeading,
                       [&r](const std::string& plan, int64_t c) { return prediction_cell(r, plan, c); });
+  if (has_repeats(r))
+    out +=
+        html_table(r, spread_heading(r), [&r](const std::string& plan, int64_t c) { return spread_cell(r, plan, c); });
   out +=
       "<h2>Best plan per concurrency (output tok/s)</h2>\n<table>\n<tr><th>concurrency</th><th>plan</th>"
       "<th>output tok/s</th></tr>\n";

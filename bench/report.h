@@ -23,6 +23,10 @@ struct SweepPoint {
   int64_t same_outputs = 0, compared = 0;
   // The plan advisor's prediction of output_throughput at this point (`sweep --hardware`); < 0: none.
   double predicted_output_throughput = -1;
+  // Runs measured at this point (`sweep --repeats`; the point is the median run) and the
+  // range of their output throughput.
+  int64_t runs = 1;
+  double output_throughput_min = 0, output_throughput_max = 0;
 };
 
 // (measured - predicted) / predicted output throughput; 0 without a prediction.

@@ -268,6 +268,42 @@ TEST(Report, PlanColoursStableAcrossSweepsAndDistinctWithinOne) {
   EXPECT_EQ(plan_colors({"tp2"}).at("tp2"), reversed.at("tp2"));
 }
 
+// `sweep --repeats`: a point's runs and their range reach the JSON, both tables and the
+// aggregate chart (a bar from the lowest to the highest run).
+TEST(Report, RepeatedRunsShowTheirSpread) {
+  SweepResult r;
+  r.model = "synthetic:tiny";
+  r.backend = "cpu";
+  r.plans = {"tp2", "ep2"};
+  r.concurrency = {8};
+  r.workload = nlohmann::ordered_json::object();
+  SweepPoint tp2{"tp2", 8, {}};
+  tp2.metrics.output_throughput = 400;
+  tp2.runs = 3;
+  tp2.output_throughput_min = 350;
+  tp2.output_throughput_max = 470;
+  SweepPoint ep2{"ep2", 8, {}};
+  ep2.metrics.output_throughput = 300;
+  r.points = {tp2, ep2};
+  const std::string md = sweep_markdown(r);
+  EXPECT_NE(md.find("Output tok/s over repeated runs: median [min, max] (3 runs per point)"), std::string::npos);
+  EXPECT_NE(md.find("| tp2 | 400 [350, 470] |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| ep2 | 300 |"), std::string::npos) << md;
+  const std::string html = sweep_html(r);
+  EXPECT_NE(html.find("<td>400 [350, 470]</td>"), std::string::npos);
+  EXPECT_NE(html.find("tp2 at 8: 350 to 470 over 3 runs"), std::string::npos);
+  EXPECT_EQ(html.find("ep2 at 8: 300 to"), std::string::npos);  // a single run draws no bar
+  const SweepResult back = sweep_from_json(sweep_json(r));
+  ASSERT_EQ(back.points.size(), 2u);
+  EXPECT_EQ(back.points[0].runs, 3);
+  EXPECT_EQ(back.points[0].output_throughput_min, 350);
+  EXPECT_EQ(back.points[0].output_throughput_max, 470);
+  EXPECT_EQ(back.points[1].runs, 1);
+  // Without repeats the table is not there.
+  r.points = {ep2};
+  EXPECT_EQ(sweep_markdown(r).find("repeated runs"), std::string::npos);
+}
+
 // sglang.bench_serving's reading of each route's events (bench/protocol.h).
 TEST(Protocol, EventsWithTextAreTokensAsSglangCounts) {
   using Json = nlohmann::ordered_json;
