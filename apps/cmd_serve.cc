@@ -343,14 +343,16 @@ sigset_t block_serving_signals() {
 }
 
 // Sized once, before the weights load; a re-plan keeps the page count.
-KvSizing size_kv_for(const ServeArgs& args, const ModelSource& model, const parallel::ParallelPlan& plan) {
+KvSizing size_kv_for(const ServeArgs& args, const ModelSource& model, const parallel::ParallelPlan& plan,
+                     const ModelRunOptions& run) {
   return size_kv_cache({.config = model.config,
                         .plan = plan,
                         .backend = args.backend,
                         .page_size = args.engine.page_size,
                         .kv_pages = args.kv_pages,
                         .mem_fraction_static = args.mem_fraction_static,
-                        .kv_cache_fp8 = args.plan.kv_cache_fp8});
+                        .kv_cache_fp8 = args.plan.kv_cache_fp8,
+                        .mtp = run.mtp});
 }
 
 // The start-up line scripts wait for: the model, plan, KV capacity and the address.
@@ -392,7 +394,7 @@ void run_serve(ServeArgs args) {
   };
   args.plan.kv_cache_fp8 = kv_cache_fp8(args.engine.kv_cache_dtype);
   const parallel::ParallelPlan plan = plan_for_model(args.plan, model.config, bytes_per_element);
-  const KvSizing kv = size_kv_for(args, model, plan);
+  const KvSizing kv = size_kv_for(args, model, plan, run);
   args.kv_pages = kv.pages;
   cluster = join_cluster(args.launch, model, engine_options_of(args, run, plan, nullptr));
   if (cluster && !cluster->leader()) return follow_leader(model, engine_options_of(args, run, plan, cluster.get()));

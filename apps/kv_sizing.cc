@@ -17,12 +17,34 @@ namespace {
 
 constexpr int64_t kBf16Bytes = 2;  // the CUDA backend's weights and KV cache element
 
+struct RankFootprint {
+  int64_t weights = 0, page_bytes = 0;
+};
+
+// What rank r holds beside its KV pages, and a page's bytes. With the MTP layer (NEXTN) the
+// last stage also holds that layer (counted as one of its stage's layers on average), its
+// latent cache (one more layer's per token) and the hidden-state store (two hidden rows per
+// cached token, model/deepseek_v3.cc).
+RankFootprint footprint(const KvSizingParams& p, int rank) {
+  RankFootprint f;
+  f.weights = rank_weights(p.config, p.plan, rank, kBf16Bytes).held_bytes;
+  const int64_t kv_element_bytes = p.kv_cache_fp8 ? 1 : kBf16Bytes;
+  int64_t per_token = kv_bytes_per_token(p.config, p.plan, rank, kv_element_bytes);
+  const parallel::RankShard shard = parallel::shard_of(p.plan, shard_dims(p.config), rank);
+  if (p.mtp && shard.last_stage) {
+    f.weights += f.weights / std::max<int64_t>(shard.layers.size(), 1);
+    per_token +=
+        (p.config.kv_lora_rank + p.config.qk_rope_head_dim) * kv_element_bytes + 2 * p.config.hidden_size * kBf16Bytes;
+  }
+  f.page_bytes = per_token * p.page_size;
+  return f;
+}
+
 // Pages rank r's GPU holds: (free now - total * (1 - fraction) - its weights) / page bytes.
 int64_t pages_on_gpu(const KvSizingParams& p, double fraction, int rank, std::string& tightest) {
   const runtime::GpuMemory memory = runtime::gpu_memory(rank);
-  const int64_t weights = rank_weights(p.config, p.plan, rank, kBf16Bytes).held_bytes;
-  const int64_t kv_element_bytes = p.kv_cache_fp8 ? 1 : kBf16Bytes;
-  const int64_t page_bytes = kv_bytes_per_token(p.config, p.plan, rank, kv_element_bytes) * p.page_size;
+  const RankFootprint f = footprint(p, rank);
+  const int64_t weights = f.weights, page_bytes = f.page_bytes;
   const double reserved = static_cast<double>(memory.total_bytes) * (1.0 - fraction);
   const double room = static_cast<double>(memory.free_bytes) - reserved - static_cast<double>(weights);
   MS_CHECK(room >= 2.0 * static_cast<double>(page_bytes),

@@ -25,6 +25,7 @@ struct KvSizingParams {
   int64_t kv_pages = 0;            // --kv-pages; > 0 wins over the fraction
   double mem_fraction_static = 0;  // --mem-fraction-static; 0: kDefaultMemFractionStatic
   bool kv_cache_fp8 = false;       // --kv-cache-dtype fp8_e4m3: one byte per cached element
+  bool mtp = false;                // the MTP layer loaded (NEXTN): the last stage holds more (mtp_extra)
 };
 
 struct KvSizing {
