@@ -10,13 +10,6 @@
 
 namespace moeserve::serve {
 
-namespace {
-using Clock = std::chrono::steady_clock;
-double seconds_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-}  // namespace
-
 EngineLoop::EngineLoop(std::unique_ptr<runtime::Engine> engine, const tokenizer::Tokenizer& tokenizer,
                        EngineLoopOptions options)
     : EngineLoop(*engine, tokenizer, std::move(options)) {

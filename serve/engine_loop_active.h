@@ -9,6 +9,12 @@
 
 namespace moeserve::serve {
 
+using Clock = std::chrono::steady_clock;
+
+inline double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
 struct EngineLoop::Active {
   Active(std::shared_ptr<RequestStream> s, EngineRequest r, const tokenizer::Tokenizer& tokenizer)
       : stream(std::move(s)), request(std::move(r)), output(tokenizer, request.limits) {}

@@ -12,13 +12,6 @@
 
 namespace moeserve::serve {
 
-namespace {
-using Clock = std::chrono::steady_clock;
-double seconds_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-}  // namespace
-
 void EngineLoop::abandon_replan(const std::string& reason) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!pending_replan_) return;
