@@ -114,7 +114,7 @@ runtime::EngineOptions engine_options_of(const ServeArgs& args, const ModelRunOp
   engine_options.pp_async_batch_depth = args.engine.pp_async_batch_depth;
   engine_options.run = run;
   engine_options.batch_invariant = args.engine.batch_invariant;
-  engine_options.kv_cache_fp8 = kv_cache_fp8(args.engine.kv_cache_dtype);
+  engine_options.kv_cache_fp8 = args.plan.kv_cache_fp8;  // parsed from --kv-cache-dtype by run_serve
   engine_options.cluster = cluster;
   return engine_options;
 }
