@@ -341,94 +341,94 @@ __device__ __forceinline__ void split_bf16x2(float x0, float x1, uint32_t& hi, u
   lo = pack_bf16x2(to_bf(x0 - to_f(h0)), to_bf(x1 - to_f(h1)));
 }
 
-// Grid (tokens, ceil(heads / 16), splits), kMmaWarps warps, kMmaSharedBytes of dynamic shared
-// memory. Fragment layouts: mma.cuh.
-__global__ void __launch_bounds__(kMmaWarps * 32)
-    mla_split_mma_kernel(const ops::MlaAttentionParams p, Partials partials, int split_length) {
+// A block of the tensor-core kernel: token t, heads [h0, h0 + 16), context positions
+// [begin, end) of split `split`, and the token's block table.
+struct MmaTask {
+  int t, h0, split, begin, end;
+  const int32_t* table;
+};
+
+__device__ MmaTask mma_task(const ops::MlaAttentionParams& p, int split_length) {
+  MmaTask w;
+  w.t = blockIdx.x;
+  w.h0 = blockIdx.y * kMmaHeads;
+  w.split = blockIdx.z;
+  const int context = p.positions[w.t] + 1;
+  const int length = token_split_length(split_length, context);
+  w.begin = w.split * length;
+  w.end = min(context, w.begin + length);
+  w.table = p.block_tables + static_cast<int64_t>(p.seq_of_token[w.t]) * p.max_pages_per_seq;
+  return w;
+}
+
+constexpr int kMmaChunks = kMmaWidth / 8;  // 16-byte chunks per row
+
+// Q of the block's heads into q_s [16][latent | rope]; zeros for heads past the last.
+__device__ void mma_load_queries(const ops::MlaAttentionParams& p, const MmaTask& w, bf16* q_s) {
   const bf16* const q_latent = static_cast<const bf16*>(p.q_latent);
   const bf16* const q_rope = static_cast<const bf16*>(p.q_rope);
-  const bf16* const cache = static_cast<const bf16*>(p.cache);
-  const int32_t* const block_tables = p.block_tables;
-  const int32_t* const seq_of_token = p.seq_of_token;
-  const int32_t* const positions = p.positions;
-  const int heads = static_cast<int>(p.heads);
-  const int64_t q_head_stride = p.q_head_stride, rope_offset = p.rope_offset;
-  const int page_size = static_cast<int>(p.page_size);
-  const int64_t max_pages_per_seq = p.max_pages_per_seq;
-  const float scale = p.scale;
-  extern __shared__ __align__(16) unsigned char mma_shared[];
-  bf16* q_s = reinterpret_cast<bf16*>(mma_shared);  // [kMmaHeads][kMmaStride]
-  bf16* k_s = q_s + kMmaHeads * kMmaStride;         // [2][kMmaRows][kMmaStride]
-  pdl_enter();
-  const int t = blockIdx.x, h0 = blockIdx.y * kMmaHeads, split = blockIdx.z;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lane >> 2, quad = lane & 3;
-  const int length = token_split_length(split_length, positions[t] + 1);
-  const int begin = split * length;
-  const int end = min(positions[t] + 1, begin + length);
-  const int32_t* table = block_tables + static_cast<int64_t>(seq_of_token[t]) * max_pages_per_seq;
-  constexpr int kChunks = kMmaWidth / 8;  // 16-byte chunks per row
-
-  // Q of the block's heads: [16][latent | rope]; zeros for heads past the last.
-  for (int c = threadIdx.x; c < kMmaHeads * kChunks; c += blockDim.x) {
-    const int h = c / kChunks, column = (c % kChunks) * 8;
+  for (int c = threadIdx.x; c < kMmaHeads * kMmaChunks; c += blockDim.x) {
+    const int h = c / kMmaChunks, column = (c % kMmaChunks) * 8;
     uint4* dst = reinterpret_cast<uint4*>(q_s + h * kMmaStride + column);
-    if (h0 + h >= heads) {
+    if (w.h0 + h >= p.heads) {
       *dst = make_uint4(0, 0, 0, 0);
       continue;
     }
-    const int64_t th = static_cast<int64_t>(t) * heads + h0 + h;
+    const int64_t th = static_cast<int64_t>(w.t) * p.heads + w.h0 + h;
     const bf16* src = column < kMmaLatent ? q_latent + th * kMmaLatent + column
-                                          : q_rope + th * q_head_stride + rope_offset + (column - kMmaLatent);
+                                          : q_rope + th * p.q_head_stride + p.rope_offset + (column - kMmaLatent);
     *dst = *reinterpret_cast<const uint4*>(src);
   }
-  // Rows [first, first + 16) of the split into buffer `buffer`; rows past its end are zeros.
-  auto load_tile = [&](int first, int buffer) {
-    bf16* tile = k_s + buffer * kMmaRows * kMmaStride;
-    for (int c = threadIdx.x; c < kMmaRows * kChunks; c += blockDim.x) {
-      const int r = c / kChunks, column = (c % kChunks) * 8, pos = first + r;
-      bf16* dst = tile + r * kMmaStride + column;
-      if (pos < end) {
-        const int64_t slot = static_cast<int64_t>(table[pos / page_size]) * page_size + pos % page_size;
-        cp_async_16(dst, cache + slot * kMmaWidth + column);
-      } else {
-        *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
-      }
-    }
-    cp_async_commit();
-  };
+}
 
-  float o[kMmaColumnsPerWarp / 8][4] = {};  // O [heads group, group + 8][the warp's columns], per 8-column tile
-  float running_max[2] = {-INFINITY, -INFINITY}, denom[2] = {0.0f, 0.0f};
-  const int tiles = begin < end ? (end - begin + kMmaRows - 1) / kMmaRows : 0;
-  if (tiles > 0) load_tile(begin, 0);
-  for (int i = 0; i < tiles; ++i) {
-    if (i + 1 < tiles) {
-      load_tile(begin + (i + 1) * kMmaRows, (i + 1) & 1);
-      cp_async_wait<1>();
+// Rows [first, first + 16) of the split into `tile` [16][kMmaStride] (cp.async, one commit
+// group); rows past its end are zeros.
+__device__ void mma_load_tile(const ops::MlaAttentionParams& p, const MmaTask& w, int first, bf16* tile) {
+  const bf16* const cache = static_cast<const bf16*>(p.cache);
+  const int page_size = static_cast<int>(p.page_size);
+  for (int c = threadIdx.x; c < kMmaRows * kMmaChunks; c += blockDim.x) {
+    const int r = c / kMmaChunks, column = (c % kMmaChunks) * 8, pos = first + r;
+    bf16* dst = tile + r * kMmaStride + column;
+    if (pos < w.end) {
+      const int64_t slot = static_cast<int64_t>(w.table[pos / page_size]) * page_size + pos % page_size;
+      cp_async_16(dst, cache + slot * kMmaWidth + column);
     } else {
-      cp_async_wait<0>();
+      *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
     }
-    __syncthreads();  // tile i (and Q) visible to every warp
-    const bf16* tile = k_s + (i & 1) * kMmaRows * kMmaStride;
+  }
+  cp_async_commit();
+}
 
-    // S [16 heads x 16 rows]: two MMA column tiles of 8 rows, 36 k-steps.
-    float score[2][4] = {};
-#pragma unroll 4
-    for (int k = 0; k < kMmaWidth; k += 16) {
-      const bf16* qa = q_s + group * kMmaStride + k + 2 * quad;
-      const uint32_t a[4] = {shared_u32(qa), shared_u32(qa + 8 * kMmaStride), shared_u32(qa + 8),
-                             shared_u32(qa + 8 * kMmaStride + 8)};
+// S [16 heads x 16 rows] = Q K^T of the tile: two MMA column tiles of 8 rows, 36 k-steps.
+__device__ void mma_score_tile(const bf16* q_s, const bf16* tile, float (&score)[2][4]) {
+  const int lane = threadIdx.x & 31, group = lane >> 2, quad = lane & 3;
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const bf16* kb = tile + (8 * j + group) * kMmaStride + k + 2 * quad;
-        mma_16x8x16(score[j], a, shared_u32(kb), shared_u32(kb + 8));
-      }
+  for (int j = 0; j < 2; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) score[j][e] = 0.0f;
+#pragma unroll 4
+  for (int k = 0; k < kMmaWidth; k += 16) {
+    const bf16* qa = q_s + group * kMmaStride + k + 2 * quad;
+    const uint32_t a[4] = {shared_u32(qa), shared_u32(qa + 8 * kMmaStride), shared_u32(qa + 8),
+                           shared_u32(qa + 8 * kMmaStride + 8)};
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const bf16* kb = tile + (8 * j + group) * kMmaStride + k + 2 * quad;
+      mma_16x8x16(score[j], a, shared_u32(kb), shared_u32(kb + 8));
     }
+  }
+}
 
-    // Online softmax of heads group (e = 0, 1) and group + 8 (e = 2, 3) over this tile's rows
-    // 8 j + 2 quad + (e & 1); the 4 lanes of a group hold a head's 16 rows.
-    const int valid = end - (begin + i * kMmaRows);
-    float tile_max[2] = {-INFINITY, -INFINITY};
+// The online softmax of heads group (r = 0: accumulator elements e = 0, 1) and group + 8
+// (r = 1: e = 2, 3) over rows 8 j + 2 quad + (e & 1) of a tile; the 4 lanes of a group hold
+// a head's 16 rows.
+struct MmaSoftmax {
+  float running_max[2] = {-INFINITY, -INFINITY}, denom[2] = {0.0f, 0.0f};
+
+  // Scores of a tile (`valid` rows real) into P; correction gets each head's rescale factor.
+  __device__ void add(float (&score)[2][4], int valid, float scale, float (&correction)[2]) {
+    const int quad = threadIdx.x & 3;
+    float tile_max[2] = {-INFINITY, -INFINITY}, tile_sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int j = 0; j < 2; ++j)
 #pragma unroll
@@ -437,7 +437,6 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
         score[j][e] = row < valid ? score[j][e] * scale : -INFINITY;
         tile_max[e >> 1] = fmaxf(tile_max[e >> 1], score[j][e]);
       }
-    float correction[2], tile_sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
@@ -460,37 +459,46 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
       tile_sum[r] += __shfl_xor_sync(0xffffffffu, tile_sum[r], 2);
       denom[r] = denom[r] * correction[r] + tile_sum[r];
     }
-    // P as the A operand [16 heads x 16 rows]: the score accumulators' layout.
-    uint32_t p_hi[4], p_lo[4];
-    split_bf16x2(score[0][0], score[0][1], p_hi[0], p_lo[0]);
-    split_bf16x2(score[0][2], score[0][3], p_hi[1], p_lo[1]);
-    split_bf16x2(score[1][0], score[1][1], p_hi[2], p_lo[2]);
-    split_bf16x2(score[1][2], score[1][3], p_hi[3], p_lo[3]);
-    // O = O * correction + P V over the warp's 128 latent columns (V: the tile's latent part).
-#pragma unroll
-    for (int n = 0; n < kMmaColumnsPerWarp / 8; ++n) {
-      o[n][0] *= correction[0];
-      o[n][1] *= correction[0];
-      o[n][2] *= correction[1];
-      o[n][3] *= correction[1];
-      const bf16* vb = tile + (2 * quad) * kMmaStride + warp * kMmaColumnsPerWarp + 8 * n + group;
-      const uint32_t b0 = pack_bf16x2(vb[0], vb[kMmaStride]);
-      const uint32_t b1 = pack_bf16x2(vb[8 * kMmaStride], vb[9 * kMmaStride]);
-      mma_16x8x16(o[n], p_hi, b0, b1);
-      mma_16x8x16(o[n], p_lo, b0, b1);
-    }
-    __syncthreads();  // every warp is done with this buffer before the next tile's copy lands in it
   }
+};
 
-  // Heads group (r = 0) and group + 8 (r = 1) of the block, where they exist.
+// O = O * correction + P V over the warp's 128 latent columns (V: the tile's latent part). P
+// [16 heads x 16 rows] is the A operand in the score accumulators' layout, as a bf16 high
+// part and remainder.
+__device__ void mma_accumulate_tile(const float (&prob)[2][4], const float (&correction)[2], const bf16* tile,
+                                    float (&o)[kMmaColumnsPerWarp / 8][4]) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lane >> 2, quad = lane & 3;
+  uint32_t p_hi[4], p_lo[4];
+  split_bf16x2(prob[0][0], prob[0][1], p_hi[0], p_lo[0]);
+  split_bf16x2(prob[0][2], prob[0][3], p_hi[1], p_lo[1]);
+  split_bf16x2(prob[1][0], prob[1][1], p_hi[2], p_lo[2]);
+  split_bf16x2(prob[1][2], prob[1][3], p_hi[3], p_lo[3]);
+#pragma unroll
+  for (int n = 0; n < kMmaColumnsPerWarp / 8; ++n) {
+    o[n][0] *= correction[0];
+    o[n][1] *= correction[0];
+    o[n][2] *= correction[1];
+    o[n][3] *= correction[1];
+    const bf16* vb = tile + (2 * quad) * kMmaStride + warp * kMmaColumnsPerWarp + 8 * n + group;
+    const uint32_t b0 = pack_bf16x2(vb[0], vb[kMmaStride]);
+    const uint32_t b1 = pack_bf16x2(vb[8 * kMmaStride], vb[9 * kMmaStride]);
+    mma_16x8x16(o[n], p_hi, b0, b1);
+    mma_16x8x16(o[n], p_lo, b0, b1);
+  }
+}
+
+// The split's partial state of heads group (r = 0) and group + 8 (r = 1), where they exist.
+__device__ void mma_store_partials(const ops::MlaAttentionParams& p, const MmaTask& w, const MmaSoftmax& softmax,
+                                   const float (&o)[kMmaColumnsPerWarp / 8][4], Partials partials) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, group = lane >> 2, quad = lane & 3;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int h = h0 + group + 8 * r;
-    if (h >= heads) continue;
-    const int64_t slot = (static_cast<int64_t>(t) * heads + h) * gridDim.z + split;
+    const int h = w.h0 + group + 8 * r;
+    if (h >= p.heads) continue;
+    const int64_t slot = (static_cast<int64_t>(w.t) * p.heads + h) * gridDim.z + w.split;
     if (warp == 0 && quad == 0) {
-      partials.m[slot] = running_max[r];  // -inf for an empty split
-      partials.l[slot] = denom[r];
+      partials.m[slot] = softmax.running_max[r];  // -inf for an empty split
+      partials.l[slot] = softmax.denom[r];
     }
 #pragma unroll
     for (int n = 0; n < kMmaColumnsPerWarp / 8; ++n) {
@@ -498,6 +506,38 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
       *reinterpret_cast<float2*>(partials.acc + slot * kMmaLatent + column) = make_float2(o[n][2 * r], o[n][2 * r + 1]);
     }
   }
+}
+
+// Grid (tokens, ceil(heads / 16), splits), kMmaWarps warps, kMmaSharedBytes of dynamic shared
+// memory. Fragment layouts: mma.cuh.
+__global__ void __launch_bounds__(kMmaWarps * 32)
+    mla_split_mma_kernel(const ops::MlaAttentionParams p, Partials partials, int split_length) {
+  extern __shared__ __align__(16) unsigned char mma_shared[];
+  bf16* q_s = reinterpret_cast<bf16*>(mma_shared);  // [kMmaHeads][kMmaStride]
+  bf16* k_s = q_s + kMmaHeads * kMmaStride;         // [2][kMmaRows][kMmaStride]
+  pdl_enter();
+  const MmaTask w = mma_task(p, split_length);
+  mma_load_queries(p, w, q_s);
+  float o[kMmaColumnsPerWarp / 8][4] = {};  // O [heads group, group + 8][the warp's columns], per 8-column tile
+  MmaSoftmax softmax;
+  const int tiles = w.begin < w.end ? (w.end - w.begin + kMmaRows - 1) / kMmaRows : 0;
+  if (tiles > 0) mma_load_tile(p, w, w.begin, k_s);
+  for (int i = 0; i < tiles; ++i) {
+    if (i + 1 < tiles) {
+      mma_load_tile(p, w, w.begin + (i + 1) * kMmaRows, k_s + ((i + 1) & 1) * kMmaRows * kMmaStride);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // tile i (and Q) visible to every warp
+    const bf16* tile = k_s + (i & 1) * kMmaRows * kMmaStride;
+    float score[2][4], correction[2];
+    mma_score_tile(q_s, tile, score);
+    softmax.add(score, w.end - (w.begin + i * kMmaRows), p.scale, correction);
+    mma_accumulate_tile(score, correction, tile, o);
+    __syncthreads();  // every warp is done with this buffer before the next tile's copy lands in it
+  }
+  mma_store_partials(p, w, softmax, o, partials);
 }
 
 bool mma_shapes(const ops::MlaAttentionParams& p) {

@@ -13,12 +13,15 @@
 // partial softmax state per piece (at most two per block: its first and its last sequence),
 // which the combine kernel merges in order.
 //
-// Block: 8 warps, a two-stage cp.async pipeline of row tiles in shared memory beside the
-// group's queries Q [64 heads][576]. Per tile:
+// Block: 8 warps, a three-stage cp.async pipeline of row tiles in shared memory beside the
+// group's queries Q [64 heads][576]: two tiles (74 KB) stay in flight while one is computed,
+// and the next load is issued only after the tile's first barrier, when every warp is done
+// with the previous tile, so a tile costs three block barriers (four with fp8). Per tile:
 //   S = Q K^T [64 x 32]: warp w computes heads 32 (w % 2) .. + 31 over a quarter of the 576
 //     columns (9 MMA k-steps); the quarters' partial sums meet in shared memory.
 //   softmax: warp w owns heads 8 w .. 8 w + 7 (running max and denominator in registers),
-//     writes P [64 x 32] as a bf16 high part and a bf16 remainder (two MMAs: the weights keep
+//     writes P [64 x 32] (over the first quarter's partial S, which only its own warp reads)
+//     as a bf16 high part and a bf16 remainder (two MMAs: the weights keep
 //     ~16 bits like the fp32 weights of the CUDA-core kernels and the CPU reference; bf16 alone,
 //     FlashMLA's choice, measured 1-4% faster but parts from the reference's roundings) and
 //     each head's rescale factor.
@@ -47,25 +50,31 @@ constexpr int kStride = kWidth + 8;                    // bf16 per shared row: 1
 constexpr int kSlices = 4;                             // column quarters of S
 constexpr int kStepsPerSlice = kWidth / 16 / kSlices;  // 9 MMA k-steps
 constexpr int kRedStride = kRows + 8;                  // floats per row of a partial S
-constexpr int kPStride = kRows + 8;                    // bf16 per row of P
+constexpr int kPStride = 2 * kRedStride;               // bf16 per row of P: [high 32 | remainder 32 | pad]
+constexpr int kStages = 3;                             // row tiles in shared memory: two load while one computes
 constexpr int kMinTilesPerPart = 2;  // a block's run amortises its load of Q (two tiles' bytes, from L2)
 
 constexpr int kFp8Stride = kWidth + 16;  // bytes per staged fp8 row (16-byte aligned rows)
 
-// bf16 cache: two tiles in flight (cp.async straight into the MMA's tiles). fp8 cache: two
-// staged tiles of codes in flight and one bf16 tile that the codes are widened into.
+// bf16 cache: kStages tiles (cp.async straight into the MMA's tiles). fp8 cache: kStages
+// staged tiles of codes and one bf16 tile that the codes are widened into. P lives in the
+// first quarter of the partial S (the softmax reads it into registers first), which is what
+// lets three bf16 tiles fit beside Q.
 template <bool kFp8>
 struct SharedLayout {
+  static constexpr int bf16_tiles = kFp8 ? 1 : kStages;
   static constexpr size_t q = 0;                                        // bf16 [kHeads][kStride]
-  static constexpr size_t tiles = q + sizeof(bf16) * kHeads * kStride;  // bf16 [kFp8 ? 1 : 2][kRows][kStride]
+  static constexpr size_t tiles = q + sizeof(bf16) * kHeads * kStride;  // bf16 [bf16_tiles][kRows][kStride]
   static constexpr size_t staged =
-      tiles + sizeof(bf16) * (kFp8 ? 1 : 2) * kRows * kStride;                 // u8 [2][kRows][kFp8Stride]
-  static constexpr size_t red = staged + (kFp8 ? 2 * kRows * kFp8Stride : 0);  // float [kSlices][kHeads][kRedStride]
-  static constexpr size_t p = red + sizeof(float) * kSlices * kHeads * kRedStride;  // bf16 [2][kHeads][kPStride]
-  static constexpr size_t correction = p + sizeof(bf16) * 2 * kHeads * kPStride;    // float [kHeads]
-  static constexpr size_t inv_denom = correction + sizeof(float) * kHeads;          // float [kHeads]
-  static constexpr size_t scan = inv_denom + sizeof(float) * kHeads;                // int [kWarps + 8]
+      tiles + sizeof(bf16) * bf16_tiles * kRows * kStride;  // u8 [kStages][kRows][kFp8Stride]
+  static constexpr size_t red =
+      staged + (kFp8 ? kStages * kRows * kFp8Stride : 0);  // float [kSlices][kHeads][kRedStride]
+  static constexpr size_t p = red;                         // bf16 [kHeads][kPStride], over red[0]
+  static constexpr size_t correction = red + sizeof(float) * kSlices * kHeads * kRedStride;  // float [kHeads]
+  static constexpr size_t inv_denom = correction + sizeof(float) * kHeads;                   // float [kHeads]
+  static constexpr size_t scan = inv_denom + sizeof(float) * kHeads;                         // int [kWarps + 8]
   static constexpr size_t bytes = scan + sizeof(int) * (kWarps + 8);
+  static_assert(bytes <= 227 * 1024, "MLA decode shared memory over the H100/H200 per-block limit");
 };
 
 // The inputs in the types the kernels compute with.
@@ -311,8 +320,9 @@ __device__ void softmax_tile(const float* red, int valid, float scale, PieceStat
   sum += __shfl_xor_sync(0xffffffffu, sum, 2);
   st.denom = st.denom * corr + sum;
   st.running_max = new_max;
+  __syncwarp();  // P of the head overwrites red[0][head], which the head's lanes (this warp) read above
   *reinterpret_cast<uint4*>(p_s + head * kPStride + r0) = hi;
-  *reinterpret_cast<uint4*>(p_s + (kHeads + head) * kPStride + r0) = lo;
+  *reinterpret_cast<uint4*>(p_s + head * kPStride + kRows + r0) = lo;
   if ((lane & 3) == 0) correction[head] = corr;
 }
 
@@ -336,7 +346,7 @@ __device__ void accumulate_tile(const bf16* tile, const bf16* p_s, const float* 
     for (int mt = 0; mt < 2; ++mt) {
       const int row = 32 * hh + 16 * mt + (lane & 15), column = 16 * step + (lane >> 4) * 8;
       ldmatrix_x4(a_hi[mt], p_s + row * kPStride + column);
-      ldmatrix_x4(a_lo[mt], p_s + (kHeads + row) * kPStride + column);
+      ldmatrix_x4(a_lo[mt], p_s + row * kPStride + kRows + column);
     }
 #pragma unroll
     for (int np = 0; np < 8; ++np) {
@@ -401,8 +411,8 @@ __device__ void run_piece(const DecodeInputs& in, const Piece& piece, unsigned c
   float* correction = reinterpret_cast<float*>(shared + Layout::correction);
   // Where tile i's copy lands: its bf16 buffer, or its staging buffer of codes.
   auto landing = [&](int i) -> void* {
-    return kFp8 ? static_cast<void*>(staged + (i & 1) * kRows * kFp8Stride)
-                : static_cast<void*>(tiles + (i & 1) * kRows * kStride);
+    return kFp8 ? static_cast<void*>(staged + (i % kStages) * kRows * kFp8Stride)
+                : static_cast<void*>(tiles + (i % kStages) * kRows * kStride);
   };
   const int32_t* table = in.block_tables + static_cast<int64_t>(in.seq_of_token[piece.token]) * in.max_pages_per_seq;
   const int n = (piece.row_end - piece.row_begin + kRows - 1) / kRows;
@@ -416,15 +426,20 @@ __device__ void run_piece(const DecodeInputs& in, const Piece& piece, unsigned c
   st.running_max = -INFINITY;
   st.denom = 0.0f;
   __syncthreads();  // the previous piece is done with every buffer
+  // Commit groups: Q with tile 0, then one per tile (empty past the end), so before tile i
+  // the newest group is tile i + 1's.
   load_queries(in, piece, q_s);
-  load_tile<kFp8>(in, table, piece.row_begin, piece.row_end, landing(0));
-  cp_async_commit();
-  for (int i = 0; i < n; ++i) {
-    bf16* tile = kFp8 ? tiles : tiles + (i & 1) * kRows * kStride;
-    if (i + 1 < n) load_tile<kFp8>(in, table, piece.row_begin + (i + 1) * kRows, piece.row_end, landing(i + 1));
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < n) load_tile<kFp8>(in, table, piece.row_begin + i * kRows, piece.row_end, landing(i));
     cp_async_commit();
-    cp_async_wait<1>();
-    __syncthreads();  // tile i (and Q) visible to every warp
+  }
+  for (int i = 0; i < n; ++i) {
+    bf16* tile = kFp8 ? tiles : static_cast<bf16*>(landing(i));
+    cp_async_wait<kStages - 2>();
+    __syncthreads();                    // tile i (and Q) visible to every warp; every warp is done with tile i - 1
+    const int ahead = i + kStages - 1;  // into tile i - 1's buffer
+    if (ahead < n) load_tile<kFp8>(in, table, piece.row_begin + ahead * kRows, piece.row_end, landing(ahead));
+    cp_async_commit();
     if (kFp8) {
       widen_tile(static_cast<const uint8_t*>(landing(i)), tile);
       __syncthreads();
@@ -434,7 +449,6 @@ __device__ void run_piece(const DecodeInputs& in, const Piece& piece, unsigned c
     softmax_tile(red, piece.row_end - (piece.row_begin + i * kRows), in.scale, st, p_s, correction);
     __syncthreads();
     accumulate_tile(tile, p_s, correction, st);
-    __syncthreads();  // every warp is done with tile i's buffers before tile i + 2 lands in them
   }
   store_piece(in, piece, st, partials, reinterpret_cast<float*>(shared + Layout::inv_denom));
 }

@@ -4,7 +4,7 @@
 Sends `--requests` streaming /v1/completions requests with random token-id prompts at
 `--concurrency`, `ignore_eos`, a fixed `max_tokens` and the given sampling options (greedy by
 default; request i uses seed i), and prints one JSON line: output
-tokens per second over the run, mean TTFT and inter-token latency, and the server's own
+tokens per second over the run, mean / min / max TTFT and inter-token latency, and the server's own
 step-time, scheduler CPU and sampling counters from /metrics (delta over the run)."""
 import argparse
 import http.client
@@ -115,6 +115,8 @@ def main():
                       "output_tokens": tokens,
                       "duration_s": round(duration, 3), "output_tok_per_s": round(tokens / duration, 1),
                       "mean_ttft_ms": round(1e3 * sum(ttft) / max(len(ttft), 1), 2),
+                      "min_ttft_ms": round(1e3 * min(ttft, default=0), 2),
+                      "max_ttft_ms": round(1e3 * max(ttft, default=0), 2),
                       "mean_itl_ms": round(1e3 * sum(itl) / max(len(itl), 1), 3),
                       "server_steps": steps,
                       "server_mean_step_ms": round(1e3 * delta.get("moeserve_step_duration_seconds_sum", 0) / max(steps, 1), 3),
