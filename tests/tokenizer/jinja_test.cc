@@ -60,6 +60,10 @@ TEST(JinjaParser, ErrorsNameTheLineAndColumn) {
             "t:2:20: Encountered unknown tag 'endif'. Jinja was looking for the following tags: 'endfor' or 'else'.");
   EXPECT_EQ(error_of("{{ (1, ] }}"), "t:1:8: unexpected ']', expected ')'");
   EXPECT_EQ(error_of("{% break %}"), "t:1:4: 'break' outside of a loop");
+  // Found by fuzz/tokenizer_load: std::stoll's out_of_range escaped the parser and aborted.
+  EXPECT_EQ(error_of("{{ 99999999999999999999 }}"),
+            "t:1:4: integer literal 99999999999999999999 does not fit in 64 bits");
+  EXPECT_EQ(render("{{ 1e999 > 1e308 }}"), "True");
 }
 
 TEST(JinjaEval, PythonSemantics) {

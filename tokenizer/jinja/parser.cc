@@ -1,5 +1,8 @@
 #include "tokenizer/jinja/parser.h"
 
+#include <charconv>
+#include <cstdlib>
+
 #include "tokenizer/jinja/parser_impl.h"
 
 namespace moeserve::tokenizer::jinja::parsing {
@@ -29,10 +32,15 @@ ExprPtr Parser::primary() {
       e->value = Value::string(s);
       return e;
     }
-    case TokenKind::Int:
-      return literal(Value::from(static_cast<int64_t>(std::stoll(t.text))));
-    case TokenKind::Float:
-      return literal(Value::real_number(std::stod(t.text)));
+    case TokenKind::Int: {
+      // Python's ints have no bound; ours are 64 bits, so a longer literal is refused, not wrapped.
+      int64_t v = 0;
+      const auto [end, ec] = std::from_chars(t.text.data(), t.text.data() + t.text.size(), v);
+      if (ec != std::errc()) error(fmt::format("integer literal {} does not fit in 64 bits", t.text), &t);
+      return literal(Value::from(v));
+    }
+    case TokenKind::Float:  // strtod, not stod: an overflowing literal is inf, as in Python
+      return literal(Value::real_number(std::strtod(t.text.c_str(), nullptr)));
     default:
       break;
   }
