@@ -51,7 +51,7 @@ DeepseekV3::DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& 
   // A re-plan takes over the old engine's caches of this size where it gave them up.
   ResidentWeightSource* resident = source.resident();
   auto cache_buffer = [&] {
-    ops::BufferPtr spare = resident ? resident->take_spare(cache_bytes) : nullptr;
+    ops::BufferPtr spare = resident ? resident->take_spare(backend, cache_bytes) : nullptr;
     return spare ? std::move(spare) : backend.alloc(cache_bytes);
   };
   for (int64_t l = shard_.layers.begin; l < shard_.layers.end; ++l) kv_cache_.push_back(cache_buffer());

@@ -96,27 +96,42 @@ class WeightLoader {
     if (resident) resident->assemble(p);
     return resident != nullptr;
   }
-  // The values and scales of packed slice `s` in dst (values at byte values_at, scales at
-  // scales_at) as placements: int4 [n, k/8] words and [n, k/group] bf16 scales, fp8 [n, k]
-  // bytes and the [ceil(n/bn), ceil(k/bk)] fp32 grid. True when copied from resident weights.
-  bool index_and_copy_packed(ops::Buffer& dst, const PackedSlice& s, int64_t values_at, int64_t scales_at) {
+  // The values and scales of packed slice `s` at bytes values_at / scales_at of a buffer, as
+  // rectangles of their stored matrices (data and buffer unset): int4 [n, k/8] words and
+  // [n, k/group] bf16 scales, fp8 [n, k] bytes and the [ceil(n/bn), ceil(k/bk)] fp32 grid.
+  std::vector<PlannedPlacement> packed_pieces(const PackedSlice& s, int64_t values_at, int64_t scales_at) const {
     const bool int4 = s.layout.quant == ops::WeightQuant::int4_group;
     auto ceil_div = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
-    std::byte* base = static_cast<std::byte*>(dst.data());
     const int rank = shard_.coord.rank;
     const int64_t vb = int4 ? 2 : 1;  // int4: two weights per byte; fp8: one
-    const bool values = index_and_copy(
-        {s.module + ".values", s.rows, {s.cols.begin / vb, s.cols.end / vb}, s.k / vb, base + values_at, rank, &dst});
     const int64_t bn = int4 ? 1 : s.layout.block_n, bk = int4 ? s.layout.group_size : s.layout.block_k;
     const int64_t sb = int4 ? 2 : 4;  // bf16 or fp32 scales
-    const bool scales = index_and_copy({s.module + ".scales",
-                                        {s.rows.begin / bn, ceil_div(s.rows.end, bn)},
-                                        {s.cols.begin / bk * sb, ceil_div(s.cols.end, bk) * sb},
-                                        ceil_div(s.k, bk) * sb,
-                                        base + scales_at,
-                                        rank,
-                                        &dst});
-    return values && scales;
+    const Placement values{
+        s.module + ".values", s.rows, {s.cols.begin / vb, s.cols.end / vb}, s.k / vb, nullptr, rank, nullptr};
+    const Placement scales{s.module + ".scales",
+                           {s.rows.begin / bn, ceil_div(s.rows.end, bn)},
+                           {s.cols.begin / bk * sb, ceil_div(s.cols.end, bk) * sb},
+                           ceil_div(s.k, bk) * sb,
+                           nullptr,
+                           rank,
+                           nullptr};
+    return {{values, values_at}, {scales, scales_at}};
+  }
+  // packed_pieces of `s` in dst, recorded; true when copied from resident weights.
+  bool index_and_copy_packed(ops::Buffer& dst, const PackedSlice& s, int64_t values_at, int64_t scales_at) {
+    bool copied = true;
+    for (PlannedPlacement& piece : packed_pieces(s, values_at, scales_at)) {
+      piece.where.data = static_cast<std::byte*>(dst.data()) + piece.offset;
+      piece.where.buffer = &dst;
+      copied = index_and_copy(piece.where) && copied;
+    }
+    return copied;
+  }
+  // Checks packed slice `s` and counts its bytes as loaded.
+  void count_packed(const PackedSlice& s) {
+    check_packed_slice(s, shard_.coord.rank);
+    out_.bytes += ops::quant_value_bytes(s.rows.size(), s.cols.size(), s.layout) +
+                  ops::quant_scale_bytes(s.rows.size(), s.cols.size(), s.layout);
   }
   // A new buffer holding rows x cols of tensor `name`.
   BufferPtr load_tensor(const std::string& name, const Shape& shape, Slice rows = Slice::all(),
@@ -136,9 +151,7 @@ class WeightLoader {
   // Rows x cols of the packed linear `s.module` into dst: its values at byte `values_at`, its
   // scales at byte `scales_at`; generated in place for synthetic sources.
   void place_packed(ops::Buffer& dst, const PackedSlice& s, int64_t values_at, int64_t scales_at) {
-    check_packed_slice(s, shard_.coord.rank);
-    out_.bytes += ops::quant_value_bytes(s.rows.size(), s.cols.size(), s.layout) +
-                  ops::quant_scale_bytes(s.rows.size(), s.cols.size(), s.layout);
+    count_packed(s);
     if (index_and_copy_packed(dst, s, values_at, scales_at)) return;
     SyntheticPackedRecipe recipe;
     if (p_.source.synthetic_packed_recipe(s.module, s.n, s.k, s.layout, &recipe)) {
@@ -186,9 +199,15 @@ class WeightLoader {
     const ops::QuantLayout layout = layout_of(module, expert);
     if (!layout.quantized())
       return {load_tensor(module + ".weight", {n, k}, {rows.begin, rows.end}, {cols.begin, cols.end}), layout};
-    BufferPtr buffer = backend_.alloc(static_cast<size_t>(ops::quant_buffer_bytes(rows.size(), cols.size(), layout)));
-    place_packed(*buffer, {module, n, k, rows, cols, layout}, 0,
-                 ops::quant_scales_offset(rows.size(), cols.size(), layout));
+    const PackedSlice s{module, n, k, rows, cols, layout};
+    const int64_t bytes = ops::quant_buffer_bytes(rows.size(), cols.size(), layout);
+    const int64_t scales_at = ops::quant_scales_offset(rows.size(), cols.size(), layout);
+    if (BufferPtr view = view_of_resident(bytes, packed_pieces(s, 0, scales_at))) {
+      count_packed(s);
+      return {std::move(view), layout};
+    }
+    BufferPtr buffer = buffer_filled_in_full(bytes);
+    place_packed(*buffer, s, 0, scales_at);
     return {std::move(buffer), layout};
   }
   // A weight an op reads unquantized (kv_b_proj: the absorbed-MLA ops), dequantized on the host
@@ -242,11 +261,23 @@ class WeightLoader {
              "tensor '{}gate_proj.weight': rank {} holds {} rows, not whole {}-row scale blocks, so gate and up "
              "cannot be stacked; use a plan that splits this MLP on block boundaries",
              prefix, shard_.coord.rank, n, layout.block_n);
-    BufferPtr w13 = backend_.alloc(static_cast<size_t>(ops::quant_buffer_bytes(2 * n, hidden, layout)));
+    const int64_t bytes = ops::quant_buffer_bytes(2 * n, hidden, layout);
     const int64_t scales = ops::quant_scales_offset(2 * n, hidden, layout);
-    place_packed(*w13, {prefix + "gate_proj", inter, hidden, cols, {0, hidden}, layout}, 0, scales);
-    place_packed(*w13, {prefix + "up_proj", inter, hidden, cols, {0, hidden}, layout},
-                 ops::quant_value_bytes(n, hidden, layout), scales + ops::quant_scale_bytes(n, hidden, layout));
+    const std::string gate_module = prefix + "gate_proj", up_module = prefix + "up_proj";
+    const PackedSlice gate{gate_module, inter, hidden, cols, {0, hidden}, layout};
+    const PackedSlice up{up_module, inter, hidden, cols, {0, hidden}, layout};
+    const int64_t up_values = ops::quant_value_bytes(n, hidden, layout);
+    const int64_t up_scales = scales + ops::quant_scale_bytes(n, hidden, layout);
+    std::vector<PlannedPlacement> pieces = packed_pieces(gate, 0, scales);
+    for (const PlannedPlacement& piece : packed_pieces(up, up_values, up_scales)) pieces.push_back(piece);
+    if (BufferPtr view = view_of_resident(bytes, std::move(pieces))) {
+      count_packed(gate);
+      count_packed(up);
+      return {std::move(view), layout};
+    }
+    BufferPtr w13 = buffer_filled_in_full(bytes);
+    place_packed(*w13, gate, 0, scales);
+    place_packed(*w13, up, up_values, up_scales);
     return {std::move(w13), layout};
   }
   LinearWeight load_w2(const std::string& prefix, int64_t inter, Range cols, bool expert = false) {

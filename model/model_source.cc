@@ -109,8 +109,8 @@ ModelConfig with_yarn(ModelConfig c, double theta, double factor, double beta_fa
   return c;
 }
 
-// The published checkpoints' quantization: Kimi K2.6's INT4 routed experts (group 32, every
-// other linear ignored) and DeepSeek-V3's FP8 128x128 blocks, parsed like a config.json's.
+}  // namespace
+
 QuantizationConfig published_quantization(const std::string& name, const std::string& tensor_prefix) {
   nlohmann::json q;
   if (name == "kimi-k2.6") {
@@ -130,8 +130,6 @@ QuantizationConfig published_quantization(const std::string& name, const std::st
   }
   return parse_quantization_config(q, "synthetic:" + name, "quantization_config.", tensor_prefix);
 }
-
-}  // namespace
 
 std::vector<std::string> synthetic_preset_names() {
   return {"tiny", "small", "kimi-k2.6", "kimi-k2", "deepseek-v3", "moonlight"};

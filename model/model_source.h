@@ -40,4 +40,9 @@ ModelConfig synthetic_config(const std::string& name, int64_t layers = 0,
                              SyntheticDtype dtype = SyntheticDtype::published);
 std::vector<std::string> synthetic_preset_names();
 
+// The published checkpoints' quantization: Kimi K2.6's INT4 routed experts (group 32, every
+// other linear ignored) and DeepSeek-V3's FP8 128x128 blocks, parsed like a config.json's
+// (tensor names under `tensor_prefix`); none for other names.
+QuantizationConfig published_quantization(const std::string& name, const std::string& tensor_prefix);
+
 }  // namespace moeserve

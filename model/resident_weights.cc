@@ -11,14 +11,15 @@ void SpareBuffers::give(ops::BufferPtr buffer) {
   if (buffer) spare_.push_back(std::move(buffer));
 }
 
-ops::BufferPtr SpareBuffers::take(size_t nbytes) {
+ops::BufferPtr SpareBuffers::take(ops::Backend& backend, size_t nbytes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto it = spare_.begin(); it != spare_.end(); ++it)
-    if ((*it)->nbytes() == nbytes) {
-      ops::BufferPtr out = std::move(*it);
-      spare_.erase(it);
-      return out;
-    }
+  for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+    if ((*it)->nbytes() != nbytes) continue;
+    ops::BufferPtr out = backend.alias(**it, 0, nbytes);  // the spare's bytes, kept alive by the view
+    if (!out) continue;
+    spare_.erase(it);
+    return out;
+  }
   return nullptr;
 }
 
@@ -82,9 +83,9 @@ ops::BufferPtr ResidentWeightSource::view(ops::Backend& backend, int64_t bytes, 
   return out;
 }
 
-ops::BufferPtr ResidentWeightSource::take_spare(size_t nbytes) {
+ops::BufferPtr ResidentWeightSource::take_spare(ops::Backend& backend, size_t nbytes) {
   if (!resident_.spare) return nullptr;
-  ops::BufferPtr out = resident_.spare->take(nbytes);
+  ops::BufferPtr out = resident_.spare->take(backend, nbytes);
   if (out) stats_.reused_cache_bytes += static_cast<int64_t>(nbytes);
   return out;
 }

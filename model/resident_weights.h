@@ -3,7 +3,7 @@
 // new plan's shards from resident weights, never from the checkpoint. Synthetic and checkpoint
 // weights alike: the copies are the bytes a fresh load under the new plan would write.
 //
-// Where the ranks share one address space (CPU ranks), nothing that can be shared is copied:
+// Nothing that can be shared is copied (CPU ranks: between any two; GPUs: on the same GPU):
 // a new buffer whose bytes an old buffer holds contiguously, in the same order, becomes a view
 // of it (a whole expert moving between ranks, a head slice of a replicated projection), and
 // the old engine's KV cache buffers of the right size are taken over instead of allocated
@@ -26,8 +26,8 @@ namespace moeserve {
 class SpareBuffers {
  public:
   void give(ops::BufferPtr buffer);
-  // One spare of exactly `nbytes`, or null.
-  ops::BufferPtr take(size_t nbytes);
+  // A spare of exactly `nbytes` that `backend` can use (its alias: the same GPU), or null.
+  ops::BufferPtr take(ops::Backend& backend, size_t nbytes);
 
  private:
   std::mutex mutex_;
@@ -36,10 +36,10 @@ class SpareBuffers {
 
 struct ResidentWeights {
   std::vector<const WeightIndex*> ranks;  // by old rank; they must outlive the load
-  WeightMover* mover = nullptr;
-  std::string describe;                 // what the old ranks hold (their model and plan), for errors
-  bool one_address_space = false;       // every old rank's buffer can be viewed from every new rank
-  std::shared_ptr<SpareBuffers> spare;  // the old engine's KV caches (one address space), or null
+  WeightMover* mover = nullptr;           // the new rank's
+  std::string describe;                   // what the old ranks hold (their model and plan), for errors
+  bool one_address_space = false;         // every old rank's buffer can be viewed from every new rank
+  std::shared_ptr<SpareBuffers> spare;    // the old engine's KV caches, or null
 };
 
 // A rectangle the loader is about to place at byte `offset` of a new buffer.
@@ -63,8 +63,9 @@ class ResidentWeightSource final : public WeightSource {
   // buffer at its offset; on success each piece's data and buffer point into the view. Null
   // when no old buffer does, or the backend cannot alias: the caller allocates and copies.
   ops::BufferPtr view(ops::Backend& backend, int64_t bytes, std::vector<PlannedPlacement>& pieces);
-  // A KV cache buffer of `nbytes` the old engine gave up, or null (allocate one).
-  ops::BufferPtr take_spare(size_t nbytes);
+  // A KV cache buffer of `nbytes` the old engine gave up that `backend` can use, or null
+  // (allocate one).
+  ops::BufferPtr take_spare(ops::Backend& backend, size_t nbytes);
   const ReshardStats& stats() const { return stats_; }
 
  private:

@@ -1,7 +1,6 @@
 #include "model/weight_index.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "core/error.h"
 
@@ -96,13 +95,13 @@ std::vector<WeightMove> plan_moves(const Placement& dst, const std::vector<const
        r.rows.begin, r.rows.end, r.cols.begin, r.cols.end, dst.matrix, dst.rank);
 }
 
-void InProcessMover::copy(const WeightMove& m) {
-  if (m.row_bytes == m.src_pitch && m.row_bytes == m.dst_pitch) {  // contiguous: one copy
-    std::memcpy(m.dst, m.src, static_cast<size_t>(m.bytes()));
-    return;
-  }
-  for (int64_t r = 0; r < m.rows; ++r)
-    std::memcpy(m.dst + r * m.dst_pitch, m.src + r * m.src_pitch, static_cast<size_t>(m.row_bytes));
+void BackendMover::copy(const WeightMove& m) {
+  backend_.copy_rows({.dst = m.dst,
+                      .src = m.src,
+                      .rows = static_cast<size_t>(m.rows),
+                      .row_bytes = static_cast<size_t>(m.row_bytes),
+                      .src_pitch = static_cast<size_t>(m.src_pitch),
+                      .dst_pitch = static_cast<size_t>(m.dst_pitch)});
 }
 
 }  // namespace moeserve

@@ -10,8 +10,8 @@
 //
 // A move plan covers one destination rectangle with pieces of the old ranks' rectangles (the
 // destination rank's own first, then the lowest rank): a list of 2-D copies (source rank and
-// bytes, destination rank and bytes), executed by a WeightMover (in-process: memcpy; GPUs:
-// cudaMemcpy2D between peers, NCCL send/recv across hosts).
+// bytes, destination rank and bytes), executed by a WeightMover (ranks of one process: the backend's
+// copy, memcpy or a 2-D cudaMemcpy from the same GPU or a peer; across hosts: not implemented).
 #pragma once
 
 #include <cstddef>
@@ -63,15 +63,21 @@ struct WeightMove {
 // the matrix and the rows and bytes no old rank holds, when they do not cover it.
 std::vector<WeightMove> plan_moves(const Placement& dst, const std::vector<const WeightIndex*>& old_ranks);
 
-// Executes moves. In-process (CPU ranks, one address space): memcpy row by row.
+// Executes moves.
 class WeightMover {
  public:
   virtual ~WeightMover() = default;
   virtual void copy(const WeightMove& move) = 0;
 };
-class InProcessMover final : public WeightMover {
+// Ranks of one process: the destination rank's backend copies (CPU ranks: memcpy; GPUs: a
+// 2-D copy through unified addressing, from the same GPU or a peer).
+class BackendMover final : public WeightMover {
  public:
+  explicit BackendMover(ops::Backend& backend) : backend_(backend) {}
   void copy(const WeightMove& move) override;
+
+ private:
+  ops::Backend& backend_;
 };
 
 // What a re-plan from resident weights moved onto one rank.

@@ -306,6 +306,13 @@ class Graph {
   virtual ~Graph() = default;
 };
 
+// A 2-D copy: `rows` rows of `row_bytes` bytes, `src_pitch` / `dst_pitch` bytes apart.
+struct CopyRowsParams {
+  void* dst = nullptr;
+  const void* src = nullptr;
+  size_t rows = 0, row_bytes = 0, src_pitch = 0, dst_pitch = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -321,6 +328,10 @@ class Backend {
   // re-plan's new shard viewing bytes an old shard holds instead of copying them. Null where
   // the backend cannot alias (device memory of another GPU: the bytes are copied).
   virtual BufferPtr alias(Buffer& /*src*/, size_t /*offset*/, size_t /*nbytes*/) { return nullptr; }
+  // `rows` rows of `row_bytes` bytes from src to dst, both in memory of this backend or of
+  // another rank's of this process (a re-plan's weight moves: host memory on CPU ranks; device
+  // memory on GPUs, a peer GPU's included); complete when it returns.
+  virtual void copy_rows(const CopyRowsParams& p) = 0;
   // Copies between host memory and a buffer (offsets in bytes).
   virtual void upload(Buffer& dst, size_t offset, const void* src, size_t nbytes) = 0;
   virtual void download(void* dst, const Buffer& src, size_t offset, size_t nbytes) = 0;

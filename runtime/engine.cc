@@ -27,6 +27,7 @@ namespace {
 struct Rank {
   parallel::RankCoord coord;  // coord.rank: the world rank
   std::unique_ptr<ops::Backend> backend;
+  std::unique_ptr<WeightMover> mover;  // a re-plan's copies onto this rank (declared before weights, which use it)
   std::unique_ptr<WeightSource> weights;
   RankComms comms;
   std::unique_ptr<DeepseekV3> model;
@@ -205,20 +206,23 @@ Engine::Engine(const ModelSource& model, EngineOptions options, Engine& reshard_
   MS_CHECK(reshard_from.options_.backend == options_.backend,
            "re-plan from resident weights: the engine runs on backend '{}', the new plan on '{}'",
            reshard_from.options_.backend, options_.backend);
-  MS_CHECK(options_.backend != "cuda",
-           "re-plan from resident weights: copies between GPU ranks (cudaMemcpyPeer / NCCL) are not implemented yet");
   build(model, &reshard_from, take_caches);
 }
 
 ResidentWeights Engine::resident_weights(bool give_caches) {
   impl_->quiesce("re-plan from resident weights");
-  static InProcessMover mover;  // stateless: CPU ranks share one address space
+  // GPU ranks: a view of another GPU's memory is no shard (its bytes are copied), and nothing
+  // of the old engine may still run while the new one copies and takes over its caches.
+  const bool on_gpus = options_.backend == "cuda";
   ResidentWeights out{.ranks = {},
-                      .mover = &mover,
+                      .mover = nullptr,  // each new rank's own (Engine::build)
                       .describe = fmt::format("model '{}' under plan '{}'", model_name_, options_.plan.name),
-                      .one_address_space = true,
+                      .one_address_space = !on_gpus,
                       .spare = nullptr};
-  for (const Rank& rank : impl_->ranks) out.ranks.push_back(&rank.model->weight_index());
+  for (Rank& rank : impl_->ranks) {
+    rank.backend->synchronize();
+    out.ranks.push_back(&rank.model->weight_index());
+  }
   if (give_caches) {
     out.spare = std::make_shared<SpareBuffers>();
     for (Rank& rank : impl_->ranks)
@@ -245,7 +249,14 @@ void Engine::build(const ModelSource& model, Engine* reshard_from, bool take_cac
     Rank& rank = impl_->ranks[i];
     rank.coord = parallel::rank_coord(plan, local[i]);
     rank.backend = make_rank_backend(options_.backend, static_cast<int>(i), options_.batch_invariant);
-    rank.weights = resident ? std::make_unique<ResidentWeightSource>(*resident) : model.weights();
+    if (resident) {
+      rank.mover = std::make_unique<BackendMover>(*rank.backend);
+      ResidentWeights mine = *resident;
+      mine.mover = rank.mover.get();
+      rank.weights = std::make_unique<ResidentWeightSource>(std::move(mine));
+    } else {
+      rank.weights = model.weights();
+    }
   }
   const bool on_gpus = options_.backend == "cuda";
   build_comms(on_gpus);

@@ -106,10 +106,10 @@ def write_checkpoint(directory):
 
 
 class Server:
-    def __init__(self, moeserve, directory, plan, extra=()):
+    def __init__(self, moeserve, directory, plan, extra=(), backend="cpu"):
         self.start = time.time()
         self.proc = subprocess.Popen([moeserve, "serve", "--model", str(directory), "--plan", plan, "--port", "0",
-                                      "--admin-api-key", "bench", "--backend", "cpu", *extra],
+                                      "--admin-api-key", "bench", "--backend", backend, *extra],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines, self.port, self.load = [], None, None
         while self.port is None:

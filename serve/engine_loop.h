@@ -71,7 +71,7 @@ struct ReplanReport {
   std::string weights_from;     // "resident" (resharded in place) or "source" (checkpoint or generator)
   std::string fallback_reason;  // why not "resident"
   int64_t moved_local_bytes = 0, moved_peer_bytes = 0;  // copied
-  int64_t viewed_bytes = 0;                             // shared with the old shards instead of copied (CPU ranks)
+  int64_t viewed_bytes = 0;                             // shared with the old shards instead of copied
   int64_t reused_cache_bytes = 0;                       // KV cache buffers taken over from the old engine
   // Move's parts: the new engine built (weights, caches, workspaces), the old one freed.
   double move_build_s = 0, move_free_s = 0;

@@ -38,8 +38,11 @@ std::string token_text(const ResponseContext& ctx, int32_t token) {
   return ctx.tokenizer->decode(ids);
 }
 
+// A token's bytes for logprobs; none for an id of the model's vocabulary the tokenizer has no
+// token for (its padding).
 Json token_bytes(const ResponseContext& ctx, int32_t token) {
   Json bytes = Json::array();
+  if (!ctx.tokenizer->has_token(token)) return bytes;
   for (unsigned char c : ctx.tokenizer->token_bytes(token)) bytes.push_back(static_cast<int>(c));
   return bytes;
 }

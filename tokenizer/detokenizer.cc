@@ -8,6 +8,7 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, bool 
     : tokenizer_(tokenizer), skip_special_(skip_special) {}
 
 std::string IncrementalDetokenizer::push(int32_t id) {
+  if (!tokenizer_.has_token(id)) return {};  // as decode: no text, and what is pending stays pending
   const std::string& bytes = tokenizer_.token_bytes(id);
   if (skip_special_ && tokenizer_.token_kind(id) == TokenKind::kSpecial) return {};
   pending_ += bytes;

@@ -96,7 +96,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, std::span<const Te
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
   std::string bytes;
   for (int32_t id : ids) {
-    check_id(id);
+    if (!has_token(id)) continue;
     if (skip_special && parts_.token_kind[id] == TokenKind::kSpecial) continue;
     bytes += parts_.token_bytes[id];
   }

@@ -73,10 +73,17 @@ class Tokenizer {
   std::vector<int32_t> encode(std::string_view text, std::span<const TextRange> plain) const;
 
   // The text of `ids`, ill-formed UTF-8 replaced by U+FFFD. Special tokens print their text
-  // unless skip_special. An id outside the vocabulary is an error.
+  // unless skip_special. An id with no token (has_token) adds nothing, as in Hugging Face's
+  // decode: a model's vocabulary is often padded past its tokenizer's, and a draw there (or a
+  // logit_bias toward it) must not fail the engine that decodes it.
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
 
-  // Raw bytes of one token (possibly a fragment of a UTF-8 character).
+  // Whether `id` is a token of this tokenizer: in [0, vocab_size()) and not a hole in it.
+  bool has_token(int32_t id) const {
+    return id >= 0 && id < vocab_size() && parts_.token_kind[static_cast<size_t>(id)] != TokenKind::kUnused;
+  }
+  // Raw bytes of one token (possibly a fragment of a UTF-8 character); an error without
+  // has_token.
   const std::string& token_bytes(int32_t id) const;
   TokenKind token_kind(int32_t id) const;
 

@@ -94,6 +94,15 @@ class CpuBackend final : public Backend {
     if (host == nullptr || offset % 64 != 0 || offset + nbytes > src.nbytes()) return nullptr;
     return std::make_unique<HostBuffer>(*host, offset, nbytes);
   }
+  void copy_rows(const CopyRowsParams& p) override {
+    auto* dst = static_cast<std::byte*>(p.dst);
+    const auto* src = static_cast<const std::byte*>(p.src);
+    if (p.row_bytes == p.src_pitch && p.row_bytes == p.dst_pitch) {  // contiguous: one copy
+      std::memcpy(dst, src, p.rows * p.row_bytes);
+      return;
+    }
+    for (size_t r = 0; r < p.rows; ++r) std::memcpy(dst + r * p.dst_pitch, src + r * p.src_pitch, p.row_bytes);
+  }
   void upload(Buffer& dst, size_t offset, const void* src, size_t nbytes) override {
     MS_CHECK(offset + nbytes <= dst.nbytes(), "upload of {} bytes at {} overruns a {}-byte buffer", nbytes, offset,
              dst.nbytes());

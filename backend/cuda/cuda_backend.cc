@@ -92,18 +92,54 @@ class BlockCache {
   std::multimap<size_t, void*> free_;
 };
 
-class DeviceBuffer final : public Buffer {
+// One cache per GPU, shared by every backend on it while any lives: a re-plan's new engine
+// reuses the blocks its old one frees, where per-backend caches would hold them apart.
+std::shared_ptr<BlockCache> cache_of_device(int device) {
+  static std::mutex mutex;
+  static std::map<int, std::weak_ptr<BlockCache>> caches;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::shared_ptr<BlockCache> cache = caches[device].lock();
+  if (!cache) {
+    cache = std::make_shared<BlockCache>(device);
+    caches[device] = cache;
+  }
+  return cache;
+}
+
+// One cudaMalloc'd block, back to its device's cache when the last buffer over it goes.
+class DeviceBlock {
  public:
-  DeviceBuffer(std::shared_ptr<BlockCache> cache, size_t nbytes)
-      : cache_(std::move(cache)), nbytes_(nbytes), ptr_(cache_->take(std::max<size_t>(nbytes, 256))) {}
-  ~DeviceBuffer() override { cache_->give_back(ptr_, std::max<size_t>(nbytes_, 256)); }
-  void* data() override { return ptr_; }
-  size_t nbytes() const override { return nbytes_; }
+  DeviceBlock(std::shared_ptr<BlockCache> cache, int device, size_t bytes)
+      : cache_(std::move(cache)), device_(device), bytes_(bytes), ptr_(cache_->take(bytes)) {}
+  ~DeviceBlock() { cache_->give_back(ptr_, bytes_); }
+  DeviceBlock(const DeviceBlock&) = delete;
+  DeviceBlock& operator=(const DeviceBlock&) = delete;
+  std::byte* data() const { return static_cast<std::byte*>(ptr_); }
+  int device() const { return device_; }
 
  private:
   std::shared_ptr<BlockCache> cache_;
-  size_t nbytes_;
+  int device_;
+  size_t bytes_;
   void* ptr_;
+};
+
+// A whole block, or bytes [offset, offset + nbytes) of one (a re-plan's view of an old shard).
+class DeviceBuffer final : public Buffer {
+ public:
+  DeviceBuffer(std::shared_ptr<BlockCache> cache, int device, size_t nbytes)
+      : block_(std::make_shared<DeviceBlock>(std::move(cache), device, std::max<size_t>(nbytes, 256))),
+        nbytes_(nbytes) {}
+  DeviceBuffer(const DeviceBuffer& of, size_t offset, size_t nbytes)
+      : block_(of.block_), offset_(of.offset_ + offset), nbytes_(nbytes) {}
+  void* data() override { return block_->data() + offset_; }
+  size_t nbytes() const override { return nbytes_; }
+  int device() const { return block_->device(); }
+
+ private:
+  std::shared_ptr<DeviceBlock> block_;
+  size_t offset_ = 0;
+  size_t nbytes_;
 };
 
 // One line on stderr per policy a process runs with (every rank's backend usually has the same).
@@ -127,7 +163,7 @@ struct CudaGraph final : Graph {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, const KernelPolicy& policy)
-      : device_(device), policy_(policy), cache_(std::make_shared<BlockCache>(device)) {
+      : device_(device), policy_(policy), cache_(cache_of_device(device)) {
     const int count = device_count();
     MS_CHECK(device >= 0 && device < count, "CUDA device {} requested, {} visible", device, count);
     MS_CUDA(cudaSetDevice(device));
@@ -173,7 +209,23 @@ class CudaBackend final : public Backend {
 
   BufferPtr alloc(size_t nbytes) override {
     cudaSetDevice(device_);
-    return std::make_unique<DeviceBuffer>(cache_, nbytes);
+    return std::make_unique<DeviceBuffer>(cache_, device_, nbytes);
+  }
+  // Views of this GPU's memory only (another GPU's bytes are copied), 256-byte aligned as
+  // cudaMalloc's blocks are: the kernels' vector loads and cp.async assume it.
+  BufferPtr alias(Buffer& src, size_t offset, size_t nbytes) override {
+    const auto* device = dynamic_cast<const DeviceBuffer*>(&src);
+    if (device == nullptr || device->device() != device_ || offset % 256 != 0 || offset + nbytes > src.nbytes())
+      return nullptr;
+    return std::make_unique<DeviceBuffer>(*device, offset, nbytes);
+  }
+  // Through unified addressing: the same GPU, a peer, or host memory alike. The copies go in
+  // this backend's stream and are waited for: the loader's next kernels run in it anyway, but a
+  // peer's stream would not see them otherwise.
+  void copy_rows(const CopyRowsParams& p) override {
+    cudaSetDevice(device_);
+    MS_CUDA(cudaMemcpy2DAsync(p.dst, p.dst_pitch, p.src, p.src_pitch, p.row_bytes, p.rows, cudaMemcpyDefault, stream_));
+    MS_CUDA(cudaStreamSynchronize(stream_));
   }
   void upload(Buffer& dst, size_t offset, const void* src, size_t nbytes) override {
     MS_CHECK(offset + nbytes <= dst.nbytes(), "upload of {} bytes at {} overruns a {}-byte buffer", nbytes, offset,

@@ -38,6 +38,11 @@ class OpTimingBackend final : public ops::Backend {
   std::string name() const override { return inner_.name(); }
   DType activation_dtype() const override { return inner_.activation_dtype(); }
   ops::BufferPtr alloc(size_t nbytes) override { return inner_.alloc(nbytes); }
+  ops::BufferPtr alloc_for_overwrite(size_t nbytes) override { return inner_.alloc_for_overwrite(nbytes); }
+  ops::BufferPtr alias(ops::Buffer& src, size_t offset, size_t nbytes) override {
+    return inner_.alias(src, offset, nbytes);
+  }
+  void copy_rows(const ops::CopyRowsParams& p) override { inner_.copy_rows(p); }
   void upload(ops::Buffer& dst, size_t offset, const void* src, size_t nbytes) override {
     inner_.upload(dst, offset, src, nbytes);
   }

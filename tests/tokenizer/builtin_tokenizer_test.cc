@@ -48,8 +48,10 @@ TEST(BuiltinTokenizer, PlainRangesEncodeSpecialTextAsText) {
 TEST(BuiltinTokenizer, Errors) {
   EXPECT_THROW(make_builtin_tokenizer(263), Error);
   const auto tok = make_builtin_tokenizer(300);
-  EXPECT_THROW(tok->decode(std::vector<int32_t>{300}), Error);
-  EXPECT_THROW(tok->decode(std::vector<int32_t>{-1}), Error);
+  // Ids with no token decode to nothing, as in Hugging Face (IdsWithoutATokenGiveNoText).
+  EXPECT_EQ(tok->decode(std::vector<int32_t>{300}), "");
+  EXPECT_EQ(tok->decode(std::vector<int32_t>{-1}), "");
+  EXPECT_THROW(tok->token_bytes(300), Error);
   try {
     tok->encode("ok\xC3(", false);
     FAIL();
@@ -99,6 +101,21 @@ TEST(IncrementalDetokenizer, ChunksAreValidAndConcatenateToTheDecode) {
     streamed += tail;
     ASSERT_EQ(streamed, tok->decode(ids));
   }
+}
+
+// A model's vocabulary is often padded past its tokenizer's: a draw there has no text (as in
+// Hugging Face's decode), and a character split around it still completes.
+TEST(IncrementalDetokenizer, IdsWithoutATokenGiveNoText) {
+  const auto tok = make_builtin_tokenizer(512);
+  EXPECT_TRUE(tok->has_token('a'));
+  EXPECT_FALSE(tok->has_token(512));
+  EXPECT_FALSE(tok->has_token(-1));
+  IncrementalDetokenizer detok(*tok);
+  EXPECT_EQ(detok.push(0xC3), "");
+  EXPECT_EQ(detok.push(600), "");
+  EXPECT_EQ(detok.push(0xA9), "\xC3\xA9");
+  const std::vector<int32_t> ids = {'h', 600, 'i', -3};
+  EXPECT_EQ(tok->decode(ids), "hi");
 }
 
 TEST(LoadTokenizer, SyntheticAndErrors) {

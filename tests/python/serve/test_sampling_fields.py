@@ -251,3 +251,33 @@ def test_chat_refusals_name_the_field(served):
         request = {"model": name, "messages": [{"role": "user", "content": "hi"}], **body}
         status, out = server.request("POST", "/v1/chat/completions", request)
         assert status == 400 and out["error"]["param"] == field, out
+
+
+def test_draws_past_the_tokenizer_give_no_text_and_the_server_serves_on(tmp_path):
+    """A model's vocabulary padded past its tokenizer's (DeepSeek-V3: 129280 ids over a 128815-token
+    tokenizer): a draw there, forced here by logit_bias, decodes to nothing as in Hugging Face's
+    decode, and fails neither the request nor the engine (it used to stop the engine loop)."""
+    from checkpoints import make_model_from
+    make_model_from({"vocab_size": 320}, 5).save_pretrained(tmp_path, safe_serialization=True)
+    write_byte_tokenizer(tmp_path)
+    template = tmp_path / "chat.jinja"
+    template.write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    name = str(tmp_path)
+    with server_harness.Server("--chat-template", str(template), model=name) as server:
+        body = {"model": name, "prompt": [104, 105], "max_tokens": 3, "temperature": 0, "logit_bias": {"300": 100},
+                "logprobs": 2, "return_token_ids": True}
+        status, out = server.request("POST", "/v1/completions", body)
+        assert status == 200, out
+        choice = out["choices"][0]
+        assert choice["token_ids"] == [300, 300, 300] and choice["text"] == "", choice
+        assert choice["logprobs"]["tokens"] == ["", "", ""], choice["logprobs"]
+        status, text = server.request("POST", "/v1/completions", {**body, "stream": True})
+        assert status == 200 and text.rstrip().endswith("data: [DONE]"), text
+        status, out = server.request("POST", "/v1/chat/completions", {
+            "model": name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+            "logit_bias": {"301": 100}, "logprobs": True, "top_logprobs": 2})
+        assert status == 200, out
+        assert out["choices"][0]["logprobs"]["content"][0]["bytes"] == [], out["choices"][0]["logprobs"]
+        del body["logit_bias"]
+        status, out = server.request("POST", "/v1/completions", body)
+        assert status == 200 and len(out["choices"][0]["token_ids"]) == 3, out

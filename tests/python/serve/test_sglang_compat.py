@@ -114,8 +114,13 @@ def test_native_generate_text_ids_batch_and_stream(server):
     assert status == 200
     chunks = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
     assert text.rstrip().endswith("data: [DONE]")
-    assert [c["meta_info"]["completion_tokens"] for c in chunks] == [1, 2, 3, 4]  # cumulative, as SGLang streams
-    assert chunks[-1]["output_ids"][:1] == chunks[0]["output_ids"]
+    # Cumulative, as SGLang streams: each chunk holds every token so far. A writer that falls behind the
+    # engine (a loaded machine) gets several tokens in one event, so the count per chunk is not fixed.
+    counts = [c["meta_info"]["completion_tokens"] for c in chunks]
+    assert counts == sorted(set(counts)) and counts[-1] == 4, counts
+    for chunk in chunks:
+        assert len(chunk["output_ids"]) == chunk["meta_info"]["completion_tokens"]
+        assert chunks[-1]["output_ids"][:len(chunk["output_ids"])] == chunk["output_ids"]
 
 
 @pytest.mark.parametrize("body, field", [
