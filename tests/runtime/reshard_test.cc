@@ -6,8 +6,10 @@
 // and on one GPU, where the new shards view the old ones in device memory.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -174,6 +176,41 @@ TEST(Reshard, OnOneGpuTheNewShardViewsTheOldOne) {
     request.max_new_tokens = 8;
     const std::vector<GenerateRequest> requests = {request};
     EXPECT_EQ(generate(resharded, requests).at(0).tokens, generate(fresh, requests).at(0).tokens) << what;
+  }
+}
+
+// KV caches are not zeroed (fresh ones are allocated for overwrite, a re-plan's are taken
+// over stale), so no slot may be read before its sequence wrote it: with every cache filled
+// with NaN first, the logits and greedy tokens are those of a clean engine, bit for bit.
+TEST(Reshard, NoKvSlotIsReadBeforeItIsWritten) {
+  std::vector<GenerateRequest> requests(3);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    for (size_t t = 0; t < 3 + 4 * i; ++t) requests[i].prompt.push_back(static_cast<int32_t>(7 + 13 * t + i));
+    requests[i].max_new_tokens = 6;
+  }
+  GenerateOptions with_logits;
+  with_logits.prompt_logits = true;
+  for (const std::string plan : {"single", "tp2", "pp2", "ep2-dp"}) {
+    EngineOptions options = options_of(plan, "cpu");
+    options.num_pages = kv_pages_for(requests, options.page_size);
+    Engine clean(tiny(), options), poisoned(tiny(), options);
+    std::atomic<size_t> poisoned_bytes{0};
+    poisoned.for_each_rank([&](Engine::RankView& v) {
+      for (ops::Buffer* cache : v.model.kv_caches()) {
+        const std::vector<float> nan(cache->nbytes() / sizeof(float), std::numeric_limits<float>::quiet_NaN());
+        v.backend.upload(*cache, 0, nan.data(), nan.size() * sizeof(float));
+        poisoned_bytes += cache->nbytes();
+      }
+    });
+    ASSERT_GT(poisoned_bytes.load(), 0u) << plan;
+    const std::vector<GenerateResult> want = generate(clean, requests, with_logits);
+    const std::vector<GenerateResult> got = generate(poisoned, requests, with_logits);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      EXPECT_EQ(got[i].tokens, want[i].tokens) << plan << " request " << i;
+      ASSERT_EQ(got[i].prompt_logits.nbytes(), want[i].prompt_logits.nbytes()) << plan;
+      EXPECT_EQ(std::memcmp(got[i].prompt_logits.raw(), want[i].prompt_logits.raw(), want[i].prompt_logits.nbytes()), 0)
+          << plan << " request " << i;
+    }
   }
 }
 
