@@ -48,14 +48,16 @@ DeepseekV3::DeepseekV3(const ModelConfig& config, const parallel::ParallelPlan& 
   const size_t element_bytes =
       cache.fp8 && backend.activation_dtype() == DType::BF16 ? 1 : dtype_size(backend.activation_dtype());
   const size_t cache_bytes = static_cast<size_t>(cache.num_pages * cache.page_size * width) * element_bytes;
-  // A re-plan takes over the old engine's caches of this size where it gave them up. Neither
-  // those nor fresh ones are zeroed: every sequence writes its slots before attention reads
-  // them (GPU caches never were zeroed), and zeroing a re-plan's fresh cache cost pp2 -> tp2 a
-  // third of a cold start on CPU ranks.
+  // A re-plan takes over the old engine's caches of this size where it gave them up, and does
+  // not zero the ones it allocates: every sequence writes its slots before attention reads them
+  // (GPU caches are never zeroed), and zeroing cost pp2 -> tp2 a third of a cold start on CPU
+  // ranks. A cold start zeroes them: its pages are resident from the start, so the server's
+  // memory does not grow as they are first written (tests/python/serve/test_load.py).
   ResidentWeightSource* resident = source.resident();
   auto cache_buffer = [&] {
     ops::BufferPtr spare = resident ? resident->take_spare(backend, cache_bytes) : nullptr;
-    return spare ? std::move(spare) : backend.alloc_for_overwrite(cache_bytes);
+    if (spare) return spare;
+    return resident ? backend.alloc_for_overwrite(cache_bytes) : backend.alloc(cache_bytes);
   };
   for (int64_t l = shard_.layers.begin; l < shard_.layers.end; ++l) kv_cache_.push_back(cache_buffer());
   if (weights_->mtp) {
