@@ -179,9 +179,9 @@ TEST(Reshard, OnOneGpuTheNewShardViewsTheOldOne) {
   }
 }
 
-// KV caches are not zeroed (fresh ones are allocated for overwrite, a re-plan's are taken
-// over stale), so no slot may be read before its sequence wrote it: with every cache filled
-// with NaN first, the logits and greedy tokens are those of a clean engine, bit for bit.
+// A re-plan's KV caches are not zeroed (taken over stale, or allocated for overwrite; GPU
+// caches never are), so no slot may be read before its sequence wrote it: with every cache
+// filled with NaN first, the logits and greedy tokens are those of a clean engine, bit for bit.
 TEST(Reshard, NoKvSlotIsReadBeforeItIsWritten) {
   std::vector<GenerateRequest> requests(3);
   for (size_t i = 0; i < requests.size(); ++i) {
