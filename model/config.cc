@@ -184,6 +184,9 @@ void check_size_bounds(const ModelConfig& c) {
     MS_CHECK(value <= max, "config: field '{}' is {}, more than the supported maximum {}", name, value, max);
   };
   constexpr int64_t kMaxWidth = int64_t{1} << 20, kMaxCount = int64_t{1} << 16;
+  // The weight accounting lists each layer's tensors by name: 4096 layers (67 times
+  // DeepSeek-V3's 61) keep that list small enough to recompute for every plan the advisor ranks.
+  constexpr int64_t kMaxLayers = int64_t{1} << 12;
   at_most("vocab_size", c.vocab_size, int64_t{1} << 24);
   at_most("hidden_size", c.hidden_size, kMaxWidth);
   at_most("intermediate_size", c.intermediate_size, kMaxWidth);
@@ -193,7 +196,7 @@ void check_size_bounds(const ModelConfig& c) {
   at_most("qk_nope_head_dim", c.qk_nope_head_dim, kMaxCount);
   at_most("qk_rope_head_dim", c.qk_rope_head_dim, kMaxCount);
   at_most("v_head_dim", c.v_head_dim, kMaxCount);
-  at_most("num_hidden_layers", c.num_hidden_layers, kMaxCount);
+  at_most("num_hidden_layers", c.num_hidden_layers, kMaxLayers);
   at_most("num_attention_heads", c.num_attention_heads, kMaxCount);
   at_most("n_routed_experts", c.n_routed_experts, kMaxCount);
   at_most("n_shared_experts", c.n_shared_experts, kMaxCount);

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "parallel/plan_parse.h"
 
 namespace moeserve {
@@ -19,7 +21,7 @@ parallel::ShardDims shard_dims(const ModelConfig& c) {
 }
 
 std::vector<WeightSlice> weight_slices_of_rank(const ModelConfig& c, const parallel::ParallelPlan& plan, int rank,
-                                               int64_t element_bytes) {
+                                               int64_t element_bytes, ExpertSlices experts) {
   const parallel::RankShard s = parallel::shard_of(plan, shard_dims(c), rank);
   const int64_t hidden = c.hidden_size;
   const int64_t heads = s.heads.size();
@@ -75,8 +77,15 @@ std::vector<WeightSlice> weight_slices_of_rank(const ModelConfig& c, const paral
     add2(p + "mlp.gate.weight", c.n_routed_experts, hidden, owns_stage_copy);
     add(p + "mlp.gate.e_score_correction_bias", c.n_routed_experts, owns_stage_copy);
     if (c.n_shared_experts > 0) mlp(p + "mlp.shared_experts.", s.shared_intermediate.size(), owns_tp_slice);
-    for (int64_t e = s.experts.begin; e < s.experts.end; ++e)
+    // WeightFormats gives every routed expert of a layer the same format (the ignore list is
+    // matched with the expert index taken out), so one slice can stand for all of them.
+    const int64_t listed = experts == ExpertSlices::each ? s.experts.size() : std::min<int64_t>(s.experts.size(), 1);
+    for (int64_t e = s.experts.begin; e < s.experts.begin + listed; ++e) {
+      const size_t first = out.size();
       mlp(fmt::format("{}mlp.experts.{}.", p, e), s.expert_intermediate.size(), true, true);
+      if (experts == ExpertSlices::one_per_layer)
+        for (size_t i = first; i < out.size(); ++i) out[i].count = s.experts.size();
+    }
   }
   return out;
 }
@@ -95,12 +104,13 @@ int64_t loaded_bytes(const WeightSlice& slice, int64_t element_bytes) {
 RankWeights rank_weights(const ModelConfig& config, const parallel::ParallelPlan& plan, int rank,
                          int64_t element_bytes) {
   RankWeights w;
-  for (const WeightSlice& slice : weight_slices_of_rank(config, plan, rank, element_bytes)) {
-    const int64_t bytes = slice.bytes();
-    w.held_elements += slice.elements;
+  for (const WeightSlice& slice :
+       weight_slices_of_rank(config, plan, rank, element_bytes, ExpertSlices::one_per_layer)) {
+    const int64_t elements = slice.elements * slice.count, bytes = slice.bytes() * slice.count;
+    w.held_elements += elements;
     w.held_bytes += bytes;
     if (!slice.owned) continue;
-    w.owned_elements += slice.elements;
+    w.owned_elements += elements;
     w.owned_bytes += bytes;
   }
   return w;

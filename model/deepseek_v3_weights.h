@@ -29,7 +29,15 @@ struct WeightSlice {
   // lowest-numbered rank holding a slice owns it; the others hold a replica. Summed over all
   // ranks, owned elements count every model parameter exactly once.
   bool owned = true;
+  // Identical slices this one stands for: 1, or the rank's routed experts of a layer when they
+  // are listed as one (ExpertSlices::one_per_layer); the name is then the first expert's.
+  int64_t count = 1;
 };
+
+// Whether a layer's routed experts are listed one slice per expert and projection (what the
+// loader reads), or once per projection with `count` (the byte accounting: a K2 layer holds 384
+// experts, and a fuzzed config may ask for 65536 in each of 4096 layers).
+enum class ExpertSlices { each, one_per_layer };
 
 // Unquantized slices are counted at `element_bytes` (the activation dtype); quantized ones
 // (config.quantization) as the checkpoint stores them.
@@ -41,7 +49,7 @@ bool dequantized_at_load(const std::string& module);
 int64_t loaded_bytes(const WeightSlice& slice, int64_t element_bytes);
 
 std::vector<WeightSlice> weight_slices_of_rank(const ModelConfig& config, const parallel::ParallelPlan& plan, int rank,
-                                               int64_t element_bytes = 2);
+                                               int64_t element_bytes = 2, ExpertSlices experts = ExpertSlices::each);
 
 struct RankWeights {
   int64_t held_elements = 0;   // everything the rank loads (its memory)

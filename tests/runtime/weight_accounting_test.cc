@@ -120,5 +120,55 @@ TEST(WeightAccounting, KimiK26Int4ExpertsCountAsStored) {
   }
 }
 
+// rank_weights lists each layer's routed experts as one slice per projection with a count; the
+// sums must equal those over every expert's own slice, on every rank of plans that split the
+// experts (EP), their columns (TP) and the layers (PP).
+TEST(WeightAccounting, ExpertsListedOncePerLayerCountLikeEachExpert) {
+  const ModelConfig c = ModelConfig::from_file("tests/data/configs/kimi-k2.6.config.json");
+  for (const char* name : {"single", "tp8", "ep8", "ep4tp2", "pp8", "ep8-dp"}) {
+    const parallel::ParallelPlan plan = parallel::parse_plan(name);
+    for (int r = 0; r < plan.world(); ++r) {
+      RankWeights each;
+      for (const WeightSlice& s : weight_slices_of_rank(c, plan, r, 2, ExpertSlices::each)) {
+        ASSERT_EQ(s.count, 1) << s.name;
+        each.held_elements += s.elements;
+        each.held_bytes += s.bytes();
+        each.owned_elements += s.owned ? s.elements : 0;
+        each.owned_bytes += s.owned ? s.bytes() : 0;
+      }
+      const RankWeights grouped = rank_weights(c, plan, r);
+      EXPECT_EQ(grouped.held_elements, each.held_elements) << name << " rank " << r;
+      EXPECT_EQ(grouped.held_bytes, each.held_bytes) << name << " rank " << r;
+      EXPECT_EQ(grouped.owned_elements, each.owned_elements) << name << " rank " << r;
+      EXPECT_EQ(grouped.owned_bytes, each.owned_bytes) << name << " rank " << r;
+    }
+  }
+}
+
+// The largest architecture validate() accepts (4096 layers of 65536 experts: 805 M expert
+// tensors, which the config fuzz target once listed one by one until it ran out of memory) is
+// counted from 17 slices per layer, and its bytes agree with count_parameters.
+TEST(WeightAccounting, LargestAcceptedConfigIsCountedPerLayer) {
+  ModelConfig c = ModelConfig::from_file("tests/data/configs/kimi-k2.6.config.json");
+  c.quantization = {};
+  c.hidden_size = 16;
+  c.num_attention_heads = 1;
+  c.q_lora_rank = 8;
+  c.kv_lora_rank = 8;
+  c.qk_nope_head_dim = c.qk_rope_head_dim = c.v_head_dim = 2;
+  c.vocab_size = 32;
+  c.intermediate_size = c.moe_intermediate_size = 2;
+  c.num_hidden_layers = 4096;
+  c.first_k_dense_replace = 1;
+  c.n_routed_experts = 65536;
+  c.n_group = 1;
+  c.topk_group = 1;
+  c.validate();
+  const std::vector<WeightSlice> slices =
+      weight_slices_of_rank(c, parallel::parse_plan("single"), 0, 2, ExpertSlices::one_per_layer);
+  EXPECT_LT(slices.size(), size_t{20} * 4096);
+  EXPECT_EQ(stored_model_bytes(c), count_parameters(c).total * 2);
+}
+
 }  // namespace
 }  // namespace moeserve

@@ -110,6 +110,7 @@ def test_well_formed_dense_model_generates(tmp_path):
     (lambda c: c.update(kv_lora_rank=-2**40), ["config.json", "'kv_lora_rank' is -1099511627776, out of range"]),
     (lambda c: c.update(hidden_size=2**21), ["config.json", "'hidden_size' is 2097152, more than the supported maximum"]),
     (lambda c: c.update(n_routed_experts=2**30), ["config.json", "'n_routed_experts' is 1073741824, more than"]),
+    (lambda c: c.update(num_hidden_layers=4097), ["config.json", "'num_hidden_layers' is 4097, more than the supported maximum 4096"]),
     (lambda c: c.update(num_nextn_predict_layers=-1), ["config.json", "'num_nextn_predict_layers' must be >= 0"]),
     (lambda c: c.update(hidden_size=-8), ["config.json", "'hidden_size' must be positive"]),
     (lambda c: c.update(num_hidden_layers=7.5), ["config.json", "'num_hidden_layers' must be an integer"]),
