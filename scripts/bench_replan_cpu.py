@@ -19,15 +19,15 @@ import json
 import os
 import pathlib
 import re
-import shutil
 import statistics
-import struct
 import subprocess
 import sys
 import time
 import urllib.request
 
 import numpy as np
+
+import synthetic_checkpoint
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIG = {  # about 0.49 G parameters: 0.97 GB in bf16
@@ -39,36 +39,6 @@ CONFIG = {  # about 0.49 G parameters: 0.97 GB in bf16
     "routed_scaling_factor": 2.5, "norm_topk_prob": True, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
     "max_position_embeddings": 2048, "bos_token_id": 0, "eos_token_id": 1, "tie_word_embeddings": False,
     "torch_dtype": "bfloat16", "topk_method": "noaux_tc", "scoring_func": "sigmoid"}
-
-
-def tensor_shapes(c):
-    """Every tensor of the checkpoint: name -> (shape, dtype)."""
-    h, heads, qk = c["hidden_size"], c["num_attention_heads"], c["qk_nope_head_dim"] + c["qk_rope_head_dim"]
-    out = {"model.embed_tokens.weight": ([c["vocab_size"], h], "BF16"), "model.norm.weight": ([h], "BF16"),
-           "lm_head.weight": ([c["vocab_size"], h], "BF16")}
-    for layer in range(c["num_hidden_layers"]):
-        p = f"model.layers.{layer}."
-        out.update({p + "input_layernorm.weight": ([h], "BF16"), p + "post_attention_layernorm.weight": ([h], "BF16"),
-                    p + "self_attn.q_a_proj.weight": ([c["q_lora_rank"], h], "BF16"),
-                    p + "self_attn.q_a_layernorm.weight": ([c["q_lora_rank"]], "BF16"),
-                    p + "self_attn.q_b_proj.weight": ([heads * qk, c["q_lora_rank"]], "BF16"),
-                    p + "self_attn.kv_a_proj_with_mqa.weight": ([c["kv_lora_rank"] + c["qk_rope_head_dim"], h], "BF16"),
-                    p + "self_attn.kv_a_layernorm.weight": ([c["kv_lora_rank"]], "BF16"),
-                    p + "self_attn.kv_b_proj.weight":
-                        ([heads * (c["qk_nope_head_dim"] + c["v_head_dim"]), c["kv_lora_rank"]], "BF16"),
-                    p + "self_attn.o_proj.weight": ([h, heads * c["v_head_dim"]], "BF16")})
-        if layer < c["first_k_dense_replace"]:
-            mlps = [(p + "mlp.", c["intermediate_size"])]
-        else:
-            out[p + "mlp.gate.weight"] = ([c["n_routed_experts"], h], "BF16")
-            out[p + "mlp.gate.e_score_correction_bias"] = ([c["n_routed_experts"]], "F32")
-            mlps = [(p + "mlp.shared_experts.", c["moe_intermediate_size"] * c["n_shared_experts"])]
-            mlps += [(p + f"mlp.experts.{e}.", c["moe_intermediate_size"]) for e in range(c["n_routed_experts"])]
-        for prefix, inter in mlps:
-            out[prefix + "gate_proj.weight"] = ([inter, h], "BF16")
-            out[prefix + "up_proj.weight"] = ([inter, h], "BF16")
-            out[prefix + "down_proj.weight"] = ([h, inter], "BF16")
-    return out
 
 
 def tensor_bytes(name, shape, dtype, rng):
@@ -84,25 +54,16 @@ def tensor_bytes(name, shape, dtype, rng):
 
 
 def write_checkpoint(directory):
-    """model.safetensors (header, then every tensor's bytes), config.json and the tokenizer."""
+    """model.safetensors (every tensor bf16 but the router bias), config.json and the tokenizer."""
     directory.mkdir(parents=True, exist_ok=True)
-    shapes = tensor_shapes(CONFIG)
-    header, offset = {}, 0
-    for name, (shape, dtype) in shapes.items():
-        size = int(np.prod(shape)) * (4 if dtype == "F32" else 2)
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
-        offset += size
-    blob = json.dumps(header).encode()
-    blob += b" " * (-len(blob) % 8)
+    tensors = synthetic_checkpoint.head_tensors(CONFIG)
+    for layer in range(CONFIG["num_hidden_layers"]):
+        tensors.update(synthetic_checkpoint.layer_tensors(CONFIG, layer))
     rng = np.random.default_rng(26)
-    with open(directory / "model.safetensors.part", "wb") as f:
-        f.write(struct.pack("<Q", len(blob)) + blob)
-        for name, (shape, dtype) in shapes.items():
-            f.write(tensor_bytes(name, shape, dtype, rng))
-    (directory / "model.safetensors.part").rename(directory / "model.safetensors")
+    synthetic_checkpoint.write_safetensors(directory / "model.safetensors", tensors,
+                                           lambda f, name, shape, dtype: f.write(tensor_bytes(name, shape, dtype, rng)))
     (directory / "config.json").write_text(json.dumps(CONFIG, indent=2))
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(ROOT / "models/default" / name, directory / name)
+    synthetic_checkpoint.copy_tokenizer(directory)
 
 
 class Server:

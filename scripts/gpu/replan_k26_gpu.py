@@ -20,8 +20,6 @@ instead: the cost a re-plan without resident weights pays.
 import argparse
 import json
 import pathlib
-import shutil
-import struct
 import subprocess
 import sys
 import time
@@ -32,6 +30,7 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
+import synthetic_checkpoint  # noqa: E402
 from bench_replan_cpu import Server  # noqa: E402
 
 BLOCK = 1 << 26  # bytes of random data each tensor's bytes are tiled from
@@ -44,39 +43,6 @@ def k26_config(layers):
     config["quantization_config"] = full["quantization_config"]
     config["bos_token_id"], config["eos_token_id"] = 0, 1
     return config
-
-
-def layer_tensors(c, layer):
-    """name -> (shape, dtype) of one decoder layer; the routed experts packed."""
-    h, heads = c["hidden_size"], c["num_attention_heads"]
-    qk, kv, rope = c["qk_nope_head_dim"] + c["qk_rope_head_dim"], c["kv_lora_rank"], c["qk_rope_head_dim"]
-    p = f"model.layers.{layer}."
-    out = {p + "input_layernorm.weight": ([h], "BF16"), p + "post_attention_layernorm.weight": ([h], "BF16"),
-           p + "self_attn.q_a_proj.weight": ([c["q_lora_rank"], h], "BF16"),
-           p + "self_attn.q_a_layernorm.weight": ([c["q_lora_rank"]], "BF16"),
-           p + "self_attn.q_b_proj.weight": ([heads * qk, c["q_lora_rank"]], "BF16"),
-           p + "self_attn.kv_a_proj_with_mqa.weight": ([kv + rope, h], "BF16"),
-           p + "self_attn.kv_a_layernorm.weight": ([kv], "BF16"),
-           p + "self_attn.kv_b_proj.weight": ([heads * (c["qk_nope_head_dim"] + c["v_head_dim"]), kv], "BF16"),
-           p + "self_attn.o_proj.weight": ([h, heads * c["v_head_dim"]], "BF16")}
-    if layer < c["first_k_dense_replace"]:
-        dense = [(p + "mlp.", c["intermediate_size"])]
-        routed = []
-    else:
-        out[p + "mlp.gate.weight"] = ([c["n_routed_experts"], h], "BF16")
-        out[p + "mlp.gate.e_score_correction_bias"] = ([c["n_routed_experts"]], "F32")
-        dense = [(p + "mlp.shared_experts.", c["moe_intermediate_size"] * c["n_shared_experts"])]
-        routed = [p + f"mlp.experts.{e}." for e in range(c["n_routed_experts"])]
-    for prefix, inter in dense:
-        out.update({prefix + "gate_proj.weight": ([inter, h], "BF16"), prefix + "up_proj.weight": ([inter, h], "BF16"),
-                    prefix + "down_proj.weight": ([h, inter], "BF16")})
-    inter = c["moe_intermediate_size"]
-    for prefix in routed:
-        for proj, (n, k) in (("gate_proj", (inter, h)), ("up_proj", (inter, h)), ("down_proj", (h, inter))):
-            out[f"{prefix}{proj}.weight_packed"] = ([n, k // 8], "I32")
-            out[f"{prefix}{proj}.weight_scale"] = ([n, k // 32], "BF16")
-            out[f"{prefix}{proj}.weight_shape"] = ([n, k], "I64")  # its value, not its shape ([2])
-    return out
 
 
 class Blocks:
@@ -94,31 +60,13 @@ class Blocks:
         self.f32 = (0.05 * rng.standard_normal(BLOCK // 4, dtype=np.float32)).tobytes()
 
     def write(self, f, name, shape, dtype):
-        if dtype == "I64":  # weight_shape: its value [n, k] is carried as its "shape"
-            f.write(struct.pack("<qq", *shape))
-            return
-        size = int(np.prod(shape)) * {"BF16": 2, "F32": 4, "I32": 4}[dtype]
+        size = int(np.prod(shape)) * synthetic_checkpoint.DTYPE_BYTES[dtype]
         block = (self.f32 if dtype == "F32" else self.words if dtype == "I32" else
                  self.norm if name.endswith("norm.weight") else self.scale if name.endswith("weight_scale") else
                  self.bf16)
         while size > 0:
             f.write(block[:min(size, len(block))])
             size -= len(block)
-
-
-def write_file(path, tensors, blocks):
-    header, offset = {}, 0
-    for name, (shape, dtype) in tensors.items():
-        size = 16 if dtype == "I64" else int(np.prod(shape)) * {"BF16": 2, "F32": 4, "I32": 4}[dtype]
-        header[name] = {"dtype": dtype, "shape": [2] if dtype == "I64" else shape, "data_offsets": [offset, offset + size]}
-        offset += size
-    blob = json.dumps(header).encode()
-    blob += b" " * (-len(blob) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(blob)) + blob)
-        for name, (shape, dtype) in tensors.items():
-            blocks.write(f, name, shape, dtype)
-    return offset
 
 
 def write_checkpoint(directory, layers):
@@ -129,20 +77,17 @@ def write_checkpoint(directory, layers):
         return json.loads(index.read_text())["metadata"]["total_size"]
     directory.mkdir(parents=True, exist_ok=True)
     blocks = Blocks()
-    files = {"model-embed.safetensors": {"model.embed_tokens.weight": ([c["vocab_size"], c["hidden_size"]], "BF16"),
-                                         "model.norm.weight": ([c["hidden_size"]], "BF16"),
-                                         "lm_head.weight": ([c["vocab_size"], c["hidden_size"]], "BF16")}}
+    files = {"model-embed.safetensors": synthetic_checkpoint.head_tensors(c)}
     for layer in range(layers):
-        files[f"model-layer{layer:02d}.safetensors"] = layer_tensors(c, layer)
+        files[f"model-layer{layer:02d}.safetensors"] = synthetic_checkpoint.layer_tensors(c, layer, int4_experts=True)
     total, weight_map = 0, {}
     for file, tensors in files.items():
-        total += write_file(directory / file, tensors, blocks)
+        total += synthetic_checkpoint.write_safetensors(directory / file, tensors, blocks.write)
         weight_map.update({n: file for n in tensors})
     (directory / "model.safetensors.index.json").write_text(
         json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}))
     (directory / "config.json").write_text(json.dumps(c, indent=2))
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(ROOT / "models/default" / name, directory / name)
+    synthetic_checkpoint.copy_tokenizer(directory)
     return total
 
 
