@@ -48,7 +48,16 @@ void MtpDrafter::run(std::vector<step::ReplicaBatch> batches, std::vector<Chain>
   step::StepPlan plan;
   plan.micro_batches.push_back({.replicas = std::move(batches)});
   const StepOutputs out = engine_.wait(engine_.submit(std::move(plan)));
-  for (Chain& c : chains) c.tokens.push_back(out.rows.at(0).at(static_cast<size_t>(c.replica)).i32()[c.row]);
+  const int64_t vocab = engine_.config().vocab_size;
+  for (Chain& c : chains) {
+    // A row of non-finite logits (latents of a prefix page cached while the MTP layer was
+    // behind) has no argmax in the vocabulary: the chain ends there.
+    const int32_t token = out.rows.at(0).at(static_cast<size_t>(c.replica)).i32()[c.row];
+    if (token >= 0 && token < vocab)
+      c.tokens.push_back(token);
+    else
+      c.max_drafts = c.drafted();
+  }
 }
 
 std::vector<MtpDrafter::Chain> MtpDrafter::catch_up(std::span<const spec::CommittedSpan> committed) {
@@ -116,9 +125,47 @@ void MtpDrafter::chain_step(std::vector<Chain>& chains) {
   run(std::move(batches), chains);
 }
 
+std::vector<spec::CommittedSpan> MtpDrafter::with_gaps(std::span<const spec::CommittedSpan> committed) {
+  std::vector<spec::CommittedSpan> spans(committed.begin(), committed.end());
+  if (behind_.empty()) return spans;
+  std::vector<int64_t> room(static_cast<size_t>(engine_.options().plan.attn_dp), scheduler_.max_step_tokens());
+  for (const spec::CommittedSpan& c : spans) room.at(static_cast<size_t>(c.replica)) -= c.end - c.begin;
+  for (spec::CommittedSpan& c : spans) {
+    auto it = behind_.find(c.id);
+    if (it == behind_.end()) continue;
+    int64_t& left = room.at(static_cast<size_t>(c.replica));
+    const int64_t gap = c.begin - it->second;
+    if (gap <= 0) {  // caught up, or recomputed from earlier on (a preempted sequence)
+      behind_.erase(it);
+      continue;
+    }
+    if (gap <= left) {  // the whole gap, then the step's own positions
+      left -= gap;
+      c.begin = it->second;
+      behind_.erase(it);
+      continue;
+    }
+    // Part of the gap only, in place of the step's positions (which stay behind with it).
+    const int64_t own = c.end - c.begin, used = std::min(left + own, gap);
+    left -= used - own;
+    c.begin = it->second;
+    c.end = c.begin + used;
+    c.max_drafts = 0;
+    it->second = c.end;
+  }
+  return spans;
+}
+
 void MtpDrafter::after_step(std::span<const spec::CommittedSpan> committed) {
   for (const spec::CommittedSpan& c : committed) drafts_.erase(c.id);
-  std::vector<Chain> chains = catch_up(committed);
+  const bool drafting = std::any_of(committed.begin(), committed.end(), [](const auto& c) { return c.max_drafts > 0; });
+  if (!drafting) {  // no forward: every sequence is left behind from its first position not cached
+    for (const spec::CommittedSpan& c : committed)
+      if (c.end > c.begin) behind_.try_emplace(c.id, c.begin);
+    return;
+  }
+  const std::vector<spec::CommittedSpan> spans = with_gaps(committed);
+  std::vector<Chain> chains = catch_up(spans);
   while (!chains.empty()) {
     for (const Chain& c : chains) drafts_[c.id].assign(c.tokens.begin() + c.own, c.tokens.end());
     chain_step(chains);

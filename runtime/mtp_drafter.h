@@ -14,6 +14,14 @@
 // The MTP layer is on the last pipeline stage; earlier stages skip draft steps. Under attention
 // DP each replica drafts its own sequences in the same draft step (a replica without any runs
 // it with no tokens: the MTP layer's MoE exchange needs every rank of the stage).
+//
+// A step after which no sequence drafts (the draft budget chose none, spec/draft_budget.h, or
+// no request speculates) runs no forward at all: each sequence's MTP cache is left behind from
+// the first position it lacks, and the first step that drafts again catches it up from there
+// (the target's hidden states of those positions stay in the store, at their slots), at most a
+// step's worth of tokens per replica at a time; a sequence still behind gets no drafts. Pages a
+// later request takes from the prefix cache meanwhile may lack MTP latents: its drafts are
+// worse (and a draft outside the vocabulary ends the chain), its outputs unchanged.
 #pragma once
 
 #include <unordered_map>
@@ -31,7 +39,10 @@ class MtpDrafter : public spec::ModelDrafter {
   MtpDrafter(Engine& engine, const sched::Scheduler& scheduler);
   void after_step(std::span<const spec::CommittedSpan> committed) override;
   std::vector<int32_t> take(uint64_t id) override;
-  void forget(uint64_t id) override { drafts_.erase(id); }
+  void forget(uint64_t id) override {
+    drafts_.erase(id);
+    behind_.erase(id);
+  }
 
  private:
   // A sequence being drafted for: its tokens then its drafts so far.
@@ -47,6 +58,10 @@ class MtpDrafter : public spec::ModelDrafter {
   };
   // One draft step's batch per replica (ForwardBatch::mtp_draft), block tables `width` wide.
   std::vector<step::ReplicaBatch> draft_batches(int64_t width) const;
+  // The spans the catch-up runs: each widened back to where its sequence's MTP cache stops,
+  // within a step's tokens per replica (a sequence not caught up runs part of its gap and
+  // drafts nothing).
+  std::vector<spec::CommittedSpan> with_gaps(std::span<const spec::CommittedSpan> committed);
   // The catch-up forward over every span; draft 1 of each chain that asks.
   std::vector<Chain> catch_up(std::span<const spec::CommittedSpan> committed);
   // One chained forward: the next draft of every chain that has room.
@@ -58,6 +73,7 @@ class MtpDrafter : public spec::ModelDrafter {
   const sched::Scheduler& scheduler_;
   int64_t page_size_, slots_;
   std::unordered_map<uint64_t, std::vector<int32_t>> drafts_;  // each sequence's, until taken
+  std::unordered_map<uint64_t, int64_t> behind_;               // the first position its MTP cache lacks
 };
 
 }  // namespace moeserve::runtime

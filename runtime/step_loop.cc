@@ -6,6 +6,7 @@
 #include <map>
 
 #include "backend/cpu/cpu_backend.h"
+#include "core/log.h"
 #include "core/thread_pool.h"
 #include "runtime/mtp_drafter.h"
 #include "runtime/token_masks.h"
@@ -24,6 +25,8 @@ bool all_finite(const float* values, int64_t n) {
   return true;
 }
 
+constexpr int64_t kBudgetLogSteps = 1024;  // steps between the draft budget's debug log lines
+
 bool greedy(const ops::SamplingOptions& o) { return o.temperature <= 0.0f || o.top_k == 1; }
 
 StepLoopOptions with_drafts(StepLoopOptions options) {
@@ -39,6 +42,14 @@ StepLoop::StepLoop(Engine& engine, StepLoopOptions options)
       scheduler_(options_.scheduler) {
   if (options_.speculative.algorithm == spec::Algorithm::kNextn)
     model_drafter_ = std::make_unique<MtpDrafter>(engine_, scheduler_);
+  step_drafts_ = options_.speculative.max_drafts();
+  if (options_.speculative.adaptive && step_drafts_ > 0 && options_.scheduler.pipeline_groups == 1)
+    draft_budget_ = std::make_unique<spec::DraftBudget>(step_drafts_);
+}
+
+StepLoop::~StepLoop() {
+  finish_in_flight();
+  if (draft_budget_) log(LogLevel::kDebug, "{}", draft_budget_->describe());
 }
 
 void StepLoop::finish_in_flight() {
@@ -189,7 +200,12 @@ StepResult StepLoop::step() {
   std::vector<int32_t> sampled;
   for (const DrawnToken& t : result.tokens) sampled.push_back(t.token);
   scheduler_.commit(oldest.step, sampled, accepted);
-  if (model_drafter_) after_step(oldest, accepted);
+  if (draft_budget_) update_draft_budget(oldest, accepted, seconds_between(top_up_start, Clock::now()));
+  if (model_drafter_) {
+    const auto drafting_start = Clock::now();
+    after_step(oldest, accepted);
+    drafting_seconds_ = seconds_between(drafting_start, Clock::now());
+  }
   for (const DrawnToken& t : result.tokens)  // requests with adjustments take no drafts
     if (auto it = adjust_.find(t.id); it != adjust_.end()) it->second.add_output(t.token);
   expand_accepted(oldest, accepted, result);
@@ -198,6 +214,7 @@ StepResult StepLoop::step() {
   accept_constrained(result);
   result.scheduled = oldest.scheduled;
   result.prefill_tokens = oldest.step.prefill_tokens;
+  result.draft_budget = step_drafts_;
   // Not the time the step spent in flight behind other groups' steps.
   result.host_seconds = seconds_between(top_up_start, wait_start) + seconds_between(wait_end, Clock::now());
   return result;
@@ -219,7 +236,29 @@ int64_t StepLoop::draft_room(sched::RequestId id, const LoopRequest& r, int64_t 
   // No drafts past the request's last token or the model's context (the next token is always drawn).
   int64_t room = engine_.config().max_position_embeddings - tokens;
   if (r.max_new_tokens > 0) room = std::min(room, r.max_new_tokens - scheduler_.generated_tokens(id) - 1);
-  return std::max<int64_t>(0, std::min(room, options_.speculative.max_drafts()));
+  return std::max<int64_t>(0, std::min(room, step_drafts_));
+}
+
+void StepLoop::update_draft_budget(const Flight& flight, const std::vector<int64_t>& accepted, double seconds) {
+  // The step's drafts were made while the previous step completed (a model drafter's forwards)
+  // or when it was scheduled (NGRAM, inside `seconds`).
+  spec::DraftStepSample sample{.drafts = step_drafts_, .seconds = seconds + drafting_seconds_};
+  size_t row = 0;  // accepted[] is per chunk with a logit row
+  for (const sched::ScheduledChunk& chunk : flight.step.chunks) {
+    if (chunk.logit_row < 0) continue;
+    const int64_t drafted = static_cast<int64_t>(chunk.drafts.size());
+    const int64_t kept = accepted.empty() ? 0 : accepted[row];
+    ++row;
+    ++sample.sequences;
+    sample.drafting += drafted > 0 ? 1 : 0;
+    sample.drafted += drafted;
+    sample.accepted += kept;
+    sample.rejected += kept < drafted ? 1 : 0;
+  }
+  // A step with prompt tokens costs what its prefill costs: it measures nothing of decoding.
+  if (flight.step.prefill_tokens == 0) draft_budget_->record(sample);
+  if (sample.sequences > 0) step_drafts_ = draft_budget_->choose(sample.sequences);
+  if (++budget_steps_ % kBudgetLogSteps == 0) log(LogLevel::kDebug, "{}", draft_budget_->describe());
 }
 
 std::vector<int32_t> StepLoop::drafts_for(sched::RequestId id, std::span<const int32_t> tokens) const {

@@ -23,6 +23,7 @@
 #include "runtime/logit_adjust_state.h"
 #include "runtime/logprobs.h"
 #include "sched/scheduler.h"
+#include "spec/draft_budget.h"
 #include "spec/drafter.h"
 #include "spec/model_drafter.h"
 #include "spec/verify.h"
@@ -86,6 +87,9 @@ struct StepResult {
   // How its rows were drawn (for metrics): from device-reduced candidates, of those the ones
   // that fell back to a draw over their whole logits, and those drawn whole on the devices.
   int64_t candidate_rows = 0, fallback_rows = 0, device_drawn_rows = 0;
+  // When the loop speculates: the drafts per sequence its next steps verify (the adaptive
+  // budget's choice, else the configured maximum).
+  int64_t draft_budget = 0;
 };
 
 // The engine failed a step: it has stopped, and so has the loop (nothing in flight completes).
@@ -104,7 +108,7 @@ struct StepLoopOptions {
 class StepLoop {
  public:
   StepLoop(Engine& engine, StepLoopOptions options);
-  ~StepLoop() { finish_in_flight(); }
+  ~StepLoop();
   StepLoop(const StepLoop&) = delete;
   StepLoop& operator=(const StepLoop&) = delete;
 
@@ -178,11 +182,21 @@ class StepLoop {
   StepLoopOptions options_;
   // After a committed step, the model drafter's catch-up and drafts (CommittedSpan per chunk).
   void after_step(const Flight& flight, const std::vector<int64_t>& accepted);
-  // Drafts a request's next step may verify: its room in the context and in max_new_tokens.
+  // Drafts a request's next step may verify: its room in the context and in max_new_tokens,
+  // and the step's draft budget.
   int64_t draft_room(sched::RequestId id, const LoopRequest& r, int64_t tokens) const;
+  // The adaptive budget measures the step that completed (`seconds` up to its commit) and
+  // chooses the drafts of the next.
+  void update_draft_budget(const Flight& flight, const std::vector<int64_t>& accepted, double seconds);
 
   std::unique_ptr<spec::Drafter> drafter_;             // NGRAM (null: none)
   std::unique_ptr<spec::ModelDrafter> model_drafter_;  // NEXTN (null: none)
+  // Speculative options' adaptive, with one pipeline group (several keep steps in flight, so
+  // a step's own time is not measured): each step's drafts per sequence.
+  std::unique_ptr<spec::DraftBudget> draft_budget_;
+  int64_t step_drafts_ = 0;      // drafts per sequence of the steps scheduled next
+  double drafting_seconds_ = 0;  // the model drafter's time drafting for the next step
+  int64_t budget_steps_ = 0;     // steps the budget measured or chose for
   sched::Scheduler scheduler_;
   std::unordered_map<sched::RequestId, LoopRequest> requests_;
   std::unordered_map<sched::RequestId, LogitAdjustState> adjust_;  // the requests with logit adjustments

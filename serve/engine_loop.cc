@@ -357,6 +357,7 @@ void EngineLoop::push_prompt_logprobs(const runtime::StepResult& result) {
 void EngineLoop::complete(runtime::StepResult& result) {
   const auto stream_start = Clock::now();
   push_prompt_logprobs(result);
+  spec_draft_budget_ = result.draft_budget;
   for (const runtime::VerifiedDrafts& v : result.verified) {
     ++spec_verify_steps_;
     spec_draft_tokens_ += v.drafted;

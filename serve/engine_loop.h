@@ -245,6 +245,7 @@ class EngineLoop {
   // Counters and histograms (thread-safe).
   std::atomic<int64_t> prompt_tokens_{0}, generation_tokens_{0}, cancelled_{0}, rejected_queue_full_{0};
   std::atomic<int64_t> spec_verify_steps_{0}, spec_draft_tokens_{0}, spec_accepted_tokens_{0};
+  std::atomic<int64_t> spec_draft_budget_{0};  // StepResult::draft_budget of the last step
   std::atomic<int64_t> finished_stop_{0}, finished_length_{0}, failed_{0};
   Histogram ttft_, inter_token_, e2e_, queue_time_, step_time_;
   Histogram decode_step_time_;  // steps with decode tokens only (the shape bench-step times)

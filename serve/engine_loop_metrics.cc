@@ -18,6 +18,10 @@ void EngineLoop::render_spec_metrics(std::string& out) const {
                 "Tokens per verify step (accepted drafts plus the target's own), since start.",
                 verify_steps ? static_cast<double>(spec_accepted_tokens_.load() + verify_steps) / verify_steps : 0.0,
                 out);
+  render_metric("moeserve_spec_draft_budget", "gauge",
+                "Drafts per sequence the next steps verify (chosen from measured step costs unless "
+                "--speculative-fixed-drafts; 0: speculation backed off).",
+                static_cast<double>(spec_draft_budget_.load()), out);
 }
 
 std::string EngineLoop::render_metrics() const {

@@ -40,8 +40,9 @@ SpeculativeOptions speculative_options(const SpeculativeFlags& flags) {
   SpeculativeOptions o;
   o.algorithm = algorithm_of(flags.algorithm);
   if (!o.enabled()) {
-    MS_CHECK(flags.num_draft_tokens == 0 && flags.num_steps == 0,
-             "--speculative-num-draft-tokens / --speculative-num-steps need --speculative-algorithm");
+    MS_CHECK(flags.num_draft_tokens == 0 && flags.num_steps == 0 && !flags.fixed_drafts,
+             "--speculative-num-draft-tokens / --speculative-num-steps / --speculative-fixed-drafts need "
+             "--speculative-algorithm");
     return o;
   }
   MS_CHECK(flags.num_draft_tokens >= 0 && flags.num_steps >= 0,
@@ -57,6 +58,7 @@ SpeculativeOptions speculative_options(const SpeculativeFlags& flags) {
   MS_CHECK(o.num_draft_tokens >= 2 && o.num_draft_tokens <= kMaxDraftTokens,
            "--speculative-num-draft-tokens {} must be in [2, {}] (the last token and at least one draft)",
            o.num_draft_tokens, kMaxDraftTokens);
+  o.adaptive = !flags.fixed_drafts;
   o.ngram_min_match_window = flags.ngram_min_match_window;
   o.ngram_max_match_window = flags.ngram_max_match_window;
   MS_CHECK(o.ngram_min_match_window >= 1 && o.ngram_min_match_window <= o.ngram_max_match_window,

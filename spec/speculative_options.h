@@ -16,6 +16,9 @@ struct SpeculativeOptions {
   int64_t num_draft_tokens = 0;         // tokens verified per sequence and step, the last accepted one included
   int64_t ngram_min_match_window = 1;   // shortest suffix NGRAM matches
   int64_t ngram_max_match_window = 12;  // longest suffix NGRAM matches (tried first)
+  // Each step's drafts chosen from the measured costs of earlier steps (spec/draft_budget.h),
+  // up to num_draft_tokens - 1; false: num_draft_tokens - 1 every step, as SGLang runs.
+  bool adaptive = false;
   bool enabled() const { return algorithm != Algorithm::kNone; }
   // Drafted tokens per sequence and step.
   int64_t max_drafts() const { return enabled() ? num_draft_tokens - 1 : 0; }
@@ -28,6 +31,7 @@ struct SpeculativeFlags {
   int64_t num_steps = 0;
   int64_t ngram_min_match_window = 1;
   int64_t ngram_max_match_window = 12;
+  bool fixed_drafts = false;  // --speculative-fixed-drafts: no adaptive budget
 };
 
 // Validated options; errors name the flag. NEXTN is the model's MTP layer (runtime/mtp_drafter.h);

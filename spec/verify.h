@@ -3,12 +3,17 @@
 // target's prediction after draft_i (row 0: after the last token).
 //   - greedy: drafts are accepted while each equals the target's argmax before it; the next
 //     token is the target's argmax at the first mismatch (or after the last draft: the bonus);
-//   - sampled: rejection sampling (Leviathan et al. 2023) with the draft distribution a point
-//     mass, which keeps the target distribution exactly: draft d is accepted with probability
-//     p(d); rejected, the token is drawn from p without d, renormalised. p is the distribution
-//     the plain sampler draws from (cpu::row_distribution: temperature, top_k, top_p, min_p).
+//   - sampled: the token at each position is the plain sampler's draw there (cpu::sample_row
+//     at the same seed and step: the distribution p of temperature, top_k, top_p, min_p), and
+//     a draft is accepted when it is that token. This is rejection sampling (Leviathan et al.
+//     2023) with the draft distribution a point mass, in its maximal coupling: the draft d is
+//     accepted with probability p(d), and a rejection's token follows p without d,
+//     renormalised, as the residual max(p - q, 0) requires. The output is then the plain
+//     sampler's token for token, whatever was drafted and however many drafts a step verified
+//     (spec/draft_budget.h changes that from step to step), so a seeded request's output does
+//     not depend on the drafts, the load or the timing.
 // Every random number is a pure function of (seed, step): the i-th token of a step is drawn
-// at step options.step + i, so a request's output is reproducible from its seed.
+// at step options.step + i.
 #pragma once
 
 #include <cstdint>
@@ -27,9 +32,6 @@ struct Verdict {
 
 // target_ids[i]: the target's argmax of row i; drafts.size() + 1 of them.
 Verdict verify_greedy(std::span<const int32_t> drafts, std::span<const int32_t> target_ids);
-
-// One draft position: `draft` when accepted, else a token drawn from p without it.
-int32_t accept_or_resample(const cpu::TokenDistribution& p, int32_t draft, uint64_t seed, uint64_t step);
 
 // rows: [drafts.size() + 1, vocab] fp32 target logits; options.step: the step of the first
 // token (the request's generated count). A position without a draft (the last) is drawn by

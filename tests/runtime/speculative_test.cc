@@ -27,8 +27,9 @@ const std::vector<Arrival>& arrivals() {
   return a;
 }
 
+// Fixed drafts: the accept counts below do not depend on the machine's timing.
 spec::SpeculativeOptions ngram(int64_t draft_tokens) {
-  return spec::speculative_options({.algorithm = "NGRAM", .num_draft_tokens = draft_tokens});
+  return spec::speculative_options({.algorithm = "NGRAM", .num_draft_tokens = draft_tokens, .fixed_drafts = true});
 }
 
 const LoadResult& reference() {
@@ -68,6 +69,30 @@ TEST(SpeculativeSampling, ReproducibleFromTheSeedBesidePlainRequests) {
   EXPECT_GT(a.drafted, 0);
   // Greedy requests beside sampled ones are unchanged.
   for (size_t i = 1; i < load.size(); i += 2) EXPECT_EQ(a.tokens.at(i), reference().tokens.at(i)) << "request " << i;
+}
+
+// The adaptive draft budget (the flags' default) changes each step's drafts from measured
+// step costs, so what it picks depends on the machine; the outputs must not: greedy ones equal
+// the plain loop's, seeded sampled ones the fixed budget's and the plain loop's, token for
+// token (each token is the plain draw at its step, spec/verify.h).
+TEST(SpeculativeAdaptive, OutputsDoNotDependOnTheDraftsChosen) {
+  std::vector<Arrival> load = arrivals();
+  for (size_t i = 0; i < load.size(); i += 2) load[i].sampling = {.temperature = 0.7f, .top_p = 0.95f, .seed = 11 + i};
+  const spec::SpeculativeOptions adaptive = spec::speculative_options({.algorithm = "NGRAM", .num_draft_tokens = 5});
+  ASSERT_TRUE(adaptive.adaptive);
+  for (const char* plan : {"single", "ep2-dp"}) {
+    Engine engine(open_model("synthetic:tiny"), engine_options(plan));
+    const LoadResult plain = run_load(engine, {}, load), fixed = run_load(engine, ngram(5), load),
+                     chosen = run_load(engine, adaptive, load);
+    EXPECT_GT(fixed.drafted, 0) << plan;
+    for (size_t i = 0; i < load.size(); ++i) {
+      EXPECT_EQ(chosen.tokens.at(i), plain.tokens.at(i)) << plan << ": request " << i;
+      EXPECT_EQ(fixed.tokens.at(i), plain.tokens.at(i)) << plan << ": request " << i;
+      if (i % 2 == 1) {
+        EXPECT_EQ(plain.tokens.at(i), reference().tokens.at(i)) << plan << ": request " << i;
+      }
+    }
+  }
 }
 
 }  // namespace

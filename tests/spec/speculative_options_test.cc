@@ -23,6 +23,15 @@ TEST(SpeculativeOptions, OffByDefault) {
   EXPECT_FALSE(o.enabled());
   EXPECT_EQ(o.max_drafts(), 0);
   EXPECT_NE(error_of({.num_draft_tokens = 4}).find("--speculative-algorithm"), std::string::npos);
+  EXPECT_NE(error_of({.fixed_drafts = true}).find("--speculative-algorithm"), std::string::npos);
+}
+
+// The flags' default is the adaptive draft budget; --speculative-fixed-drafts verifies the
+// configured drafts every step.
+TEST(SpeculativeOptions, DraftsAreAdaptiveUnlessFixed) {
+  EXPECT_TRUE(speculative_options({.algorithm = "NGRAM"}).adaptive);
+  EXPECT_FALSE(speculative_options({.algorithm = "NGRAM", .fixed_drafts = true}).adaptive);
+  EXPECT_FALSE(SpeculativeOptions{}.adaptive);
 }
 
 TEST(SpeculativeOptions, DraftTokensAndStepsDescribeOneChain) {

@@ -141,6 +141,30 @@ TEST(VerifySampled, EqualsThePlainSamplerUnderFilters) {
   EXPECT_EQ(c.first[2] + c.first[5], 0);  // outside top_k
 }
 
+// Whatever is drafted, each token is the plain sampler's draw at its step: a step with drafts
+// and a plain step at the same seed and step agree token for token (so the adaptive draft
+// budget, which changes a step's drafts, cannot change a seeded request's output).
+TEST(VerifySampled, EachTokenIsThePlainDrawAtItsStep) {
+  std::vector<float> rows = kRow0;
+  rows.insert(rows.end(), kRow1.begin(), kRow1.end());
+  rows.insert(rows.end(), kRow0.begin(), kRow0.end());
+  int64_t accepted = 0;
+  for (uint64_t seed = 0; seed < 2000; ++seed) {
+    const ops::SamplingOptions o{.temperature = 0.9f, .top_p = 0.95f, .seed = seed, .step = 5};
+    const int32_t d0 = static_cast<int32_t>(seed % kVocab), d1 = static_cast<int32_t>((seed / kVocab) % kVocab);
+    const Verdict v = verify_sampled(Tokens{d0, d1}, rows.data(), kVocab, o);
+    for (size_t i = 0; i < v.tokens.size(); ++i) {
+      ops::SamplingOptions plain = o;
+      plain.step = o.step + i;
+      ASSERT_EQ(v.tokens[i], cpu::sample_row(rows.data() + i * kVocab, kVocab, plain))
+          << "seed " << seed << " token " << i;
+    }
+    ASSERT_EQ(verify_sampled(Tokens{}, rows.data(), kVocab, o).tokens, (Tokens{v.tokens[0]})) << "seed " << seed;
+    accepted += v.accepted;
+  }
+  EXPECT_GT(accepted, 100);  // drafts were accepted, and not only rejected
+}
+
 TEST(VerifySampled, ReproducibleFromTheSeedAndGreedyAtTemperatureZero) {
   std::vector<float> rows = kRow0;
   rows.insert(rows.end(), kRow1.begin(), kRow1.end());

@@ -4,8 +4,11 @@ repetition sent at once (continuous batching, speculative and logprob requests s
 the usage reports spec_verify_ct and spec_accept_length as SGLang's meta info does, /metrics
 counts drafts and accepted ones, and `moeserve bench` reports accept_length. With NEXTN (the
 shipped default model's MTP layer as the drafter) greedy completions of held-out text equal
-`moeserve generate` without speculation and drafts are accepted. Other algorithms are refused at
-start-up with a clear message."""
+`moeserve generate` without speculation and drafts are accepted. These run with
+--speculative-fixed-drafts, so that their accept counts do not depend on the machine's timing; by
+default the drafts of each step are chosen from measured step costs (spec/draft_budget.h), which
+changes no output token (greedy or seeded) and is reported as moeserve_spec_draft_budget. Other
+algorithms are refused at start-up with a clear message."""
 import json
 import pathlib
 import sys
@@ -18,7 +21,8 @@ DEFAULT_MODEL = pathlib.Path(__file__).resolve().parents[3] / "models" / "defaul
 
 PROMPTS = [[5, 6, 7, 8, 5, 6, 7, 8, 5, 6, 7], [9, 9, 9, 9, 9, 9], [1, 2, 1, 2, 1, 2, 1], [100, 200, 300, 100, 200]]
 NEW_TOKENS = 24
-SPEC = ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "5", "--max-running-requests", "8"]
+SPEC = ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "5", "--max-running-requests", "8",
+        "--speculative-fixed-drafts"]
 
 
 def complete(server, prompt, model=MODEL, **extra):
@@ -51,6 +55,25 @@ def test_greedy_completions_equal_plain_generate_and_report_accept_length():
         assert metrics["moeserve_spec_verify_steps_total"] >= verify_steps
         assert 0 < metrics["moeserve_spec_accepted_tokens_total"] <= metrics["moeserve_spec_draft_tokens_total"]
         assert metrics["moeserve_spec_accept_length"] > 1.0
+        assert metrics["moeserve_spec_draft_budget"] == 4
+        assert metrics["moeserve_kv_pages_used"] == 0
+
+
+def test_adaptive_draft_budget_changes_no_token():
+    """The default budget: greedy and seeded sampled completions equal those without speculation."""
+    expected = generate_ids(PROMPTS, n=NEW_TOKENS, extra=["--ignore-eos"])
+    sampled = {"temperature": 0.8, "top_p": 0.95, "seed": 7}
+    with Server("--max-running-requests", "8") as plain:
+        want_sampled = [complete(plain, p, **sampled)["choices"][0]["token_ids"] for p in PROMPTS]
+    with Server(*SPEC[:-1], "--page-size", "4") as server:
+        for _ in range(3):  # enough steps for the budget to measure its candidates
+            with ThreadPoolExecutor(2 * len(PROMPTS)) as pool:
+                greedy = list(pool.map(lambda p: complete(server, p), PROMPTS))
+                seeded = list(pool.map(lambda p: complete(server, p, **sampled), PROMPTS))
+            assert [b["choices"][0]["token_ids"] for b in greedy] == expected
+            assert [b["choices"][0]["token_ids"] for b in seeded] == want_sampled
+        metrics = server.metrics()
+        assert 0 <= metrics["moeserve_spec_draft_budget"] <= 4
         assert metrics["moeserve_kv_pages_used"] == 0
 
 
@@ -81,7 +104,7 @@ def test_nextn_greedy_completions_equal_plain_generate_on_the_default_model():
         args += ["--prompt-ids", ",".join(map(str, p))]
     expected = [[int(t) for t in line.split(",")] for line in run_moeserve(*args).stdout.strip().splitlines()]
     with Server("--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3", "--page-size", "4",
-                "--max-running-requests", "8", model=None) as server:
+                "--max-running-requests", "8", "--speculative-fixed-drafts", model=None) as server:
         with ThreadPoolExecutor(len(prompts)) as pool:
             bodies = list(pool.map(lambda p: complete(server, p, model="default"), prompts))
         accepted = 0

@@ -135,7 +135,8 @@ def test_bad_schemas_are_refused_naming_the_field(server):
 def test_greedy_output_under_a_schema_is_the_same_with_speculation():
     cases = schemas(16, seed=7)
     outputs = []
-    for spec in ([], ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "5"]):
+    for spec in ([], ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "5",
+                      "--speculative-fixed-drafts"]):
         with Server("--max-running-requests", 16, *spec, model=None) as s:
             client = openai_client(s, timeout=300)
             with ThreadPoolExecutor(8) as pool:

@@ -1,0 +1,158 @@
+// spec::DraftBudget against simulated steps: a step's seconds come from a cost model of the
+// verify (per token of the batch) and the drafting (per draft), each draft of a chain is
+// accepted with a fixed probability (seeded), and the budget must find the best k per batch
+// size: all drafts where verify is cheap, none where it costs more than it gains, and move when
+// the costs change (the context grows).
+#include "spec/draft_budget.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+
+namespace moeserve::spec {
+namespace {
+
+// Seconds of a step of `sequences` sequences verifying `drafts` drafts each.
+using CostModel = std::function<double(int64_t sequences, int64_t drafts)>;
+
+struct Simulation {
+  double acceptance;
+  std::mt19937_64 rng{21};
+  int64_t tokens = 0;
+  double seconds = 0;
+
+  // One step: choose, run it under `cost`, record. Returns the k chosen.
+  int64_t step(DraftBudget& budget, int64_t sequences, const CostModel& cost) {
+    const int64_t k = budget.choose(sequences);
+    DraftStepSample s{.sequences = sequences, .drafts = k, .seconds = cost(sequences, k)};
+    std::bernoulli_distribution accept(acceptance);
+    for (int64_t q = 0; q < sequences; ++q) {
+      int64_t a = 0;
+      while (a < k && accept(rng)) ++a;
+      s.drafting += k > 0 ? 1 : 0;
+      s.drafted += k;
+      s.accepted += a;
+      s.rejected += a < k ? 1 : 0;
+      tokens += a + 1;
+    }
+    seconds += s.seconds;
+    budget.record(s);
+    return k;
+  }
+};
+
+TEST(DraftBudget, CandidatesAreNonePowersOfTwoAndTheMaximum) {
+  EXPECT_EQ(DraftBudget(1).candidates(), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(DraftBudget(4).candidates(), (std::vector<int64_t>{0, 1, 2, 4}));
+  EXPECT_EQ(DraftBudget(6).candidates(), (std::vector<int64_t>{0, 1, 2, 4, 6}));
+}
+
+TEST(DraftBudget, TriesTheMaximumFirstThenNoneThenTheRest) {
+  DraftBudget budget(4);
+  std::vector<int64_t> first;
+  for (int i = 0; i < 4 * DraftBudget::kMinSamples; ++i) {
+    first.push_back(budget.choose(8));
+    budget.record({.sequences = 8, .drafts = first.back(), .seconds = 1.0});
+  }
+  EXPECT_EQ(first, (std::vector<int64_t>{4, 4, 4, 0, 0, 0, 2, 2, 2, 1, 1, 1}));
+  // Another batch-size class is measured afresh.
+  EXPECT_EQ(budget.choose(64), 4);
+}
+
+// The first step of a shape can be slow (a CUDA graph captured): one such sample in a cell does
+// not decide, the median of its recent ones does.
+TEST(DraftBudget, AnOutlierStepDoesNotDecide) {
+  DraftBudget budget(4);
+  Simulation sim{.acceptance = 0.7};
+  bool first_of_shape = true;
+  const CostModel cost = [&](int64_t, int64_t k) {
+    const double seconds = 1e-3 * (1 + 0.02 * static_cast<double>(k));
+    if (k == 4 && first_of_shape) {
+      first_of_shape = false;
+      return 100 * seconds;
+    }
+    return seconds;
+  };
+  for (int step = 0; step < 40; ++step) sim.step(budget, 1, cost);
+  EXPECT_EQ(budget.choose(1), 4);
+}
+
+// Probes of the other candidates come at doubling intervals while the best stays the best.
+TEST(DraftBudget, ProbesBackOffOnceTheChoiceSettles) {
+  const CostModel cheap = [](int64_t, int64_t k) { return 1e-3 * (1 + 0.02 * static_cast<double>(k)); };
+  DraftBudget budget(4);
+  Simulation sim{.acceptance = 0.7};
+  int64_t probes = 0;
+  for (int step = 0; step < 20000; ++step) probes += sim.step(budget, 4, cheap) != 4 ? 1 : 0;
+  // 9 steps to trust the three cells besides k = 4, then probes at 32, 64, 128, ... 2048 apart.
+  EXPECT_LE(probes, 9 + 6 + 20000 / DraftBudget::kLastProbe + 1);
+  EXPECT_GE(probes, 9 + 6);
+}
+
+// Cheap verify (a weight-bound step: 1 ms plus 2% per token of the batch) and acceptance
+// 0.7: every draft pays. Expensive verify (compute-bound: time grows with the batch's tokens)
+// and acceptance 0.3: none pays.
+TEST(DraftBudget, PicksAllDraftsWhenVerifyIsCheapAndNoneWhenItIsNot) {
+  const CostModel cheap = [](int64_t, int64_t k) { return 1e-3 * (1 + 0.02 * static_cast<double>(k)); };
+  const CostModel dear = [](int64_t b, int64_t k) { return 1e-3 * static_cast<double>(b * (k + 1)); };
+  for (const auto& [cost, acceptance, want] : {std::tuple{cheap, 0.7, int64_t{4}}, std::tuple{dear, 0.3, int64_t{0}}}) {
+    DraftBudget budget(4);
+    Simulation sim{.acceptance = acceptance};
+    int chosen = 0;
+    for (int step = 0; step < 1000; ++step) {
+      const int64_t k = sim.step(budget, 16, cost);
+      if (step >= 100) chosen += k == want ? 1 : 0;
+    }
+    // All but the probes of the other candidates (at 32, 64, 128, ... steps apart).
+    EXPECT_GE(chosen, 890) << "want k = " << want;
+  }
+}
+
+// One cost model across batch sizes: verify is weight-bound up to 32 tokens a step, then each
+// token costs as much as the weights (compute-bound). At batch 1 all 4 drafts fit; at batch 64
+// they cost more than the tokens they add.
+TEST(DraftBudget, BacksOffAsTheBatchGrows) {
+  const CostModel cost = [](int64_t b, int64_t k) {
+    return 1e-3 * std::max(1.0, static_cast<double>(b * (k + 1)) / 32.0);
+  };
+  DraftBudget budget(4);
+  Simulation sim{.acceptance = 0.6};
+  std::map<int64_t, int64_t> last;
+  for (int step = 0; step < 600; ++step)
+    for (int64_t b : {1, 64}) last[b] = sim.step(budget, b, cost);
+  EXPECT_GT(budget.tokens_per_second(1, 4), budget.tokens_per_second(1, 0));
+  EXPECT_GT(budget.tokens_per_second(64, 0), budget.tokens_per_second(64, 4));
+  EXPECT_NEAR(budget.acceptance(), 0.6, 0.05);
+  // Chosen outside a re-measurement: the best of each class.
+  EXPECT_EQ(budget.choose(1), 4);
+  EXPECT_EQ(budget.choose(64), 0);
+}
+
+// Never slower than plain decoding by more than the re-measurements cost, and near the best
+// fixed k where speculation pays; then the verify gets dear mid-run (a long context) and the
+// budget follows.
+TEST(DraftBudget, NeverSlowerThanPlainAndFollowsChangingCosts) {
+  const CostModel dear = [](int64_t, int64_t k) { return 1e-3 * (1 + 0.8 * static_cast<double>(k)); };
+  DraftBudget budget(4);
+  Simulation adaptive{.acceptance = 0.4};
+  for (int step = 0; step < 2000; ++step) adaptive.step(budget, 8, dear);
+  const double plain_rate = 8 / 1e-3;  // k = 0: one token per sequence per 1 ms
+  EXPECT_GE(adaptive.tokens / adaptive.seconds, 0.95 * plain_rate);
+
+  const CostModel cheap = [](int64_t, int64_t k) { return 1e-3 * (1 + 0.05 * static_cast<double>(k)); };
+  DraftBudget follows(4);
+  Simulation sim{.acceptance = 0.8};
+  for (int step = 0; step < 500; ++step) sim.step(follows, 8, cheap);
+  EXPECT_EQ(follows.choose(8), 4);
+  // k = 4 runs every step: its median follows the new costs within a few steps.
+  const int64_t steps_to_switch = DraftBudget::kRecent;
+  int64_t last = -1;
+  for (int step = 0; step < steps_to_switch; ++step) last = sim.step(follows, 8, dear);
+  EXPECT_LT(follows.tokens_per_second(8, 4), follows.tokens_per_second(8, 1))
+      << "k = 4 re-measured under the dear costs";
+  EXPECT_LT(follows.choose(8), 4) << "last chosen " << last;
+}
+
+}  // namespace
+}  // namespace moeserve::spec
