@@ -62,9 +62,13 @@ double DraftBudget::tokens_per_second(int64_t sequences, int64_t drafts) const {
   if (it == classes_.end() || i < 0 || it->second.cells.empty()) return 0;
   const Cell& cell = it->second.cells[static_cast<size_t>(i)];
   if (cell.samples < kMinSamples) return 0;
+  return rate(sequences, cell, cell.median_seconds());
+}
+
+double DraftBudget::rate(int64_t sequences, const Cell& cell, double seconds) const {
   const double per_sequence =
       1 - cell.drafting_fraction + cell.drafting_fraction * expected_tokens(acceptance(), cell.drafts_when_drafting);
-  return static_cast<double>(sequences) * per_sequence / cell.median_seconds();
+  return static_cast<double>(sequences) * per_sequence / seconds;
 }
 
 int64_t DraftBudget::choose(int64_t sequences) {
@@ -76,6 +80,10 @@ int64_t DraftBudget::choose(int64_t sequences) {
   if (c.cells[0].samples < kMinSamples) return 0;
   for (size_t i = n - 1; i-- > 1;)
     if (c.cells[i].samples < kMinSamples) return candidates_[i];
+  if (c.confirmations_left > 0) {
+    --c.confirmations_left;
+    return c.confirming;
+  }
   int64_t best = candidates_[0];
   double best_rate = -1;
   for (int64_t k : candidates_) {
@@ -124,6 +132,7 @@ void DraftBudget::record(const DraftStepSample& s) {
   SizeClass& c = size_class(s.sequences);
   Cell& cell = c.cells[static_cast<size_t>(i)];
   cell.seconds[static_cast<size_t>(cell.samples % kRecent)] = s.seconds;
+  const bool probe = c.best >= 0 && s.drafts != c.best && c.confirmations_left == 0 && c.confirming != s.drafts;
   cell.drafting_fraction = moving_average(cell.drafting_fraction, cell.samples,
                                           static_cast<double>(s.drafting) / static_cast<double>(s.sequences));
   if (s.drafting > 0)
@@ -131,6 +140,16 @@ void DraftBudget::record(const DraftStepSample& s) {
                                                static_cast<double>(s.drafted) / static_cast<double>(s.drafting));
   ++cell.samples;
   cell.measured_at = c.steps;
+  if (!probe) {
+    if (c.confirmations_left == 0) c.confirming = -1;
+    return;
+  }
+  // The probe's own sample against the best's median: better, and it is run again until the
+  // probed cell's median is over fresh samples.
+  if (rate(s.sequences, cell, s.seconds) > tokens_per_second(s.sequences, c.best)) {
+    c.confirming = s.drafts;
+    c.confirmations_left = kMinSamples - 1;
+  }
 }
 
 }  // namespace moeserve::spec

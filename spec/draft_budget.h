@@ -16,7 +16,9 @@
 // is measured every step it runs; the others are probed again, the one measured longest ago,
 // after kFirstProbe steps, then at doubling intervals (up to kLastProbe) while the best stays
 // the best, so probing costs little once the choice has settled and the choice still follows
-// the context growing and the load changing.
+// the context growing and the load changing. A probe whose one sample beats the best is run
+// again at once until its median rests on fresh samples only (a cell measured long ago, under
+// another load, must not keep the choice where it is).
 //
 // Lossless whatever it picks: the verifier keeps every output token the target's (spec/verify.h).
 #pragma once
@@ -78,8 +80,12 @@ class DraftBudget {
     int64_t steps = 0;        // choose() calls
     int64_t best = -1;        // the candidate chosen last outside a probe
     int64_t probe_interval = kFirstProbe, next_probe = kFirstProbe;
+    int64_t confirming = -1;  // a probed candidate whose sample beat the best, run again
+    int confirmations_left = 0;
   };
   SizeClass& size_class(int64_t sequences);
+  // Tokens per second of `cell`'s drafts for `sequences` sequences at `seconds` a step.
+  double rate(int64_t sequences, const Cell& cell, double seconds) const;
   int candidate_index(int64_t drafts) const;
 
   std::vector<int64_t> candidates_;   // ascending: 0, 1, 2, 4, ..., max

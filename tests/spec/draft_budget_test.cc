@@ -154,5 +154,27 @@ TEST(DraftBudget, NeverSlowerThanPlainAndFollowsChangingCosts) {
   EXPECT_LT(follows.choose(8), 4) << "last chosen " << last;
 }
 
+// A cell measured long ago under another load (here: k = 0 while the machine was busy) must not
+// hold the choice once the load has gone: the first probe of it beats the best, is confirmed by
+// fresh samples, and the budget moves to it.
+TEST(DraftBudget, AStaleCellIsProbedBackIntoTheChoice) {
+  bool busy = true;
+  const CostModel cost = [&](int64_t, int64_t k) {
+    if (k == 0) return busy ? 10e-3 : 1e-3;
+    return 1e-3 * (2 + 0.1 * static_cast<double>(k));
+  };
+  DraftBudget budget(4);
+  Simulation sim{.acceptance = 0.5};
+  for (int step = 0; step < 3000; ++step) sim.step(budget, 2, cost);
+  EXPECT_NE(budget.choose(2), 0);
+  busy = false;
+  // Probes come at most kLastProbe apart and cycle through the three other candidates.
+  const int settle = 3 * static_cast<int>(DraftBudget::kLastProbe) + 10;
+  for (int step = 0; step < settle; ++step) sim.step(budget, 2, cost);
+  int plain = 0;
+  for (int step = 0; step < 500; ++step) plain += sim.step(budget, 2, cost) == 0 ? 1 : 0;
+  EXPECT_GE(plain, 495);
+}
+
 }  // namespace
 }  // namespace moeserve::spec
