@@ -27,6 +27,11 @@ double expected_tokens(double a, double drafts) {
 double moving_average(double average, int64_t samples, double value) {
   return samples == 0 ? value : (1 - kDraftsWeight) * average + kDraftsWeight * value;
 }
+
+// The batch-size class of `sequences`: floor(log2), so 1, 2-3, 4-7, ... share one.
+int class_of(int64_t sequences) {
+  return static_cast<int>(std::bit_width(static_cast<uint64_t>(std::max<int64_t>(sequences, 1)))) - 1;
+}
 }  // namespace
 
 DraftBudget::DraftBudget(int64_t max_drafts) {
@@ -44,8 +49,7 @@ double DraftBudget::Cell::median_seconds() const {
 }
 
 DraftBudget::SizeClass& DraftBudget::size_class(int64_t sequences) {
-  const int key = static_cast<int>(std::bit_width(static_cast<uint64_t>(std::max<int64_t>(sequences, 1)))) - 1;
-  SizeClass& c = classes_[key];
+  SizeClass& c = classes_[class_of(sequences)];
   if (c.cells.empty()) c.cells.resize(candidates_.size());
   return c;
 }
@@ -56,8 +60,7 @@ int DraftBudget::candidate_index(int64_t drafts) const {
 }
 
 double DraftBudget::tokens_per_second(int64_t sequences, int64_t drafts) const {
-  const int key = static_cast<int>(std::bit_width(static_cast<uint64_t>(std::max<int64_t>(sequences, 1)))) - 1;
-  auto it = classes_.find(key);
+  auto it = classes_.find(class_of(sequences));
   const int i = candidate_index(drafts);
   if (it == classes_.end() || i < 0 || it->second.cells.empty()) return 0;
   const Cell& cell = it->second.cells[static_cast<size_t>(i)];

@@ -15,7 +15,8 @@ int32_t sample_row(const float* logits, int64_t vocab, const ops::SamplingOption
 
 // The distribution sample_row draws from under `options`: the kept tokens in the draw's
 // order (descending logit, ties to the smaller id) and their probabilities (summing to 1;
-// greedy: the argmax alone). Speculative verification (spec/verify.h) accepts drafts by it.
+// greedy: the argmax alone): the sampler's exact distribution, against which the tests of
+// samplers and of speculative verification (spec/verify.h draws with sample_row) count draws.
 struct TokenDistribution {
   std::vector<int32_t> ids;
   std::vector<double> probs;
