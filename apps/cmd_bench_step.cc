@@ -1,5 +1,6 @@
 // moeserve bench-step: the decode step alone, per batch size, against the hardware ceilings
 // measured in the same run (device-to-device copy bandwidth, large bf16 GEMM rate).
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -37,8 +38,20 @@ struct BenchStepArgs {
   std::string reduction_plan = "single";
   bool batch_invariant = false;
   std::string kv_cache_dtype = "auto";
-  std::string prefill;  // prompt lengths: time prefill passes instead of decode steps
+  std::string prefill;              // prompt lengths: time prefill passes instead of decode steps
+  std::string verify_tokens = "1";  // tokens per sequence: > 1 times speculative verify steps
+  double accept_length = 4;         // tokens a verify step yields, for the expected speedup
 };
+
+// --verify-tokens as widths, 1 first (every other width is compared with it).
+std::vector<int64_t> verify_widths(const BenchStepArgs& args) {
+  std::vector<int64_t> widths{1};
+  for (int32_t w : parse_id_list(args.verify_tokens, "--verify-tokens")) {
+    MS_CHECK(w >= 1 && w <= 64, "--verify-tokens: tokens per sequence must be in [1, 64], got {}", w);
+    if (std::find(widths.begin(), widths.end(), w) == widths.end()) widths.push_back(w);
+  }
+  return widths;
+}
 
 std::string model_spec(const BenchStepArgs& args) {
   std::string spec = args.model;
@@ -63,7 +76,9 @@ runtime::EngineOptions engine_options(const BenchStepArgs& args, const ModelSour
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
   const int64_t per_replica = (max_batch + options.plan.attn_dp - 1) / options.plan.attn_dp;
   // Pipeline plans also run one group of the batch per stage in flight (pp times the sequences).
-  options.num_pages = per_replica * options.plan.pp * ((args.context + 1 + args.page_size - 1) / args.page_size);
+  const std::vector<int64_t> widths = verify_widths(args);
+  const int64_t end = args.context + *std::max_element(widths.begin(), widths.end());
+  options.num_pages = per_replica * options.plan.pp * ((end + args.page_size - 1) / args.page_size);
   if (!args.prefill.empty()) {
     int64_t longest = 0;
     for (int32_t n : parse_id_list(args.prefill, "--prefill")) longest = std::max<int64_t>(longest, n);
@@ -150,6 +165,7 @@ nlohmann::json report_row(const runtime::StepBenchResult& r, int world, const Ce
                         {"step_ms", r.step_ms},
                         {"tokens_per_s", r.tokens_per_s},
                         {"bytes_per_gpu", bytes},
+                        {"kv_bytes_rank0", r.cost_per_rank[0].kv_bytes},
                         {"gbs_per_gpu", gbs},
                         {"copy_fraction", fraction(gbs, ceilings.copy_gbs)},
                         {"tflops_per_gpu", tflops},
@@ -183,6 +199,84 @@ void run_prefill(runtime::Engine& engine, const BenchStepArgs& args, int world, 
   if (!args.json_out.empty()) std::ofstream(args.json_out) << nlohmann::json{{"prefill", rows}}.dump(2) << "\n";
 }
 
+// Verify steps against the 1-token step of the same batch: each width's cost ratio and, at
+// an accept length of L tokens per verify step (possible from L tokens per sequence on), the
+// expected speedup L * t(1) / t(w). The drafter's own cost is not in it.
+nlohmann::json report_verify(const std::vector<std::vector<runtime::StepBenchResult>>& by_width, double accept_length) {
+  std::printf(
+      "\nverify steps against the 1-token step (cost ratio; expected speedup at accept length %.2f, "
+      "drafting not counted)\n%6s",
+      accept_length, "batch");
+  for (const auto& w : by_width) std::printf(" %12lld tok", (long long)w[0].tokens_per_seq);
+  std::printf("\n");
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t b = 0; b < by_width[0].size(); ++b) {
+    const double one = by_width[0][b].step_ms;
+    std::printf("%6lld", (long long)by_width[0][b].batch);
+    for (const auto& w : by_width) {
+      const runtime::StepBenchResult& r = w[b];
+      const double ratio = r.step_ms / one;
+      nlohmann::json row = {{"batch", r.batch}, {"tokens_per_seq", r.tokens_per_seq}, {"cost_ratio", ratio}};
+      if (static_cast<double>(r.tokens_per_seq) >= accept_length) {
+        row["expected_speedup"] = accept_length / ratio;
+        std::printf(" %7.2f (%5.2fx)", ratio, accept_length / ratio);
+      } else {
+        std::printf(" %7.2f         ", ratio);
+      }
+      rows.push_back(row);
+    }
+    std::printf("\n");
+  }
+  return rows;
+}
+
+// The decode steps' tables (one per verify width), the verify summary, and the JSON file.
+void report_decode(const std::vector<std::vector<runtime::StepBenchResult>>& by_width, const BenchStepArgs& args,
+                   const runtime::EngineOptions& options, const std::string& spec, const Ceilings& ceilings) {
+  std::printf("model %s, plan %s (%d rank%s, %s), context %lld, CUDA graphs %s, reduction plan %s%s%s\n", spec.c_str(),
+              options.plan.name.c_str(), options.plan.world(), options.plan.world() > 1 ? "s" : "",
+              options.backend.c_str(), (long long)args.context, options.graphs ? "on" : "off",
+              options.run.reduction_plan.name.c_str(), options.batch_invariant ? ", batch-invariant kernels" : "",
+              options.kv_cache_fp8 ? ", fp8_e4m3 KV cache" : "");
+  if (ceilings.copy_gbs > 0)
+    std::printf("ceilings (GPU 0, measured now): copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n", ceilings.copy_gbs,
+                ceilings.bf16_tflops);
+  nlohmann::json rows = nlohmann::json::array(), verify = nlohmann::json::array();
+  for (const auto& results : by_width) {
+    const int64_t w = results[0].tokens_per_seq;
+    if (by_width.size() > 1)
+      std::printf("%s%lld token%s per sequence%s\n", w > 1 ? "\n" : "", (long long)w, w > 1 ? "s" : "",
+                  w > 1 ? " (verify steps: tok/s counts every token computed)" : "");
+    std::printf("%6s %10s %11s %12s %10s %8s %10s %8s %12s\n", "batch", "step ms", "tok/s", "GB/GPU/step", "GB/s/GPU",
+                "of copy", "TFLOP/s", "of GEMM", "experts hit");
+    for (const auto& r : results) {
+      nlohmann::json row = report_row(r, options.plan.world(), ceilings);
+      row["tokens_per_seq"] = w;
+      (w == 1 ? rows : verify).push_back(row);
+    }
+  }
+  nlohmann::json speedups = by_width.size() > 1 ? report_verify(by_width, args.accept_length) : nlohmann::json();
+  if (!args.json_out.empty()) {
+    nlohmann::json doc = {{"model", spec},
+                          {"plan", options.plan.name},
+                          {"world", options.plan.world()},
+                          {"backend", options.backend},
+                          {"context", args.context},
+                          {"graphs", options.graphs},
+                          {"batch_invariant", options.batch_invariant},
+                          {"kv_cache_dtype", options.kv_cache_fp8 ? "fp8_e4m3" : "bf16"},
+                          {"copy_gbs", ceilings.copy_gbs},
+                          {"bf16_tflops", ceilings.bf16_tflops},
+                          {"rows", rows}};
+    if (by_width.size() > 1) {
+      doc["verify_rows"] = verify;
+      doc["accept_length"] = args.accept_length;
+      doc["verify"] = speedups;
+    }
+    std::ofstream(args.json_out) << doc.dump(2) << "\n";
+  }
+}
+
 void run_bench_step(const BenchStepArgs& args) {
   const std::string spec = model_spec(args);
   const ModelSource model = open_model(spec);
@@ -199,39 +293,19 @@ void run_bench_step(const BenchStepArgs& args) {
     run_prefill(engine, args, options.plan.world(), ceilings);
     return;
   }
+  MS_CHECK(args.accept_length >= 1, "--accept-length: tokens per verify step must be >= 1, got {}", args.accept_length);
   runtime::StepBenchOptions bench;
   bench.context = args.context;
   bench.iterations = args.iterations;
   bench.warmup = args.warmup;
   bench.breakdown = args.breakdown;
-  const auto results = runtime::benchmark_decode_steps(engine, batches, bench);
-
-  std::printf("model %s, plan %s (%d rank%s, %s), context %lld, CUDA graphs %s, reduction plan %s%s%s\n", spec.c_str(),
-              options.plan.name.c_str(), options.plan.world(), options.plan.world() > 1 ? "s" : "",
-              options.backend.c_str(), (long long)args.context, options.graphs ? "on" : "off",
-              options.run.reduction_plan.name.c_str(), options.batch_invariant ? ", batch-invariant kernels" : "",
-              options.kv_cache_fp8 ? ", fp8_e4m3 KV cache" : "");
-  if (ceilings.copy_gbs > 0)
-    std::printf("ceilings (GPU 0, measured now): copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n", ceilings.copy_gbs,
-                ceilings.bf16_tflops);
-  std::printf("%6s %10s %11s %12s %10s %8s %10s %8s %12s\n", "batch", "step ms", "tok/s", "GB/GPU/step", "GB/s/GPU",
-              "of copy", "TFLOP/s", "of GEMM", "experts hit");
-  nlohmann::json rows = nlohmann::json::array();
-  for (const auto& r : results) rows.push_back(report_row(r, options.plan.world(), ceilings));
-  if (!args.json_out.empty()) {
-    nlohmann::json doc = {{"model", spec},
-                          {"plan", options.plan.name},
-                          {"world", options.plan.world()},
-                          {"backend", options.backend},
-                          {"context", args.context},
-                          {"graphs", options.graphs},
-                          {"batch_invariant", options.batch_invariant},
-                          {"kv_cache_dtype", options.kv_cache_fp8 ? "fp8_e4m3" : "bf16"},
-                          {"copy_gbs", ceilings.copy_gbs},
-                          {"bf16_tflops", ceilings.bf16_tflops},
-                          {"rows", rows}};
-    std::ofstream(args.json_out) << doc.dump(2) << "\n";
+  std::vector<std::vector<runtime::StepBenchResult>> by_width;  // [width][batch]
+  for (int64_t w : verify_widths(args)) {
+    bench.tokens_per_seq = w;
+    by_width.push_back(runtime::benchmark_decode_steps(engine, batches, bench));
   }
+
+  report_decode(by_width, args, options, spec, ceilings);
 }
 
 }  // namespace
@@ -259,6 +333,13 @@ void add_bench_step_command(CLI::App& app) {
   cmd->add_option("--prefill", args->prefill,
                   "Prompt lengths, comma-separated: time one prompt's prefill pass per length instead of decode steps");
   add_kv_cache_dtype_flag(cmd, args->kv_cache_dtype);
+  cmd->add_option("--verify-tokens", args->verify_tokens,
+                  "Tokens per sequence, comma-separated: also time speculative verify steps of each width against "
+                  "the 1-token step")
+      ->capture_default_str();
+  cmd->add_option("--accept-length", args->accept_length,
+                  "Tokens per verify step assumed for the expected speedup of --verify-tokens")
+      ->capture_default_str();
   cmd->callback([args] { run_bench_step(*args); });
 }
 

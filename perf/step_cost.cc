@@ -46,6 +46,7 @@ StepCost decode_step_cost(const ModelConfig& c, const parallel::RankShard& s, co
                           double weight_elem, double kv_elem) {
   StepCost cost;
   const double T = static_cast<double>(shape.tokens);
+  const double readers = static_cast<double>(shape.sequences > 0 ? shape.sequences : shape.tokens);  // of the cache
   const double h = static_cast<double>(c.hidden_size);
   const double heads = static_cast<double>(s.heads.size());
   const double qk = static_cast<double>(c.qk_head_dim());
@@ -69,7 +70,7 @@ StepCost decode_step_cost(const ModelConfig& c, const parallel::RankShard& s, co
     cost.weight_bytes += bytes.attention(p, s.heads.size());
     cost.flops += 2 * T * attention;
     // Absorbed attention over the context: scores (latent + rope) and output (latent) per head.
-    cost.kv_bytes += T * static_cast<double>(shape.context) * (latent + rope) * kv_elem;
+    cost.kv_bytes += readers * static_cast<double>(shape.context) * (latent + rope) * kv_elem;
     cost.flops += 2 * T * heads * static_cast<double>(shape.context) * (2 * latent + rope);
     if (!c.is_moe_layer(layer)) {
       cost.weight_bytes += bytes.mlp(p + "mlp.", s.dense_intermediate.size());

@@ -23,6 +23,9 @@ struct StepCost {
 struct StepShape {
   int64_t tokens = 1;   // tokens in the step on this rank (decode: one per sequence)
   int64_t context = 0;  // context length each token attends to
+  // Sequences the tokens belong to (0: one each). A sequence's tokens (a speculative verify
+  // step's) attend to the same cached context, which must be read once per sequence.
+  int64_t sequences = 0;
   // Distinct local experts hit, per MoE layer of this rank's stage (empty: all tokens x
   // top_k hit distinct experts, capped at the local expert count).
   std::vector<int64_t> experts_hit;

@@ -28,10 +28,13 @@ double busiest_rank_bytes(const std::vector<perf::StepCost>& cost_per_rank) {
 }  // namespace
 
 StepPlan synthetic_decode_step(const DecodeStepShape& shape) {
-  const int64_t per_seq = (shape.context + 1 + shape.page_size - 1) / shape.page_size;
+  MS_CHECK(shape.tokens_per_seq >= 1, "decode step: tokens per sequence must be >= 1, got {}", shape.tokens_per_seq);
+  const int64_t end = shape.context + shape.tokens_per_seq;
+  const int64_t per_seq = (end + shape.page_size - 1) / shape.page_size;
   const int64_t per_micro_batch = step::micro_batch_size(shape.batch, shape.micro_batching);
   std::vector<int32_t> next_page(static_cast<size_t>(shape.attn_dp), 0);
-  std::vector<int32_t> tokens(static_cast<size_t>(shape.context + 1), 0);
+  std::vector<int32_t> tokens(static_cast<size_t>(end), 0);
+  const step::LogitRows logits = shape.tokens_per_seq > 1 ? step::LogitRows::kEvery : step::LogitRows::kLast;
   StepPlan plan;
   for (int64_t start = 0; start < shape.batch; start += per_micro_batch) {
     step::MicroBatch mb;
@@ -42,9 +45,9 @@ StepPlan synthetic_decode_step(const DecodeStepShape& shape) {
       std::vector<int32_t> pages;
       for (int64_t p = 0; p < per_seq; ++p) pages.push_back(next_page[replica]++);
       MS_CHECK(next_page[replica] <= shape.num_pages, "out of KV cache pages (raise --kv-pages)");
-      tokens.back() = shape.token_of(i);
-      step::append_sequence(mb.replicas[replica], static_cast<size_t>(i), tokens, shape.context, shape.context + 1,
-                            pages, shape.page_size, step::LogitRows::kLast);
+      std::fill(tokens.begin() + shape.context, tokens.end(), shape.token_of(i));
+      step::append_sequence(mb.replicas[replica], static_cast<size_t>(i), tokens, shape.context, end, pages,
+                            shape.page_size, logits);
     }
     plan.micro_batches.push_back(std::move(mb));
   }
@@ -83,14 +86,15 @@ namespace {
 void run_logits_step(Engine& engine, const StepPlan& step) { engine.wait(engine.submit(step)); }
 
 // A decode step of the engine's layout: every sequence has `context` cached tokens and decodes
-// position `context`. micro_batch > 0: micro-batches of that many sequences (else the
-// engine's setting).
-StepPlan decode_step(const Engine& engine, int64_t batch, int64_t context, int64_t micro_batch = 0) {
+// position `context` (and the tokens_per_seq - 1 after it: a verify step). micro_batch > 0:
+// micro-batches of that many sequences (else the engine's setting).
+StepPlan decode_step(const Engine& engine, int64_t batch, const StepBenchOptions& options, int64_t micro_batch = 0) {
   const EngineOptions& o = engine.options();
-  const int64_t vocab = engine.config().vocab_size;
+  const int64_t vocab = engine.config().vocab_size, context = options.context;
   return synthetic_decode_step(
       {.batch = batch,
        .context = context,
+       .tokens_per_seq = options.tokens_per_seq,
        .page_size = o.page_size,
        .num_pages = o.num_pages,
        .attn_dp = o.plan.attn_dp,
@@ -218,7 +222,7 @@ std::vector<CommTiming> time_communication(Engine& engine, const StepPlan& step,
 // What each rank must read and compute for `step` (`batch` sequences at `context` cached
 // tokens): the step runs once with its routing recorded, and the experts it routed to count
 // per stage (the union over the stage's ranks and the step's micro-batches).
-void cost_of_step(Engine& engine, const StepPlan& step, int64_t batch, int64_t context,
+void cost_of_step(Engine& engine, const StepPlan& step, int64_t batch, const StepBenchOptions& options,
                   std::vector<perf::StepCost>& cost_per_rank, std::vector<std::vector<int64_t>>& experts_hit_per_rank) {
   const ModelConfig& config = engine.config();
   const parallel::ParallelPlan& plan = engine.options().plan;
@@ -244,8 +248,9 @@ void cost_of_step(Engine& engine, const StepPlan& step, int64_t batch, int64_t c
     }
     perf::StepShape shape;
     // Tokens this rank runs: its replica's share of the batch (all micro-batches).
-    shape.tokens = (batch + plan.attn_dp - 1 - shard.coord.dp_index) / plan.attn_dp;
-    shape.context = context;
+    shape.sequences = (batch + plan.attn_dp - 1 - shard.coord.dp_index) / plan.attn_dp;
+    shape.tokens = shape.sequences * options.tokens_per_seq;
+    shape.context = options.context;
     for (const auto& h : hit) shape.experts_hit.push_back(static_cast<int64_t>(h.size()));
     experts_hit_per_rank[rank] = shape.experts_hit;
     const double elem = engine.options().backend == "cuda" ? 2.0 : 4.0;
@@ -263,7 +268,7 @@ PipelinedResult time_pipelined(Engine& engine, int64_t batch, const StepBenchOpt
   const parallel::ParallelPlan& plan = engine.options().plan;
   PipelinedResult out;
   out.groups = plan.pp;
-  const StepPlan grouped = decode_step(engine, batch * plan.pp, options.context, batch);
+  const StepPlan grouped = decode_step(engine, batch * plan.pp, options, batch);
   MS_CHECK(static_cast<int>(grouped.micro_batches.size()) == plan.pp, "bench-step: {} groups of {} expected, got {}",
            plan.pp, batch, grouped.micro_batches.size());
   run_pipelined(engine, grouped, 3);  // warm-up: captures the graphs
@@ -280,8 +285,8 @@ PipelinedResult time_pipelined(Engine& engine, int64_t batch, const StepBenchOpt
   }
   out.round_ms = median(round_ms);
   out.tokens_per_s = static_cast<double>(batch * plan.pp) / (out.round_ms * 1e-3);
-  cost_of_step(engine, decode_step(engine, batch, options.context, batch), batch, options.context,
-               out.group_cost_per_rank, out.experts_hit_per_rank);
+  cost_of_step(engine, decode_step(engine, batch, options, batch), batch, options, out.group_cost_per_rank,
+               out.experts_hit_per_rank);
   return out;
 }
 
@@ -317,9 +322,10 @@ std::vector<StepBenchResult> benchmark_decode_steps(Engine& engine, const std::v
   std::vector<StepBenchResult> results;
   for (int64_t batch : batches) {
     MS_CHECK(batch > 0, "bench-step: batch sizes must be positive, got {}", batch);
-    const StepPlan step = decode_step(engine, batch, options.context);
+    const StepPlan step = decode_step(engine, batch, options);
     StepBenchResult result;
     result.batch = batch;
+    result.tokens_per_seq = options.tokens_per_seq;
 
     for (int i = 0; i < options.warmup; ++i) run_logits_step(engine, step);
     std::vector<double> times;
@@ -329,9 +335,9 @@ std::vector<StepBenchResult> benchmark_decode_steps(Engine& engine, const std::v
       times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
     result.step_ms = median(times);
-    result.tokens_per_s = static_cast<double>(batch) / (result.step_ms * 1e-3);
+    result.tokens_per_s = static_cast<double>(batch * options.tokens_per_seq) / (result.step_ms * 1e-3);
 
-    cost_of_step(engine, step, batch, options.context, result.cost_per_rank, result.experts_hit_per_rank);
+    cost_of_step(engine, step, batch, options, result.cost_per_rank, result.experts_hit_per_rank);
 
     if (plan.pp > 1 && options.pipelined) result.pipelined = time_pipelined(engine, batch, options);
 

@@ -20,9 +20,12 @@ namespace moeserve::runtime {
 // A synthetic decode step (benchmarks, tests): `batch` sequences, sequence i on replica
 // i % attn_dp with `context` cached tokens, decoding position `context` with token
 // token_of(i); each replica's sequences hold consecutive pages of its pool from page 0.
+// tokens_per_seq > 1: a speculative verify step, positions context .. context +
+// tokens_per_seq - 1 of each sequence, every one with its logits.
 struct DecodeStepShape {
   int64_t batch = 1;
   int64_t context = 0;
+  int64_t tokens_per_seq = 1;
   int64_t page_size = 64;
   int64_t num_pages = 0;  // per replica
   int attn_dp = 1;
@@ -41,6 +44,7 @@ void run_pipelined(Engine& engine, const StepPlan& step, int rounds);
 
 struct StepBenchOptions {
   int64_t context = 1024;
+  int64_t tokens_per_seq = 1;  // > 1: verify steps (DecodeStepShape::tokens_per_seq)
   int iterations = 20;
   int warmup = 3;
   bool breakdown = false;  // per-op times (GPU backends)
@@ -73,8 +77,9 @@ struct CommTiming {
 
 struct StepBenchResult {
   int64_t batch = 0;
-  double step_ms = 0;  // median wall-clock time of one step
-  double tokens_per_s = 0;
+  int64_t tokens_per_seq = 1;
+  double step_ms = 0;       // median wall-clock time of one step
+  double tokens_per_s = 0;  // tokens the step computes (a verify step's drafts included)
   std::vector<perf::StepCost> cost_per_rank;
   std::vector<std::vector<int64_t>> experts_hit_per_rank;            // [rank][moe layer]
   std::map<std::string, std::pair<int64_t, double>> op_ms_per_step;  // rank 0: op -> (calls, ms)
@@ -85,7 +90,8 @@ struct StepBenchResult {
 };
 
 // KV caches of every rank are filled with random latents once (the values do not change
-// the work). The engine needs num_pages >= batch * ceil((context + 1) / page_size) per replica.
+// the work). The engine needs num_pages >= batch * ceil((context + tokens_per_seq) / page_size)
+// per replica.
 std::vector<StepBenchResult> benchmark_decode_steps(Engine& engine, const std::vector<int64_t>& batches,
                                                     const StepBenchOptions& options);
 

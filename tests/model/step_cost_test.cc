@@ -24,5 +24,19 @@ TEST(StepCost, Int4ExpertsAreCountedAsStored) {
   EXPECT_DOUBLE_EQ(b.weight_bytes - q.weight_bytes, b.expert_bytes - q.expert_bytes);  // nothing else quantized
 }
 
+// A verify step's tokens of one sequence attend to the same cached context: it is read once
+// per sequence, while the FLOPs grow with the tokens.
+TEST(StepCost, VerifyTokensReadTheirSequenceCacheOnce) {
+  const ModelConfig c = synthetic_config("kimi-k2.6", 3, SyntheticDtype::bf16);
+  const parallel::RankShard s = parallel::shard_of(parallel::parse_plan("single"), shard_dims(c), 0);
+  const perf::StepCost decode = perf::decode_step_cost(c, s, {.tokens = 2, .context = 1000, .experts_hit = {}});
+  const perf::StepCost verify =
+      perf::decode_step_cost(c, s, {.tokens = 16, .context = 1000, .sequences = 2, .experts_hit = {}});
+  const double width = static_cast<double>(c.kv_lora_rank + c.qk_rope_head_dim);
+  EXPECT_DOUBLE_EQ(decode.kv_bytes, 3 * 2 * 1000 * width * 2);
+  EXPECT_DOUBLE_EQ(verify.kv_bytes, decode.kv_bytes);
+  EXPECT_DOUBLE_EQ(verify.flops, 8 * decode.flops);
+}
+
 }  // namespace
 }  // namespace moeserve
