@@ -141,11 +141,13 @@ sample::SamplerBuffers DeepseekV3::forward(const ForwardBatch& batch, sample::Sa
   if (batch.mtp_draft && !shard_.last_stage) return {};  // a draft step runs on the last stage only
   Activations& a = workspace_->prepare(batch);
 
-  // Decode-shaped steps (one logit row per token, in order, no host work inside) replay a
-  // graph; MTP steps run eagerly (the graph cache does not key on them).
-  bool decode_shaped = rows == T && plan_.attn_dp == 1 && !record_routing_ && batch.mtp_tokens.empty();
+  // Decode-shaped steps (one logit row per token, in order, no host work inside) and MTP draft
+  // steps (padded by their drafter to few shapes, runtime/mtp_drafter.h) replay a graph; prompt
+  // chunks and the MTP head of `eval-ppl` run eagerly.
+  bool decode_shaped = rows == T && batch.mtp_tokens.empty();
   for (int64_t r = 0; decode_shaped && r < rows; ++r) decode_shaped = batch.logit_rows[r] == r;
-  run_step(a, batch, sampler, graphs_enabled_ && decode_shaped && backend_.supports_graphs() && T > 0);
+  const bool graphable = (decode_shaped || batch.mtp_draft) && plan_.attn_dp == 1 && !record_routing_;
+  run_step(a, batch, sampler, graphs_enabled_ && graphable && backend_.supports_graphs() && T > 0);
   if (!shard_.last_stage) {
     backend_.synchronize();
     return {};
@@ -155,7 +157,9 @@ sample::SamplerBuffers DeepseekV3::forward(const ForwardBatch& batch, sample::Sa
 
 void DeepseekV3::run_step(Activations& a, const ForwardBatch& batch, sample::Sampler* sampler, bool graphed) {
   GraphCache::Key key{.tokens = a.tokens,
+                      .logit_rows = static_cast<int64_t>(batch.logit_rows.size()),
                       .max_pages_per_seq = batch.max_pages_per_seq,
+                      .mtp_draft = batch.mtp_draft,
                       .draw = batch.draw,
                       .logit_adjust = !batch.logit_adjust.empty()};
   auto part = [&](GraphCache::Part p, const std::function<void()>& work) {

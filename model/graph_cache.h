@@ -22,7 +22,8 @@ class GraphCache {
   // to the logits and the draw after the token bitmask (uploaded between the two).
   enum class Part { kWhole, kForward, kDraw };
   struct Key {
-    int64_t tokens = 0, max_pages_per_seq = 0;
+    int64_t tokens = 0, logit_rows = 0, max_pages_per_seq = 0;
+    bool mtp_draft = false;             // an MTP draft step (ForwardBatch::mtp_draft) or the target's
     DrawKind draw = DrawKind::kLogits;  // the sampler's device part is captured with the step
     bool logit_adjust = false;          // with the logit-adjust op before the draw (or without it)
     Part part = Part::kWhole;

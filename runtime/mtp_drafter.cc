@@ -44,7 +44,25 @@ std::vector<step::ReplicaBatch> MtpDrafter::draft_batches(int64_t width) const {
   return batches;
 }
 
+void MtpDrafter::pad(std::vector<step::ReplicaBatch>& batches) const {
+  if (!scheduler_.options().pad_batches) return;
+  for (size_t d = 0; d < batches.size(); ++d) {
+    ForwardBatch& b = batches[d].batch;
+    if (b.num_tokens() == 0) continue;  // a replica without sequences runs its empty step
+    const int32_t scratch_page = scheduler_.scratch_page(static_cast<int>(d));
+    step::pad_batch(batches[d], step::padded_token_count(b.num_tokens()), scratch_page, page_size_);
+    const auto tokens = static_cast<size_t>(b.num_tokens());
+    b.mtp_tokens.resize(tokens, 0);
+    b.mtp_hidden_rows.resize(tokens, static_cast<int32_t>(scratch_page * page_size_));
+    if (b.logit_rows.empty()) continue;
+    const auto rows = static_cast<int64_t>(b.logit_rows.size());
+    const int32_t last = b.logit_rows.back();
+    b.logit_rows.resize(static_cast<size_t>(step::padded_token_count(rows)), last);
+  }
+}
+
 void MtpDrafter::run(std::vector<step::ReplicaBatch> batches, std::vector<Chain>& chains) {
+  pad(batches);
   step::StepPlan plan;
   plan.micro_batches.push_back({.replicas = std::move(batches)});
   const StepOutputs out = engine_.wait(engine_.submit(std::move(plan)));
@@ -127,6 +145,7 @@ void MtpDrafter::chain_step(std::vector<Chain>& chains) {
 
 std::vector<spec::CommittedSpan> MtpDrafter::with_gaps(std::span<const spec::CommittedSpan> committed) {
   std::vector<spec::CommittedSpan> spans(committed.begin(), committed.end());
+  filled_gaps_ = false;
   if (behind_.empty()) return spans;
   std::vector<int64_t> room(static_cast<size_t>(engine_.options().plan.attn_dp), scheduler_.max_step_tokens());
   for (const spec::CommittedSpan& c : spans) room.at(static_cast<size_t>(c.replica)) -= c.end - c.begin;
@@ -139,6 +158,7 @@ std::vector<spec::CommittedSpan> MtpDrafter::with_gaps(std::span<const spec::Com
       behind_.erase(it);
       continue;
     }
+    filled_gaps_ = true;
     if (gap <= left) {  // the whole gap, then the step's own positions
       left -= gap;
       c.begin = it->second;
@@ -160,6 +180,7 @@ void MtpDrafter::after_step(std::span<const spec::CommittedSpan> committed) {
   for (const spec::CommittedSpan& c : committed) drafts_.erase(c.id);
   const bool drafting = std::any_of(committed.begin(), committed.end(), [](const auto& c) { return c.max_drafts > 0; });
   if (!drafting) {  // no forward: every sequence is left behind from its first position not cached
+    filled_gaps_ = false;
     for (const spec::CommittedSpan& c : committed)
       if (c.end > c.begin) behind_.try_emplace(c.id, c.begin);
     return;

@@ -43,6 +43,7 @@ class MtpDrafter : public spec::ModelDrafter {
     drafts_.erase(id);
     behind_.erase(id);
   }
+  bool filled_gaps() const override { return filled_gaps_; }
 
  private:
   // A sequence being drafted for: its tokens then its drafts so far.
@@ -66,6 +67,11 @@ class MtpDrafter : public spec::ModelDrafter {
   std::vector<Chain> catch_up(std::span<const spec::CommittedSpan> committed);
   // One chained forward: the next draft of every chain that has room.
   void chain_step(std::vector<Chain>& chains);
+  // Pads each replica's draft step where the scheduler pads target steps (step::padded_token_count:
+  // few shapes, each replayed from a captured graph): the extra tokens on the replica's scratch
+  // page, their MTP input the scratch slot's store row; the logit rows to as few counts (the
+  // extra rows repeat the last; their argmax is not read).
+  void pad(std::vector<step::ReplicaBatch>& batches) const;
   // Runs one draft step (greedy draw); each chain gains the argmax of its row.
   void run(std::vector<step::ReplicaBatch> batches, std::vector<Chain>& chains);
 
@@ -74,6 +80,7 @@ class MtpDrafter : public spec::ModelDrafter {
   int64_t page_size_, slots_;
   std::unordered_map<uint64_t, std::vector<int32_t>> drafts_;  // each sequence's, until taken
   std::unordered_map<uint64_t, int64_t> behind_;               // the first position its MTP cache lacks
+  bool filled_gaps_ = false;                                   // the last after_step widened a span into its gap
 };
 
 }  // namespace moeserve::runtime

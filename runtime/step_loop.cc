@@ -205,6 +205,7 @@ StepResult StepLoop::step() {
     const auto drafting_start = Clock::now();
     after_step(oldest, accepted);
     drafting_seconds_ = seconds_between(drafting_start, Clock::now());
+    drafting_filled_gaps_ = model_drafter_->filled_gaps();
   }
   for (const DrawnToken& t : result.tokens)  // requests with adjustments take no drafts
     if (auto it = adjust_.find(t.id); it != adjust_.end()) it->second.add_output(t.token);
@@ -256,7 +257,13 @@ void StepLoop::update_draft_budget(const Flight& flight, const std::vector<int64
     sample.rejected += kept < drafted ? 1 : 0;
   }
   // A step with prompt tokens costs what its prefill costs: it measures nothing of decoding.
-  if (flight.step.prefill_tokens == 0) draft_budget_->record(sample);
+  // Drafts made while the drafter caught up on skipped positions cost what resuming costs.
+  if (flight.step.prefill_tokens == 0) {
+    if (drafting_filled_gaps_)
+      draft_budget_->record_unmeasured(sample);
+    else
+      draft_budget_->record(sample);
+  }
   if (sample.sequences > 0) step_drafts_ = draft_budget_->choose(sample.sequences);
   if (++budget_steps_ % kBudgetLogSteps == 0) log(LogLevel::kDebug, "{}", draft_budget_->describe());
 }

@@ -161,6 +161,8 @@ class Scheduler {
   std::vector<step::StepPlan> warmup_steps() const;
 
   int num_replicas() const { return static_cast<int>(kv_.size()); }
+  // A replica's padding page (outside its kv pool): where padded steps' extra tokens write.
+  int32_t scratch_page(int replica) const { return scratch_page_.at(static_cast<size_t>(replica)); }
   const kv::KvCache& kv(int replica) const { return kv_.at(replica); }
   kv::KvCache& kv(int replica) { return kv_.at(replica); }
   // Evicts every cached page of every replica; returns how many.

@@ -83,6 +83,7 @@ int64_t DraftBudget::choose(int64_t sequences) {
   if (c.cells[0].samples < kMinSamples) return 0;
   for (size_t i = n - 1; i-- > 1;)
     if (c.cells[i].samples < kMinSamples) return candidates_[i];
+  if (c.retrying >= 0) return std::exchange(c.retrying, -1);
   if (c.confirmations_left > 0) {
     --c.confirmations_left;
     return c.confirming;
@@ -125,14 +126,30 @@ std::string DraftBudget::describe() const {
   return out;
 }
 
-void DraftBudget::record(const DraftStepSample& s) {
-  if (s.drafted > 0) {
-    accepted_ = accepted_ * kAcceptanceDecay + static_cast<double>(s.accepted);
-    trials_ = trials_ * kAcceptanceDecay + static_cast<double>(s.accepted + s.rejected);
+void DraftBudget::record_acceptance(const DraftStepSample& s) {
+  if (s.drafted == 0) return;
+  accepted_ = accepted_ * kAcceptanceDecay + static_cast<double>(s.accepted);
+  trials_ = trials_ * kAcceptanceDecay + static_cast<double>(s.accepted + s.rejected);
+}
+
+void DraftBudget::record_unmeasured(const DraftStepSample& s) {
+  record_acceptance(s);
+  if (candidate_index(s.drafts) < 0 || s.sequences <= 0) return;
+  SizeClass& c = size_class(s.sequences);
+  // Cells not yet trusted are chosen again anyway; the best runs every step.
+  const bool probe = c.best >= 0 && s.drafts != c.best;
+  if (probe && c.retries < kProbeRetries) {
+    c.retrying = s.drafts;
+    ++c.retries;
   }
+}
+
+void DraftBudget::record(const DraftStepSample& s) {
+  record_acceptance(s);
   const int i = candidate_index(s.drafts);
   if (i < 0 || s.sequences <= 0 || !(s.seconds > 0)) return;
   SizeClass& c = size_class(s.sequences);
+  c.retries = 0;
   Cell& cell = c.cells[static_cast<size_t>(i)];
   cell.seconds[static_cast<size_t>(cell.samples % kRecent)] = s.seconds;
   const bool probe = c.best >= 0 && s.drafts != c.best && c.confirmations_left == 0 && c.confirming != s.drafts;

@@ -18,7 +18,10 @@
 // the best, so probing costs little once the choice has settled and the choice still follows
 // the context growing and the load changing. A probe whose one sample beats the best is run
 // again at once until its median rests on fresh samples only (a cell measured long ago, under
-// another load, must not keep the choice where it is).
+// another load, must not keep the choice where it is). A step whose time is not the steady
+// cost of its k (a model drafter first caught up the positions it had skipped while nothing
+// drafted: the price of switching, paid once) is not measured; a probe that ran into one is
+// run again, up to kProbeRetries times, so that the cell gets a steady sample.
 //
 // Lossless whatever it picks: the verifier keeps every output token the target's (spec/verify.h).
 #pragma once
@@ -48,12 +51,16 @@ class DraftBudget {
   static constexpr int kMinSamples = 3;        // before a cell is compared
   static constexpr int64_t kFirstProbe = 32;   // a class's steps before its first probe
   static constexpr int64_t kLastProbe = 2048;  // the longest interval between probes
+  static constexpr int kProbeRetries = 8;      // unmeasured probe steps run again
 
   explicit DraftBudget(int64_t max_drafts);
 
   // The drafts per sequence the next step of `sequences` decoding sequences verifies.
   int64_t choose(int64_t sequences);
   void record(const DraftStepSample& sample);
+  // A step whose time does not count (above): its verdicts still update the acceptance, and a
+  // probe is run again.
+  void record_unmeasured(const DraftStepSample& sample);
 
   // The estimate of a draft's acceptance given the previous one's.
   double acceptance() const { return accepted_ / trials_; }
@@ -82,7 +89,10 @@ class DraftBudget {
     int64_t probe_interval = kFirstProbe, next_probe = kFirstProbe;
     int64_t confirming = -1;  // a probed candidate whose sample beat the best, run again
     int confirmations_left = 0;
+    int64_t retrying = -1;  // a probe whose step was not measured, run again next
+    int retries = 0;        // of the current probe
   };
+  void record_acceptance(const DraftStepSample& sample);
   SizeClass& size_class(int64_t sequences);
   // Tokens per second of `cell`'s drafts for `sequences` sequences at `seconds` a step.
   double rate(int64_t sequences, const Cell& cell, double seconds) const;

@@ -32,6 +32,10 @@ class ModelDrafter {
   virtual std::vector<int32_t> take(uint64_t id) = 0;
   // The sequence ended: its drafts are dropped.
   virtual void forget(uint64_t id) = 0;
+  // Whether the last after_step also caught sequences up on positions of earlier steps after
+  // which it had not run (nothing drafted): its time is the price of resuming, paid once, not
+  // the steady cost of drafting (spec/draft_budget.h does not measure that step).
+  virtual bool filled_gaps() const { return false; }
 };
 
 }  // namespace moeserve::spec

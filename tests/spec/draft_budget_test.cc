@@ -176,5 +176,43 @@ TEST(DraftBudget, AStaleCellIsProbedBackIntoTheChoice) {
   EXPECT_GE(plain, 495);
 }
 
+// A probe step that caught a drafter up on skipped positions (the price of resuming) is not
+// measured: the cell keeps its samples, the acceptance takes the verdicts, and the probe runs
+// again next step, at most kProbeRetries times.
+TEST(DraftBudget, AnUnmeasuredProbeIsRunAgain) {
+  const CostModel dear = [](int64_t, int64_t k) { return 1e-3 * (1 + 0.8 * static_cast<double>(k)); };
+  DraftBudget budget(4);
+  Simulation sim{.acceptance = 0.4};
+  for (int step = 0; step < 100; ++step) sim.step(budget, 8, dear);
+  ASSERT_EQ(budget.choose(8), 0);
+  int64_t probe = 0;
+  for (int step = 0; step < 200 && probe == 0; ++step) {
+    probe = budget.choose(8);
+    if (probe == 0) budget.record({.sequences = 8, .drafts = 0, .seconds = dear(8, 0)});
+  }
+  ASSERT_GT(probe, 0) << "no probe in 200 steps";
+  const double acceptance = budget.acceptance();
+  // A slow step (its catch-up) whose drafts were all accepted: the verdicts count.
+  budget.record_unmeasured({.sequences = 8,
+                            .drafts = probe,
+                            .seconds = 100 * dear(8, probe),
+                            .drafting = 8,
+                            .drafted = 8 * probe,
+                            .accepted = 8 * probe});
+  EXPECT_GT(budget.acceptance(), acceptance);
+  ASSERT_EQ(budget.choose(8), probe);
+  const double rate = budget.tokens_per_second(8, probe);
+  for (int retry = 1; retry < DraftBudget::kProbeRetries; ++retry) {
+    budget.record_unmeasured({.sequences = 8, .drafts = probe, .seconds = 100 * dear(8, probe)});
+    EXPECT_EQ(budget.tokens_per_second(8, probe), rate) << "retry " << retry << ": the slow step was measured";
+    ASSERT_EQ(budget.choose(8), probe) << "retry " << retry;
+  }
+  budget.record_unmeasured({.sequences = 8, .drafts = probe, .seconds = 100 * dear(8, probe)});
+  EXPECT_EQ(budget.choose(8), 0) << "retried more than kProbeRetries times";
+  // A measured sample ends the probe: the best runs again.
+  budget.record({.sequences = 8, .drafts = 0, .seconds = dear(8, 0)});
+  EXPECT_EQ(budget.choose(8), 0);
+}
+
 }  // namespace
 }  // namespace moeserve::spec
