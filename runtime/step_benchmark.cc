@@ -45,7 +45,7 @@ StepPlan synthetic_decode_step(const DecodeStepShape& shape) {
       std::vector<int32_t> pages;
       for (int64_t p = 0; p < per_seq; ++p) pages.push_back(next_page[replica]++);
       MS_CHECK(next_page[replica] <= shape.num_pages, "out of KV cache pages (raise --kv-pages)");
-      std::fill(tokens.begin() + shape.context, tokens.end(), shape.token_of(i));
+      for (int64_t pos = shape.context; pos < end; ++pos) tokens[static_cast<size_t>(pos)] = shape.token_of(i, pos);
       step::append_sequence(mb.replicas[replica], static_cast<size_t>(i), tokens, shape.context, end, pages,
                             shape.page_size, logits);
     }
@@ -100,7 +100,7 @@ StepPlan decode_step(const Engine& engine, int64_t batch, const StepBenchOptions
        .attn_dp = o.plan.attn_dp,
        .micro_batching = {.pp = o.plan.pp,
                           .max_micro_batch_size = micro_batch > 0 ? micro_batch : o.pp_max_micro_batch_size},
-       .token_of = [&](int64_t i) { return static_cast<int32_t>((i * 7919 + context * 104729) % vocab); }});
+       .token_of = [&](int64_t i, int64_t pos) { return static_cast<int32_t>((i * 7919 + pos * 104729) % vocab); }});
 }
 
 double median(std::vector<double> v) {

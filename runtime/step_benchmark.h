@@ -19,9 +19,10 @@ namespace moeserve::runtime {
 
 // A synthetic decode step (benchmarks, tests): `batch` sequences, sequence i on replica
 // i % attn_dp with `context` cached tokens, decoding position `context` with token
-// token_of(i); each replica's sequences hold consecutive pages of its pool from page 0.
-// tokens_per_seq > 1: a speculative verify step, positions context .. context +
-// tokens_per_seq - 1 of each sequence, every one with its logits.
+// token_of(i, context); each replica's sequences hold consecutive pages of its pool from page 0.
+// tokens_per_seq > 1: a speculative verify step, positions p = context .. context +
+// tokens_per_seq - 1 of each sequence (tokens token_of(i, p): drafts differ, and so does their
+// routing), every one with its logits.
 struct DecodeStepShape {
   int64_t batch = 1;
   int64_t context = 0;
@@ -30,7 +31,7 @@ struct DecodeStepShape {
   int64_t num_pages = 0;  // per replica
   int attn_dp = 1;
   step::MicroBatching micro_batching = {};
-  std::function<int32_t(int64_t sequence)> token_of = [](int64_t) { return 0; };
+  std::function<int32_t(int64_t sequence, int64_t position)> token_of = [](int64_t, int64_t) { return 0; };
 };
 StepPlan synthetic_decode_step(const DecodeStepShape& shape);
 

@@ -47,7 +47,7 @@ StepPlan grouped_decode_step(const Engine& engine, int64_t groups, int64_t per_g
        .num_pages = o.num_pages,
        .attn_dp = o.plan.attn_dp,
        .micro_batching = {.pp = o.plan.pp, .max_micro_batch_size = per_group},
-       .token_of = [](int64_t i) { return static_cast<int32_t>((i * 31 + kContext * 7) % 200 + 1); }});
+       .token_of = [](int64_t i, int64_t pos) { return static_cast<int32_t>((i * 31 + pos * 7) % 200 + 1); }});
 }
 
 class Pipelined : public ::testing::TestWithParam<std::string> {};
