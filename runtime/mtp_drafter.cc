@@ -49,15 +49,22 @@ void MtpDrafter::pad(std::vector<step::ReplicaBatch>& batches) const {
   for (size_t d = 0; d < batches.size(); ++d) {
     ForwardBatch& b = batches[d].batch;
     if (b.num_tokens() == 0) continue;  // a replica without sequences runs its empty step
+    // A decode step's catch-up (each sequence its verified token and accepted drafts) takes the
+    // shape of its sequence count alone, whatever was accepted: as few shapes as decode steps.
+    // A chained step is one token per sequence, each with its logits.
+    const bool chained = b.logit_rows.size() == static_cast<size_t>(b.num_tokens());
+    const int64_t per_sequence = chained ? 1 : 1 + scheduler_.options().max_drafts;
+    const int64_t sequences = step::padded_token_count(static_cast<int64_t>(batches[d].sequences.size()));
+    const bool decode = b.num_tokens() <= sequences * per_sequence;
+    const int64_t tokens = decode ? sequences * per_sequence : step::padded_token_count(b.num_tokens());
     const int32_t scratch_page = scheduler_.scratch_page(static_cast<int>(d));
-    step::pad_batch(batches[d], step::padded_token_count(b.num_tokens()), scratch_page, page_size_);
-    const auto tokens = static_cast<size_t>(b.num_tokens());
-    b.mtp_tokens.resize(tokens, 0);
-    b.mtp_hidden_rows.resize(tokens, static_cast<int32_t>(scratch_page * page_size_));
+    step::pad_batch(batches[d], tokens, scratch_page, page_size_);
+    b.mtp_tokens.resize(static_cast<size_t>(tokens), 0);
+    b.mtp_hidden_rows.resize(static_cast<size_t>(tokens), static_cast<int32_t>(scratch_page * page_size_));
     if (b.logit_rows.empty()) continue;
     const auto rows = static_cast<int64_t>(b.logit_rows.size());
     const int32_t last = b.logit_rows.back();
-    b.logit_rows.resize(static_cast<size_t>(step::padded_token_count(rows)), last);
+    b.logit_rows.resize(static_cast<size_t>(decode ? std::max(rows, sequences) : step::padded_token_count(rows)), last);
   }
 }
 

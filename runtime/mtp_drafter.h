@@ -67,10 +67,11 @@ class MtpDrafter : public spec::ModelDrafter {
   std::vector<Chain> catch_up(std::span<const spec::CommittedSpan> committed);
   // One chained forward: the next draft of every chain that has room.
   void chain_step(std::vector<Chain>& chains);
-  // Pads each replica's draft step where the scheduler pads target steps (step::padded_token_count:
-  // few shapes, each replayed from a captured graph): the extra tokens on the replica's scratch
-  // page, their MTP input the scratch slot's store row; the logit rows to as few counts (the
-  // extra rows repeat the last; their argmax is not read).
+  // Pads each replica's draft step where the scheduler pads target steps (few shapes, each
+  // replayed from a captured graph): a decode step's catch-up to (1 + max drafts) tokens and
+  // one logit row per sequence of its padded sequence count, other steps to
+  // step::padded_token_count; the extra tokens on the replica's scratch page, their MTP input the
+  // scratch slot's store row, the extra logit rows repeating the last (their argmax is not read).
   void pad(std::vector<step::ReplicaBatch>& batches) const;
   // Runs one draft step (greedy draw); each chain gains the argmax of its row.
   void run(std::vector<step::ReplicaBatch> batches, std::vector<Chain>& chains);

@@ -6,15 +6,18 @@
 # otherwise). Every server gets an unmeasured pass at each concurrency first (its CUDA graphs and
 # the budget's measurements warm), then the measured one; ROUNDS rounds alternate the configs.
 # Usage: scripts/gpu/run_spec_http_gpu.sh BIN_DIR OUT [ROUNDS]   (BIN_DIR: moeserve)
+# CHUNK=characters per prompt (400), OUTPUT_LEN=tokens per request (128): the 400-character
+# chunks give 69 prompts, one wave at c=64 (about 130 steps); CHUNK=100 OUTPUT_LEN=256 gives
+# 276 prompts and four waves, long enough for the draft budget's choice to settle.
 set -uo pipefail
-bin=${1:?bin dir}; out=${2:?out dir}; rounds=${3:-2}
+bin=${1:?bin dir}; out=${2:?out dir}; rounds=${3:-2}; chunk=${CHUNK:-400}; output_len=${OUTPUT_LEN:-128}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-python3 - "$out/heldout_sharegpt.json" <<'EOF'
+python3 - "$out/heldout_sharegpt.json" "$chunk" <<'EOF'
 import json, sys
-text = open("models/default/heldout.txt").read()
-chunks = [text[i:i + 400] for i in range(0, len(text) - 400, 400)]
+text, n = open("models/default/heldout.txt").read(), int(sys.argv[2])
+chunks = [text[i:i + n] for i in range(0, len(text) - n, n)]
 json.dump([{"conversations": [{"from": "human", "value": c}, {"from": "gpt", "value": c}]} for c in chunks],
           open(sys.argv[1], "w"))
 print(f"{len(chunks)} prompts")
@@ -37,7 +40,7 @@ for round in $(seq 1 "$rounds"); do
     for c in 1 8 64; do
       n=$(( c == 1 ? 8 : 4 * c ))
       args=(bench --base-url "http://localhost:$port" --concurrency $c --num-prompts $n --disable-tqdm
-            --dataset "sharegpt:$out/heldout_sharegpt.json" --tokenizer models/default --sharegpt-output-len 128)
+            --dataset "sharegpt:$out/heldout_sharegpt.json" --tokenizer models/default --sharegpt-output-len $output_len)
       "$bin/moeserve" "${args[@]}" > /dev/null 2>&1
       "$bin/moeserve" "${args[@]}" --tag "$name c=$c round=$round" --output-file "$out/bench.jsonl" \
         > "$out/bench_${name}_c${c}_$round.txt" 2>&1 || echo "bench $name c=$c failed"
