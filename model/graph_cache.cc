@@ -1,5 +1,7 @@
 #include "model/graph_cache.h"
 
+#include "core/log.h"
+
 namespace moeserve {
 
 void GraphCache::run(const Key& key, const std::function<void()>& step) {
@@ -8,6 +10,9 @@ void GraphCache::run(const Key& key, const std::function<void()>& step) {
     backend_.begin_capture();
     step();
     graph = graphs_.emplace(key, backend_.end_capture()).first;
+    // Captures while serving cost a step's time each (the draft budget measures them).
+    log(LogLevel::kDebug, "graph {} captured: {} tokens, {} logit rows, block tables {} wide, {}", graphs_.size(),
+        key.tokens, key.logit_rows, key.max_pages_per_seq, key.mtp_draft ? "MTP draft step" : "target step");
   }
   if (graph != graphs_.end()) {
     backend_.replay(*graph->second);
