@@ -43,8 +43,10 @@ struct BenchStepArgs {
   double accept_length = 4;         // tokens a verify step yields, for the expected speedup
 };
 
-// --verify-tokens as widths, 1 first (every other width is compared with it).
+// --verify-tokens as widths, 1 first (every other width is compared with it); --accept-length
+// checked with them, before the model is loaded.
 std::vector<int64_t> verify_widths(const BenchStepArgs& args) {
+  MS_CHECK(args.accept_length >= 1, "--accept-length: tokens per verify step must be >= 1, got {}", args.accept_length);
   std::vector<int64_t> widths{1};
   for (int32_t w : parse_id_list(args.verify_tokens, "--verify-tokens")) {
     MS_CHECK(w >= 1 && w <= 64, "--verify-tokens: tokens per sequence must be in [1, 64], got {}", w);
@@ -64,7 +66,7 @@ std::string model_spec(const BenchStepArgs& args) {
 }
 
 runtime::EngineOptions engine_options(const BenchStepArgs& args, const ModelSource& model,
-                                      const std::vector<int64_t>& batches) {
+                                      const std::vector<int64_t>& batches, const std::vector<int64_t>& widths) {
   runtime::EngineOptions options;
   options.backend = !args.backend.empty() ? args.backend : runtime::default_backend();
   options.graphs = !args.no_cuda_graph;
@@ -76,7 +78,6 @@ runtime::EngineOptions engine_options(const BenchStepArgs& args, const ModelSour
   const int64_t max_batch = *std::max_element(batches.begin(), batches.end());
   const int64_t per_replica = (max_batch + options.plan.attn_dp - 1) / options.plan.attn_dp;
   // Pipeline plans also run one group of the batch per stage in flight (pp times the sequences).
-  const std::vector<int64_t> widths = verify_widths(args);
   const int64_t end = args.context + *std::max_element(widths.begin(), widths.end());
   options.num_pages = per_replica * options.plan.pp * ((end + args.page_size - 1) / args.page_size);
   if (!args.prefill.empty()) {
@@ -279,10 +280,11 @@ void report_decode(const std::vector<std::vector<runtime::StepBenchResult>>& by_
 
 void run_bench_step(const BenchStepArgs& args) {
   const std::string spec = model_spec(args);
+  const std::vector<int64_t> widths = verify_widths(args);
   const ModelSource model = open_model(spec);
   const std::vector<int32_t> batch_ids = parse_id_list(args.batches, "--batch");
   const std::vector<int64_t> batches(batch_ids.begin(), batch_ids.end());
-  const runtime::EngineOptions options = engine_options(args, model, batches);
+  const runtime::EngineOptions options = engine_options(args, model, batches, widths);
   const Ceilings ceilings = measured_ceilings(options.backend);  // before the engine takes the GPU's memory
   runtime::Engine engine(model, options);
   if (!args.prefill.empty()) {
@@ -293,14 +295,13 @@ void run_bench_step(const BenchStepArgs& args) {
     run_prefill(engine, args, options.plan.world(), ceilings);
     return;
   }
-  MS_CHECK(args.accept_length >= 1, "--accept-length: tokens per verify step must be >= 1, got {}", args.accept_length);
   runtime::StepBenchOptions bench;
   bench.context = args.context;
   bench.iterations = args.iterations;
   bench.warmup = args.warmup;
   bench.breakdown = args.breakdown;
   std::vector<std::vector<runtime::StepBenchResult>> by_width;  // [width][batch]
-  for (int64_t w : verify_widths(args)) {
+  for (int64_t w : widths) {
     bench.tokens_per_seq = w;
     by_width.push_back(runtime::benchmark_decode_steps(engine, batches, bench));
   }

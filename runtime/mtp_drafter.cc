@@ -152,7 +152,6 @@ void MtpDrafter::chain_step(std::vector<Chain>& chains) {
 
 std::vector<spec::CommittedSpan> MtpDrafter::with_gaps(std::span<const spec::CommittedSpan> committed) {
   std::vector<spec::CommittedSpan> spans(committed.begin(), committed.end());
-  filled_gaps_ = false;
   if (behind_.empty()) return spans;
   std::vector<int64_t> room(static_cast<size_t>(engine_.options().plan.attn_dp), scheduler_.max_step_tokens());
   for (const spec::CommittedSpan& c : spans) room.at(static_cast<size_t>(c.replica)) -= c.end - c.begin;
@@ -184,10 +183,10 @@ std::vector<spec::CommittedSpan> MtpDrafter::with_gaps(std::span<const spec::Com
 }
 
 void MtpDrafter::after_step(std::span<const spec::CommittedSpan> committed) {
+  filled_gaps_ = false;  // with_gaps sets it
   for (const spec::CommittedSpan& c : committed) drafts_.erase(c.id);
   const bool drafting = std::any_of(committed.begin(), committed.end(), [](const auto& c) { return c.max_drafts > 0; });
   if (!drafting) {  // no forward: every sequence is left behind from its first position not cached
-    filled_gaps_ = false;
     for (const spec::CommittedSpan& c : committed)
       if (c.end > c.begin) behind_.try_emplace(c.id, c.begin);
     return;

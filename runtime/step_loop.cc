@@ -205,7 +205,6 @@ StepResult StepLoop::step() {
     const auto drafting_start = Clock::now();
     after_step(oldest, accepted);
     drafting_seconds_ = seconds_between(drafting_start, Clock::now());
-    drafting_filled_gaps_ = model_drafter_->filled_gaps();
   }
   for (const DrawnToken& t : result.tokens)  // requests with adjustments take no drafts
     if (auto it = adjust_.find(t.id); it != adjust_.end()) it->second.add_output(t.token);
@@ -257,9 +256,10 @@ void StepLoop::update_draft_budget(const Flight& flight, const std::vector<int64
     sample.rejected += kept < drafted ? 1 : 0;
   }
   // A step with prompt tokens costs what its prefill costs: it measures nothing of decoding.
-  // Drafts made while the drafter caught up on skipped positions cost what resuming costs.
+  // Drafts made while the drafter caught up on skipped positions cost what resuming costs
+  // (its last after_step made this step's drafts: the next one runs after this).
   if (flight.step.prefill_tokens == 0) {
-    if (drafting_filled_gaps_)
+    if (model_drafter_ && model_drafter_->filled_gaps())
       draft_budget_->record_unmeasured(sample);
     else
       draft_budget_->record(sample);

@@ -194,10 +194,9 @@ class StepLoop {
   // Speculative options' adaptive, with one pipeline group (several keep steps in flight, so
   // a step's own time is not measured): each step's drafts per sequence.
   std::unique_ptr<spec::DraftBudget> draft_budget_;
-  int64_t step_drafts_ = 0;            // drafts per sequence of the steps scheduled next
-  double drafting_seconds_ = 0;        // the model drafter's time drafting for the next step
-  bool drafting_filled_gaps_ = false;  // ... and whether it caught up on skipped steps first
-  int64_t budget_steps_ = 0;           // steps the budget measured or chose for
+  int64_t step_drafts_ = 0;      // drafts per sequence of the steps scheduled next
+  double drafting_seconds_ = 0;  // the model drafter's time drafting for the next step
+  int64_t budget_steps_ = 0;     // steps the budget measured or chose for
   sched::Scheduler scheduler_;
   std::unordered_map<sched::RequestId, LoopRequest> requests_;
   std::unordered_map<sched::RequestId, LogitAdjustState> adjust_;  // the requests with logit adjustments
