@@ -146,8 +146,7 @@ sample::SamplerBuffers DeepseekV3::forward(const ForwardBatch& batch, sample::Sa
   // chunks and the MTP head of `eval-ppl` run eagerly.
   bool decode_shaped = rows == T && batch.mtp_tokens.empty();
   for (int64_t r = 0; decode_shaped && r < rows; ++r) decode_shaped = batch.logit_rows[r] == r;
-  const bool graphable = (decode_shaped || batch.mtp_draft) && plan_.attn_dp == 1 && !record_routing_;
-  run_step(a, batch, sampler, graphs_enabled_ && graphable && backend_.supports_graphs() && T > 0);
+  run_step(a, batch, sampler, (decode_shaped || batch.mtp_draft) && replays_graphs() && T > 0);
   if (!shard_.last_stage) {
     backend_.synchronize();
     return {};

@@ -111,6 +111,11 @@ class DeepseekV3 {
   // Decode-shaped steps (one logit row per token, in order) are captured once per
   // (tokens, max_pages_per_seq) and replayed as a graph on backends that support it.
   void set_graphs_enabled(bool enabled) { graphs_enabled_ = enabled; }
+  // Whether such steps replay graphs on this rank now: enabled, a backend that captures them,
+  // one attention replica, no routing recorded.
+  bool replays_graphs() const {
+    return graphs_enabled_ && backend_.supports_graphs() && plan_.attn_dp == 1 && !record_routing_;
+  }
   int64_t graphs_captured() const;
 
   // Keep a host copy of each MoE layer's routing ([tokens, top_k] expert ids) while recording

@@ -272,6 +272,9 @@ void Engine::build(const ModelSource& model, Engine* reshard_from, bool take_cac
   });
 }
 
+bool Engine::replays_graphs() const { return impl_->ranks.front().model->replays_graphs(); }
+int64_t Engine::graphs_captured() const { return impl_->ranks.front().model->graphs_captured(); }
+
 void Engine::build_comms(bool on_gpus) {
   const parallel::ParallelPlan& plan = options_.plan;
   const int local = static_cast<int>(impl_->ranks.size());

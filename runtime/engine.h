@@ -85,6 +85,9 @@ class Engine {
   // The model as it was named (its spec: a directory or a synthetic preset), for errors.
   const std::string& model_name() const { return model_name_; }
   const EngineOptions& options() const { return options_; }
+  // Whether decode-shaped and draft steps replay captured graphs (DeepseekV3::replays_graphs).
+  bool replays_graphs() const;
+  int64_t graphs_captured() const;  // by the first rank, so far (no step in flight)
 
   // Steps: submit() queues a step and returns at once; the rank threads run the queued steps
   // in submission order, micro-batches in order, each stage as soon as its input has arrived

@@ -6,15 +6,6 @@
 
 namespace moeserve::runtime {
 
-namespace {
-// Block-table width for sequences of up to `pages` pages: a power of two (few step shapes).
-int64_t table_width(int64_t pages) {
-  int64_t width = 1;
-  while (width < pages) width *= 2;
-  return width;
-}
-}  // namespace
-
 MtpDrafter::MtpDrafter(Engine& engine, const sched::Scheduler& scheduler)
     : engine_(engine),
       scheduler_(scheduler),
@@ -39,7 +30,7 @@ std::vector<step::ReplicaBatch> MtpDrafter::draft_batches(int64_t width) const {
   for (step::ReplicaBatch& rb : batches) {
     rb.batch.mtp_draft = true;
     rb.batch.draw = DrawKind::kGreedy;
-    rb.batch.max_pages_per_seq = table_width(width);
+    rb.batch.max_pages_per_seq = step::block_table_width(width);
   }
   return batches;
 }
@@ -66,6 +57,33 @@ void MtpDrafter::pad(std::vector<step::ReplicaBatch>& batches) const {
     const int32_t last = b.logit_rows.back();
     b.logit_rows.resize(static_cast<size_t>(decode ? std::max(rows, sequences) : step::padded_token_count(rows)), last);
   }
+}
+
+void MtpDrafter::warm_up(int64_t max_sequences, int64_t max_context) {
+  const int64_t max_pages = (std::min(max_context, scheduler_.max_tokens_per_request()) + page_size_ - 1) / page_size_;
+  std::vector<int64_t> counts;  // each padded sequence count
+  for (int64_t s = 1; s <= max_sequences; ++s)
+    if (counts.empty() || step::padded_token_count(s) != counts.back()) counts.push_back(step::padded_token_count(s));
+  for (int64_t sequences : counts)
+    for (int64_t width : step::block_table_widths(max_pages))
+      for (const bool chained : {false, true}) {
+        // pad() gives a catch-up (tokens without logits: two per sequence here) its sequence
+        // count's shape, and a chained step (one token per sequence, with its logits) its own.
+        std::vector<step::ReplicaBatch> batches = draft_batches(width);
+        for (size_t d = 0; d < batches.size(); ++d) {
+          step::ReplicaBatch& rb = batches[d];
+          step::append_scratch_sequences(rb, sequences, chained ? 1 : 2, scheduler_.scratch_page(static_cast<int>(d)),
+                                         page_size_);
+          rb.batch.mtp_tokens.assign(rb.batch.tokens.size(), 0);
+          rb.batch.mtp_hidden_rows = rb.batch.slots;
+        }
+        pad(batches);
+        for (int run = 0; run < 2; ++run) {  // the second run is captured
+          step::StepPlan plan;
+          plan.micro_batches.push_back({.replicas = batches});
+          engine_.wait(engine_.submit(std::move(plan)));
+        }
+      }
 }
 
 void MtpDrafter::run(std::vector<step::ReplicaBatch> batches, std::vector<Chain>& chains) {

@@ -44,6 +44,9 @@ class MtpDrafter : public spec::ModelDrafter {
     behind_.erase(id);
   }
   bool filled_gaps() const override { return filled_gaps_; }
+  // Its shapes: a catch-up of each padded sequence count and a chained step of each, at every
+  // block-table width (the shapes pad() gives), each on the scheduler's scratch pages.
+  void warm_up(int64_t max_sequences, int64_t max_context) override;
 
  private:
   // A sequence being drafted for: its tokens then its drafts so far.

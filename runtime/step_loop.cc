@@ -73,8 +73,33 @@ auto StepLoop::on_engine(Fn&& fn) -> decltype(fn()) {
 }
 
 void StepLoop::warm_up() {
-  for (step::StepPlan& plan : scheduler_.warmup_steps())
-    on_engine([&] { return engine_.wait(engine_.submit(std::move(plan))); });
+  auto run = [&](step::StepPlan plan) { on_engine([&] { return engine_.wait(engine_.submit(std::move(plan))); }); };
+  std::vector<step::StepPlan> steps = scheduler_.warmup_steps();
+  const sched::SchedulerOptions& o = scheduler_.options();
+  if (!engine_.replays_graphs() || !o.pad_batches) {
+    for (step::StepPlan& plan : steps) run(std::move(plan));
+    return;
+  }
+  run(std::move(steps.front()));  // the largest: it sizes the activation memory
+  const Clock::time_point start = Clock::now();
+  const int64_t max_context = engine_.config().max_position_embeddings;
+  const int64_t plain_tokens = step::padded_token_count(o.max_running_requests);
+  for (step::StepPlan& plan : scheduler_.graph_warmup_steps(o.max_running_requests, max_context)) {
+    // Greedy rows, and sampled rows without drafts (kCandidates; sampled drafts are verified
+    // from whole logits, eagerly brought to the host anyway).
+    std::vector<DrawKind> draws{DrawKind::kGreedy};
+    const bool verify = plan.micro_batches.front().replicas.front().batch.num_tokens() > plain_tokens;
+    if (!verify && o.pipeline_groups == 1) draws.push_back(DrawKind::kCandidates);
+    for (DrawKind draw : draws) {
+      step::set_draw(plan, draw);
+      for (auto& rb : plan.micro_batches.front().replicas)
+        rb.batch.temperatures.assign(draw == DrawKind::kCandidates ? rb.batch.logit_rows.size() : 0, 0.0f);
+      for (int pass = 0; pass < 2; ++pass) run(plan);  // the second pass is captured
+    }
+  }
+  if (model_drafter_) on_engine([&] { model_drafter_->warm_up(o.max_running_requests, max_context); });
+  log(LogLevel::kInfo, "warm-up: {} step graphs captured in {:.1f} s", engine_.graphs_captured(),
+      seconds_between(start, Clock::now()));
 }
 
 void StepLoop::add(sched::RequestId id, LoopRequest request) {

@@ -112,7 +112,10 @@ class StepLoop {
   StepLoop(const StepLoop&) = delete;
   StepLoop& operator=(const StepLoop&) = delete;
 
-  // Runs every padded step size once (sched::Scheduler::warmup_steps), before serving.
+  // Before serving: runs every padded step size once (sched::Scheduler::warmup_steps). On an
+  // engine that replays graphs, the largest of those, then captures the graph of every
+  // decode-shaped step serving can meet (Scheduler::graph_warmup_steps, greedy and, without
+  // drafts, candidate draws) and of the model drafter's steps (spec::ModelDrafter::warm_up).
   void warm_up();
 
   // Queues a request (throws what Scheduler::add throws, e.g. a prompt too long for the cache).

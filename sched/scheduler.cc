@@ -281,12 +281,9 @@ ScheduledStep Scheduler::build(int group, const std::vector<Pick>& picks) const 
     const size_t m = step.plan.micro_batches.size();
     step::MicroBatch mb;
     mb.replicas.resize(static_cast<size_t>(options_.attn_dp));
-    // Block-table width: the widest sequence, rounded up to a power of two (few step shapes).
     int64_t widest = 1;
     for (size_t n = start; n < end; ++n) widest = std::max<int64_t>(widest, picks[n].seq->pages.size());
-    int64_t width = 1;
-    while (width < widest) width *= 2;
-    for (auto& rb : mb.replicas) rb.batch.max_pages_per_seq = width;
+    for (auto& rb : mb.replicas) rb.batch.max_pages_per_seq = step::block_table_width(widest);
     for (size_t n = start; n < end; ++n) {
       const Sequence& s = *picks[n].seq;
       add_chunk(picks[n], n, m, mb.replicas[s.replica], step);
@@ -320,6 +317,27 @@ std::vector<step::StepPlan> Scheduler::warmup_steps() const {
     plan.micro_batches.push_back(std::move(mb));
     steps.push_back(std::move(plan));
   }
+  return steps;
+}
+
+std::vector<step::StepPlan> Scheduler::graph_warmup_steps(int64_t max_sequences, int64_t max_context) const {
+  std::vector<int64_t> sizes;  // every padded size of a step of one token and its drafts per sequence
+  for (int64_t t = 1; t <= max_sequences * (1 + options_.max_drafts); ++t)
+    if (sizes.empty() || step::padded_token_count(t) != sizes.back()) sizes.push_back(step::padded_token_count(t));
+  const int64_t max_pages = pages_for(std::min(max_context, max_tokens_per_request()));
+  std::vector<step::StepPlan> steps;
+  for (int64_t tokens : sizes)
+    for (int64_t width : step::block_table_widths(max_pages)) {
+      step::MicroBatch mb;
+      mb.replicas.resize(static_cast<size_t>(options_.attn_dp));
+      for (int d = 0; d < options_.attn_dp; ++d) {
+        mb.replicas[d].batch.max_pages_per_seq = width;
+        step::append_scratch_sequences(mb.replicas[d], tokens, 1, scratch_page_[d], options_.page_size);
+      }
+      step::StepPlan plan;
+      plan.micro_batches.push_back(std::move(mb));
+      steps.push_back(std::move(plan));
+    }
   return steps;
 }
 

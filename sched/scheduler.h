@@ -159,6 +159,14 @@ class Scheduler {
   // workspaces, so that memory does not grow while serving, and runs each decode shape once
   // (its graph is captured the next time it runs).
   std::vector<step::StepPlan> warmup_steps() const;
+  // Decode-shaped steps of padding only, for the engine to capture the graphs it replays
+  // while serving (a shape first met while serving runs eagerly once and is captured on the
+  // step's critical path): every padded size of a step of up to `max_sequences` sequences of
+  // one token and max_drafts drafts each, at every block-table width of sequences of up to
+  // `max_context` tokens. Each is that many single-token sequences on the scratch page, every
+  // token with logits; a size's widest table comes first, so its block tables are allocated
+  // once for every step of that size (more would drop its graphs, model/workspace.h).
+  std::vector<step::StepPlan> graph_warmup_steps(int64_t max_sequences, int64_t max_context) const;
 
   int num_replicas() const { return static_cast<int>(kv_.size()); }
   // A replica's padding page (outside its kv pool): where padded steps' extra tokens write.

@@ -36,6 +36,13 @@ class ModelDrafter {
   // which it had not run (nothing drafted): its time is the price of resuming, paid once, not
   // the steady cost of drafting (spec/draft_budget.h does not measure that step).
   virtual bool filled_gaps() const { return false; }
+  // Before serving, on an engine that replays graphs: runs each shape of its draft steps for
+  // up to `max_sequences` sequences of up to `max_context` tokens twice, so that the engine
+  // captures their graphs then, not while serving.
+  virtual void warm_up(int64_t max_sequences, int64_t max_context) {
+    (void)max_sequences;
+    (void)max_context;
+  }
 };
 
 }  // namespace moeserve::spec

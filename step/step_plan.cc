@@ -38,6 +38,26 @@ void append_sequence(ReplicaBatch& rb, size_t sequence, std::span<const int32_t>
   std::copy(pages.begin(), pages.end(), batch.block_tables.begin() + seq_index * width);
 }
 
+void append_scratch_sequences(ReplicaBatch& rb, int64_t count, int64_t length, int32_t scratch_page,
+                              int64_t page_size) {
+  const std::vector<int32_t> tokens(static_cast<size_t>(length), 0);
+  for (int64_t s = 0; s < count; ++s)
+    append_sequence(rb, rb.sequences.size(), tokens, 0, length, std::span(&scratch_page, 1), page_size,
+                    LogitRows::kLast);
+}
+
+int64_t block_table_width(int64_t pages) {
+  int64_t width = 1;
+  while (width < pages) width *= 2;
+  return width;
+}
+
+std::vector<int64_t> block_table_widths(int64_t max_pages) {
+  std::vector<int64_t> widths;
+  for (int64_t width = block_table_width(max_pages); width >= 1; width /= 2) widths.push_back(width);
+  return widths;
+}
+
 int64_t padded_token_count(int64_t tokens) {
   if (tokens <= 8) return std::max<int64_t>(tokens, 0);
   int64_t octave = 8;  // tokens in (octave, 2 * octave]: steps of octave / 4

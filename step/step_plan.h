@@ -60,6 +60,18 @@ enum class LogitRows {
 void append_sequence(ReplicaBatch& rb, size_t sequence, std::span<const int32_t> tokens, int64_t begin, int64_t end,
                      std::span<const int32_t> pages, int64_t page_size, LogitRows logits);
 
+// Appends `count` sequences of `length` tokens each (token 0 at positions 0.. of
+// `scratch_page`, the last with its logit row) to `rb`: a step's shape of `count` sequences,
+// of padding only, for running that shape before serving (length 1: a decode step's).
+// rb.batch.max_pages_per_seq must be set; length at most page_size.
+void append_scratch_sequences(ReplicaBatch& rb, int64_t count, int64_t length, int32_t scratch_page, int64_t page_size);
+
+// The block-table width of a batch whose longest sequence holds `pages` pages: the next power
+// of two (few step shapes).
+int64_t block_table_width(int64_t pages);
+// Every width block_table_width gives for sequences of up to `max_pages` pages, widest first.
+std::vector<int64_t> block_table_widths(int64_t max_pages);
+
 // The token count a batch of `tokens` is padded to, so that a server sees few distinct step
 // shapes (each shape keeps a workspace, and on GPUs a captured graph): exact up to 8, then
 // four steps per power of two (10, 12, 14, 16, 20, 24, 28, 32, 40, ...), at most 25% extra.

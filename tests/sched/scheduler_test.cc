@@ -512,6 +512,33 @@ TEST(Scheduler, WarmupRunsTheLargestStepThenEveryPaddedDecodeSizeOnTheScratchPag
   EXPECT_EQ(sizes, (std::vector<int64_t>{32, 1, 2, 3, 4, 5, 6, 7, 8, 10, 12}));
 }
 
+TEST(Scheduler, GraphWarmupCoversEveryDecodeSizeAtEveryTableWidthWidestFirst) {
+  SchedulerOptions o = small_options();  // 4-token pages, 32 usable
+  o.pad_batches = true;
+  o.max_running_requests = 6;
+  o.max_drafts = 2;  // verify steps of up to 18 tokens: padded 1..8, 10, 12, 14, 16, 20
+  Scheduler s(o);
+  std::vector<std::pair<int64_t, int64_t>> shapes;  // (tokens, width)
+  for (const auto& plan : s.graph_warmup_steps(o.max_running_requests, /*max_context=*/30)) {
+    ASSERT_EQ(plan.micro_batches.size(), 1u);
+    const step::ReplicaBatch& rb = plan.micro_batches[0].replicas.at(0);
+    const ForwardBatch& b = rb.batch;
+    // Decode-shaped (a logit row per token, in order), one sequence per token on the scratch page.
+    ASSERT_EQ(b.logit_rows.size(), static_cast<size_t>(b.num_tokens()));
+    for (int64_t t = 0; t < b.num_tokens(); ++t) EXPECT_EQ(b.logit_rows[t], t);
+    EXPECT_EQ(rb.sequences.size(), static_cast<size_t>(b.num_tokens()));
+    EXPECT_EQ(b.block_tables.size(), static_cast<size_t>(b.num_tokens() * b.max_pages_per_seq));
+    for (int32_t slot : b.slots) EXPECT_EQ(slot, (o.pages_per_replica - 1) * o.page_size);
+    shapes.emplace_back(b.num_tokens(), b.max_pages_per_seq);
+  }
+  std::vector<std::pair<int64_t, int64_t>> expected;
+  for (int64_t tokens : {1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20})
+    for (int64_t width : {8, 4, 2, 1}) expected.emplace_back(tokens, width);  // 30 tokens: 8 pages
+  EXPECT_EQ(shapes, expected);
+  // The context is bounded by the pool too: 32 pages.
+  EXPECT_EQ(s.graph_warmup_steps(1, 1 << 20).front().micro_batches[0].replicas[0].batch.max_pages_per_seq, 32);
+}
+
 // Random arrivals, lengths, aborts and a small pool: every planned token sits in a page its
 // sequence holds, positions follow the cached prefix, and all pages come back at the end.
 TEST(Scheduler, RandomWorkloadKeepsEveryInvariant) {
