@@ -371,6 +371,11 @@ void EngineLoop::complete(runtime::StepResult& result) {
   // completed with its last one.
   std::unordered_map<uint64_t, const runtime::DrawnToken*> last_of;
   for (const runtime::DrawnToken& drawn : result.tokens) last_of[drawn.id] = &drawn;
+  // A request's tokens of the step (a speculative step's accepted drafts and next token) go
+  // out as one event, one SSE chunk, as SGLang streams them: one wake-up of its handler per
+  // step, not per token.
+  std::vector<std::pair<uint64_t, OutputEvent>> events;
+  std::unordered_map<uint64_t, size_t> event_of;
   for (runtime::DrawnToken& drawn : result.tokens) {
     auto it = active_.find(drawn.id);
     if (it == active_.end()) continue;  // ended while its step was in flight
@@ -393,15 +398,14 @@ void EngineLoop::complete(runtime::StepResult& result) {
     const bool grammar_done = a.request.constraint && a.request.constraint->terminated() && last_of[drawn.id] == &drawn;
     a.generated.push_back(drawn.token);
     const OutputProcessor::Update update = a.output.push(drawn.token, grammar_done);
-    OutputEvent event;
-    event.text = update.text;
+    auto [slot, added] = event_of.try_emplace(drawn.id, events.size());
+    if (added) events.emplace_back(drawn.id, OutputEvent{});
+    OutputEvent& event = events[slot->second].second;
+    event.text += update.text;
     event.token_ids.push_back(drawn.token);
     event.text_offsets.push_back(update.text_offset);
     if (a.request.top_logprobs >= 0) event.logprobs.push_back(std::move(drawn.logprob));
-    if (update.finish_reason.empty()) {
-      a.stream->push(std::move(event));
-      continue;
-    }
+    if (update.finish_reason.empty()) continue;
     event.finish_reason = update.finish_reason;
     event.stop_string = update.stop_string;
     event.stop_token = update.stop_token;
@@ -409,7 +413,9 @@ void EngineLoop::complete(runtime::StepResult& result) {
     event.spec_verify_ct = a.spec_verify_ct;
     event.spec_accepted_tokens = a.spec_accepted_tokens;
     finish(drawn.id, std::move(event));
+    event_of.erase(drawn.id);  // nothing more of it: finish() ended it
   }
+  for (const auto& [id, slot] : event_of) active_.at(id)->stream->push(std::move(events[slot].second));
   sglang_.observe_generated(static_cast<int64_t>(result.tokens.size()), stream_start);
   const auto end = Clock::now();
   step_time_.observe(seconds_between(result.scheduled, end));

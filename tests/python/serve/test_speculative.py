@@ -59,6 +59,22 @@ def test_greedy_completions_equal_plain_generate_and_report_accept_length():
         assert metrics["moeserve_kv_pages_used"] == 0
 
 
+def test_a_streamed_speculative_step_sends_its_tokens_in_one_chunk():
+    # A request's accepted drafts and next token reach its stream as one event, one SSE chunk
+    # (as SGLang streams a speculative step), and the chunks still carry every token in order.
+    expected = generate_ids(PROMPTS[:1], n=NEW_TOKENS, extra=["--ignore-eos"])[0]
+    with Server(*SPEC, "--page-size", "4") as server:
+        status, text = server.request("POST", "/v1/completions", {
+            "model": MODEL, "prompt": PROMPTS[0], "max_tokens": NEW_TOKENS, "temperature": 0, "ignore_eos": True,
+            "return_token_ids": True, "stream": True})
+    assert status == 200 and text.rstrip().endswith("data: [DONE]"), text
+    chunks = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+    ids = [c["choices"][0].get("token_ids", []) for c in chunks if c.get("choices")]
+    assert [t for chunk in ids for t in chunk] == expected
+    assert max(len(chunk) for chunk in ids) > 1, ids
+    assert len([chunk for chunk in ids if chunk]) < NEW_TOKENS
+
+
 def test_adaptive_draft_budget_changes_no_token():
     """The default budget: greedy and seeded sampled completions equal those without speculation."""
     expected = generate_ids(PROMPTS, n=NEW_TOKENS, extra=["--ignore-eos"])
