@@ -97,6 +97,10 @@ int64_t DraftBudget::choose(int64_t sequences) {
       best = k;
     }
   }
+  // A near tie keeps the choice: cells measured at different times differ by that much in noise,
+  // and switching has a price the cells do not hold (a model drafter catches up what it skipped).
+  if (c.best >= 0 && best != c.best && best_rate < (1 + kSwitchMargin) * tokens_per_second(sequences, c.best))
+    best = c.best;
   if (best != c.best) {  // a new best: probe the others soon again
     c.best = best;
     c.probe_interval = kFirstProbe;
@@ -166,7 +170,7 @@ void DraftBudget::record(const DraftStepSample& s) {
   }
   // The probe's own sample against the best's median: better, and it is run again until the
   // probed cell's median is over fresh samples.
-  if (rate(s.sequences, cell, s.seconds) > tokens_per_second(s.sequences, c.best)) {
+  if (rate(s.sequences, cell, s.seconds) > (1 + kSwitchMargin) * tokens_per_second(s.sequences, c.best)) {
     c.confirming = s.drafts;
     c.confirmations_left = kMinSamples - 1;
   }

@@ -10,7 +10,9 @@
 // worth B * ((1 - f) + f * E(d)) / seconds(B, k) tokens per second. The budget measures
 // seconds per batch-size class (powers of two: 1, 2-3, 4-7, ...) and candidate k (0, 1, 2, 4, ...
 // up to the configured maximum, which is tried first), estimates a from every verdict, and
-// picks the k with the most tokens per second; k = 0 is plain decoding. A cell's time is the
+// picks the k with the most tokens per second, keeping its current choice unless another beats
+// it by kSwitchMargin (a near tie would otherwise flip the choice back and forth, and a switch
+// away from k = 0 costs a model drafter a catch-up); k = 0 is plain decoding. A cell's time is the
 // median of its last kRecent samples, trusted from kMinSamples on: the first step of a new
 // shape (a CUDA graph captured, a workspace grown) is an outlier the median drops. The best k
 // is measured every step it runs; the others are probed again, the one measured longest ago,
@@ -47,11 +49,12 @@ struct DraftStepSample {
 
 class DraftBudget {
  public:
-  static constexpr int kRecent = 5;            // samples a cell's median is over
-  static constexpr int kMinSamples = 3;        // before a cell is compared
-  static constexpr int64_t kFirstProbe = 32;   // a class's steps before its first probe
-  static constexpr int64_t kLastProbe = 2048;  // the longest interval between probes
-  static constexpr int kProbeRetries = 8;      // unmeasured probe steps run again
+  static constexpr int kRecent = 5;              // samples a cell's median is over
+  static constexpr int kMinSamples = 3;          // before a cell is compared
+  static constexpr int64_t kFirstProbe = 32;     // a class's steps before its first probe
+  static constexpr int64_t kLastProbe = 2048;    // the longest interval between probes
+  static constexpr int kProbeRetries = 8;        // unmeasured probe steps run again
+  static constexpr double kSwitchMargin = 0.05;  // how much better another k must be to replace the best
 
   explicit DraftBudget(int64_t max_drafts);
 
